@@ -1,0 +1,44 @@
+//! jemalloc (tikv-jemallocator): `nallocx` for usable sizes, `stats.*` after an `epoch` advance.
+
+use core::alloc::Layout;
+
+use tikv_jemalloc_ctl::{epoch, stats};
+
+use super::AllocatorStats;
+use super::usable::MIN_ALIGN;
+
+pub(crate) const USABLE_SOURCE: &str = "exact: jemalloc nallocx, memoised per size up to 32 KiB";
+
+/// The flags tikv-jemallocator passes for `layout` (it asks for alignment only when the size class
+/// would not provide it).
+fn flags(layout: Layout) -> libc::c_int {
+    if layout.align() <= MIN_ALIGN && layout.align() <= layout.size() {
+        0
+    } else {
+        layout.align().trailing_zeros() as libc::c_int
+    }
+}
+
+/// The usable size jemalloc gives a request of `layout`, without allocating.
+#[inline]
+pub(crate) fn usable(layout: Layout) -> usize {
+    // SAFETY: nallocx has no preconditions beyond a non-zero size; for size 0 it returns 0 or the
+    // smallest class, which is harmless here. It allocates nothing and takes no locks.
+    let n = unsafe { tikv_jemalloc_sys::nallocx(layout.size(), flags(layout)) };
+    if n == 0 { layout.size() } else { n }
+}
+
+pub(crate) fn stats() -> Result<AllocatorStats, String> {
+    let err = |what: &str, e: tikv_jemalloc_ctl::Error| format!("jemalloc {what}: {e}");
+    epoch::advance().map_err(|e| err("epoch", e))?;
+    let read = |r: Result<usize, tikv_jemalloc_ctl::Error>, what: &str| r.map(|v| Some(v as u64)).map_err(|e| err(what, e));
+    Ok(AllocatorStats {
+        allocated: read(stats::allocated::read(), "stats.allocated")?,
+        active: read(stats::active::read(), "stats.active")?,
+        metadata: read(stats::metadata::read(), "stats.metadata")?,
+        resident: read(stats::resident::read(), "stats.resident")?,
+        mapped: read(stats::mapped::read(), "stats.mapped")?,
+        retained: read(stats::retained::read(), "stats.retained")?,
+        ..AllocatorStats::default()
+    })
+}

@@ -1,0 +1,215 @@
+//! What each wrapped allocator can tell us: the usable size of a block (on the allocation path) and its
+//! own statistics (at report time).
+//!
+//! `report()` is a free function, so the crate has to know which allocator is wrapped. The first
+//! `Tracked<A>` to claim a shard registers `A` here (by `TypeId`, on the claim slow path); known
+//! backends are matched, anything else is reported by its type name and can bring its own [`Probe`].
+//! Backends know nothing of reports; the report module asks them.
+
+use core::alloc::Layout;
+use core::any::TypeId;
+use core::cell::UnsafeCell;
+
+use crate::sync::{AtomicU8, Ordering};
+
+#[cfg(feature = "jemalloc")]
+pub(crate) mod jemalloc;
+#[cfg(feature = "mimalloc")]
+pub(crate) mod mimalloc;
+#[cfg(feature = "snmalloc")]
+pub(crate) mod snmalloc;
+pub(crate) mod system;
+mod stats;
+pub(crate) mod usable;
+
+pub use stats::AllocatorStats;
+
+/// The allocators this crate knows by type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    System,
+    #[cfg(feature = "jemalloc")]
+    Jemalloc,
+    #[cfg(feature = "mimalloc")]
+    Mimalloc,
+    #[cfg(feature = "snmalloc")]
+    Snmalloc,
+    /// Anything else: a user's allocator, possibly with a [`Probe`].
+    Other,
+}
+
+/// Matches `A` against the known backends. Every comparison is between two compile-time constants,
+/// so after monomorphisation this folds to a single value and costs nothing on the allocation path.
+#[inline(always)]
+pub(crate) fn kind_of<A: 'static>() -> Kind {
+    let id = TypeId::of::<A>();
+    if id == TypeId::of::<std::alloc::System>() {
+        return Kind::System;
+    }
+    #[cfg(feature = "jemalloc")]
+    if id == TypeId::of::<tikv_jemallocator::Jemalloc>() {
+        return Kind::Jemalloc;
+    }
+    #[cfg(feature = "mimalloc")]
+    if id == TypeId::of::<::mimalloc::MiMalloc>() {
+        return Kind::Mimalloc;
+    }
+    #[cfg(feature = "snmalloc")]
+    if id == TypeId::of::<snmalloc_rs::SnMalloc>() {
+        return Kind::Snmalloc;
+    }
+    Kind::Other
+}
+
+/// Plugs a custom allocator's knowledge into the report.
+///
+/// Pass one to [`Tracked::with_probe`](crate::Tracked::with_probe). Every method has a default, so an
+/// allocator that knows nothing about itself still gets every counter plus the process view.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::alloc::{GlobalAlloc, Layout, System};
+///
+/// /// An allocator that rounds every request up to 64 bytes.
+/// struct Rounding;
+///
+/// unsafe impl GlobalAlloc for Rounding {
+///     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+///         unsafe { System.alloc(Layout::from_size_align_unchecked(l.size().next_multiple_of(64), l.align())) }
+///     }
+///     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+///         unsafe { System.dealloc(p, Layout::from_size_align_unchecked(l.size().next_multiple_of(64), l.align())) }
+///     }
+/// }
+///
+/// struct RoundingProbe;
+///
+/// impl frag::Probe for RoundingProbe {
+///     fn name(&self) -> &'static str {
+///         "rounding"
+///     }
+///     fn usable_size(&self, _ptr: *mut u8, layout: Layout) -> Option<usize> {
+///         Some(layout.size().next_multiple_of(64))
+///     }
+/// }
+///
+/// #[global_allocator]
+/// static A: frag::Tracked<Rounding> = frag::Tracked::with_probe(Rounding, &RoundingProbe);
+///
+/// fn main() {
+///     let v = vec![0u8; 100];
+///     assert_eq!(frag::report().backend, "rounding");
+///     drop(v);
+/// }
+/// ```
+pub trait Probe: Sync {
+    /// The name shown as the report's `backend`.
+    fn name(&self) -> &'static str;
+
+    /// The usable size of the live block at `ptr`, allocated with `layout`, or `None` if unknown (the
+    /// requested size is used then and the report says so).
+    ///
+    /// Called on the allocation path, once when the block is handed out and once when it is freed:
+    /// it must not allocate, lock, or panic, and must return the same value both times.
+    fn usable_size(&self, ptr: *mut u8, layout: Layout) -> Option<usize> {
+        let _ = (ptr, layout);
+        None
+    }
+
+    /// The allocator's own figures, for the report's `allocator` section. Called from `report()`,
+    /// outside the allocation path: it may allocate.
+    fn stats(&self) -> Option<AllocatorStats> {
+        None
+    }
+}
+
+/// The wrapped allocator, as far as the report is concerned.
+#[derive(Clone, Copy)]
+pub(crate) struct Registration {
+    pub(crate) kind: Kind,
+    pub(crate) type_name: &'static str,
+    pub(crate) probe: Option<&'static dyn Probe>,
+}
+
+impl Registration {
+    /// The report's `backend` string.
+    pub(crate) fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::System => "system",
+            #[cfg(feature = "jemalloc")]
+            Kind::Jemalloc => "jemalloc",
+            #[cfg(feature = "mimalloc")]
+            Kind::Mimalloc => "mimalloc",
+            #[cfg(feature = "snmalloc")]
+            Kind::Snmalloc => "snmalloc",
+            Kind::Other => self.probe.map_or(self.type_name, |p| p.name()),
+        }
+    }
+
+    /// How usable sizes are obtained, in words for the report.
+    pub(crate) fn usable_source(&self) -> &'static str {
+        match self.kind {
+            Kind::System => system::USABLE_SOURCE,
+            #[cfg(feature = "jemalloc")]
+            Kind::Jemalloc => jemalloc::USABLE_SOURCE,
+            #[cfg(feature = "mimalloc")]
+            Kind::Mimalloc => mimalloc::USABLE_SOURCE,
+            #[cfg(feature = "snmalloc")]
+            Kind::Snmalloc => snmalloc::USABLE_SOURCE,
+            Kind::Other if self.probe.is_some() => "the allocator's Probe::usable_size (requested size where it returns None)",
+            Kind::Other => "unknown allocator: usable bytes equal requested bytes",
+        }
+    }
+
+    /// The backend's own statistics. Runs at report time only, and only for the wrapped backend, so a
+    /// report never initialises an allocator the program does not use.
+    pub(crate) fn stats(&self) -> Result<Option<AllocatorStats>, String> {
+        match self.kind {
+            Kind::System => Ok(system::stats()),
+            #[cfg(feature = "jemalloc")]
+            Kind::Jemalloc => jemalloc::stats().map(Some),
+            #[cfg(feature = "mimalloc")]
+            Kind::Mimalloc => Ok(Some(mimalloc::stats())),
+            #[cfg(feature = "snmalloc")]
+            Kind::Snmalloc => Ok(Some(snmalloc::stats())),
+            Kind::Other => Ok(self.probe.and_then(|p| p.stats())),
+        }
+    }
+}
+
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const READY: u8 = 2;
+
+/// Written once, by the first claim; read by reports.
+struct Slot {
+    state: AtomicU8,
+    value: UnsafeCell<Option<Registration>>,
+}
+
+// SAFETY: `value` is written exactly once, by the thread that moved `state` from EMPTY to WRITING, and
+// read only after `state` is READY (Release/Acquire), so no access races.
+unsafe impl Sync for Slot {}
+
+static REGISTERED: Slot = Slot { state: AtomicU8::new(EMPTY), value: UnsafeCell::new(None) };
+
+/// Records the wrapped allocator if none is recorded yet. Allocation-free; first caller wins.
+pub(crate) fn register(reg: Registration) {
+    if REGISTERED.state.compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        // SAFETY: we won the EMPTY -> WRITING transition, so nobody else writes, and readers wait for
+        // READY.
+        unsafe { *REGISTERED.value.get() = Some(reg) };
+        REGISTERED.state.store(READY, Ordering::Release);
+    }
+}
+
+/// The registered allocator, if any `Tracked` has allocated yet.
+pub(crate) fn registered() -> Option<Registration> {
+    if REGISTERED.state.load(Ordering::Acquire) == READY {
+        // SAFETY: READY is stored after the single write, with Release; nothing writes afterwards.
+        unsafe { *REGISTERED.value.get() }
+    } else {
+        None
+    }
+}

@@ -1,0 +1,54 @@
+//! The allocator's own view of itself.
+
+/// Figures an allocator reports about itself, in bytes; `None` where the backend has no such figure.
+///
+/// Which fields exist depends on the backend:
+///
+/// | backend  | fields |
+/// |----------|--------|
+/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained` (after an `epoch` advance) |
+/// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`) from `mallinfo2` |
+/// | mimalloc | `committed`, `peak_committed` from `mi_process_info` (its `current_rss` is an estimate on Linux and is not used) |
+/// | snmalloc | `mapped`, `peak_mapped`: address space reserved from the OS, in chunks (not RSS) |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct AllocatorStats {
+    /// Bytes in blocks handed to the application, as the allocator counts them (usable sizes).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub allocated: Option<u64>,
+    /// Bytes in pages that hold application blocks (jemalloc `stats.active`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub active: Option<u64>,
+    /// Bytes of the allocator's own bookkeeping.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub metadata: Option<u64>,
+    /// Bytes in physically resident pages the allocator maps.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub resident: Option<u64>,
+    /// Bytes in active extents / address space obtained from the OS.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub mapped: Option<u64>,
+    /// Bytes kept mapped but returned to the OS (jemalloc `stats.retained`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub retained: Option<u64>,
+    /// Bytes in free chunks the allocator holds (glibc `fordblks`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub free: Option<u64>,
+    /// Bytes of heap obtained with `brk`/arena growth (glibc `arena`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub arena: Option<u64>,
+    /// Bytes in blocks served directly by `mmap` (glibc `hblkhd`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub mmap: Option<u64>,
+    /// Bytes committed (mimalloc).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub committed: Option<u64>,
+    /// Highest `committed` so far (mimalloc).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub peak_committed: Option<u64>,
+    /// Highest `mapped` so far (snmalloc).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub peak_mapped: Option<u64>,
+}

@@ -1,0 +1,107 @@
+//! The system allocator. On glibc: usable sizes from glibc's chunk rule and `malloc_usable_size`,
+//! statistics from `mallinfo2`. Elsewhere: no usable sizes and no statistics, only counters and the
+//! process view.
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+mod glibc {
+    use core::alloc::Layout;
+
+    use crate::backend::AllocatorStats;
+    use crate::backend::usable::is_plain;
+
+    pub(crate) const USABLE_SOURCE: &str = "glibc: chunk-size rule up to 32 KiB (checked against malloc_usable_size \
+        in the tests; a block carved from a larger free chunk may be up to 24 bytes bigger), malloc_usable_size above";
+
+    /// glibc's request-to-chunk rule on 64-bit targets: 8 bytes of header, 16-byte steps, 32-byte
+    /// minimum; the usable part of an in-use chunk is its size minus the header.
+    ///
+    /// Not `malloc_usable_size` on every block: that is a call through the PLT per allocation and per
+    /// free, which alone would exceed the overhead budget for small blocks. The rule is what glibc does
+    /// for every request below the mmap threshold (128 KiB by default, never lowered by glibc itself).
+    #[inline(always)]
+    fn chunk_rule(size: usize) -> usize {
+        let chunk = (size + 8 + 15) & !15;
+        if chunk < 32 { 24 } else { chunk - 8 }
+    }
+
+    #[inline(always)]
+    pub(crate) fn usable(ptr: *mut u8, layout: Layout) -> usize {
+        if is_plain(layout) {
+            chunk_rule(layout.size())
+        } else {
+            // SAFETY: `ptr` is a live block from glibc's malloc family (the caller guarantees it).
+            unsafe { libc::malloc_usable_size(ptr.cast()) }
+        }
+    }
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct Mallinfo2 {
+        arena: usize,
+        ordblks: usize,
+        smblks: usize,
+        hblks: usize,
+        hblkhd: usize,
+        usmblks: usize,
+        fsmblks: usize,
+        uordblks: usize,
+        fordblks: usize,
+        keepcost: usize,
+    }
+
+    /// `mallinfo2` (glibc 2.33+) looked up at run time, so the binary still loads on older glibc, where
+    /// the legacy `mallinfo` (with `int` fields that wrap at 2 GiB) is used instead.
+    pub(crate) fn stats() -> Option<AllocatorStats> {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name is always safe to call.
+        let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
+        let m = if sym.is_null() {
+            // SAFETY: mallinfo takes no arguments and returns a plain struct.
+            #[allow(deprecated)]
+            let m = unsafe { libc::mallinfo() };
+            let u = |v: libc::c_int| v as u32 as usize;
+            Mallinfo2 {
+                arena: u(m.arena),
+                hblkhd: u(m.hblkhd),
+                uordblks: u(m.uordblks),
+                fordblks: u(m.fordblks),
+                ..Mallinfo2::default()
+            }
+        } else {
+            // SAFETY: the symbol is glibc's `struct mallinfo2 mallinfo2(void)`, whose layout
+            // `Mallinfo2` reproduces (ten `size_t` fields).
+            let f: extern "C" fn() -> Mallinfo2 = unsafe { core::mem::transmute(sym) };
+            f()
+        };
+        Some(AllocatorStats {
+            allocated: Some((m.uordblks + m.hblkhd) as u64),
+            free: Some(m.fordblks as u64),
+            arena: Some(m.arena as u64),
+            mmap: Some(m.hblkhd as u64),
+            ..AllocatorStats::default()
+        })
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+pub(crate) use glibc::{USABLE_SOURCE, stats, usable};
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+mod other {
+    use core::alloc::Layout;
+
+    use crate::backend::AllocatorStats;
+
+    pub(crate) const USABLE_SOURCE: &str = "not available for this system allocator: usable bytes equal requested bytes";
+
+    #[inline(always)]
+    pub(crate) fn usable(_: *mut u8, layout: Layout) -> usize {
+        layout.size()
+    }
+
+    pub(crate) fn stats() -> Option<AllocatorStats> {
+        None
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+pub(crate) use other::{USABLE_SOURCE, stats, usable};

@@ -1,0 +1,61 @@
+//! Thread-local state and the rules that keep it safe inside an allocator.
+//!
+//! Two thread-locals exist, and both follow the same rules:
+//! - **const-initialised**: no lazy initialiser runs (which could allocate) on first access;
+//! - **no `Drop`**: the standard library then never registers a destructor for them, so access never
+//!   fails, not even while the thread is being torn down; we still use `try_with` with a fallback so
+//!   that a future change of either property degrades to "counted in the overflow shard" instead of a
+//!   panic inside `alloc`.
+//!
+//! Thread exit is observed through a pthread key destructor instead (see `stats::pool`), which glibc
+//! runs after Rust's own thread-local destructors, so their allocations are still attributed to the
+//! exiting thread.
+
+use core::cell::Cell;
+
+/// `SLOT` values below this are states; anything else is the address of the thread's own shard.
+pub(crate) const UNCLAIMED: usize = 0;
+/// The thread is claiming a shard right now; anything it allocates meanwhile goes to the overflow shard.
+pub(crate) const CLAIMING: usize = 1;
+/// The thread's shard was released at thread exit; later allocations go to the overflow shard.
+pub(crate) const EXITED: usize = 2;
+/// The pool was full when the thread asked; it writes to the overflow shard for the rest of its life.
+pub(crate) const NO_SLOT: usize = 3;
+/// Smallest value that is a shard address (shards are far larger than this and aligned).
+pub(crate) const FIRST_ADDRESS: usize = 4;
+
+std::thread_local! {
+    static SLOT: Cell<usize> = const { Cell::new(UNCLAIMED) };
+    static IN_REPORT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The calling thread's slot word; `EXITED` if thread-local storage is unavailable.
+#[inline(always)]
+pub(crate) fn slot() -> usize {
+    SLOT.try_with(Cell::get).unwrap_or(EXITED)
+}
+
+#[inline]
+pub(crate) fn set_slot(v: usize) {
+    let _ = SLOT.try_with(|s| s.set(v));
+}
+
+/// Marks the current thread as inside `report()` (or anything else that allocates on our behalf) for
+/// as long as it lives. A nested entry gets `None` and must take its allocation-free fallback.
+pub(crate) struct ReportGuard(());
+
+impl ReportGuard {
+    pub(crate) fn enter() -> Option<Self> {
+        match IN_REPORT.try_with(|f| f.replace(true)) {
+            Ok(false) => Some(Self(())),
+            // Already inside (a probe calling `report()`), or TLS is gone: refuse.
+            Ok(true) | Err(_) => None,
+        }
+    }
+}
+
+impl Drop for ReportGuard {
+    fn drop(&mut self) {
+        let _ = IN_REPORT.try_with(|f| f.set(false));
+    }
+}

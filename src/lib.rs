@@ -1,0 +1,84 @@
+//! # frag: see why a Rust service's memory climbs
+//!
+//! Long-lived services often watch their resident memory climb in steps with no leak anywhere: the
+//! heap is fragmented. Blocks freed on another thread than the one that allocated them, mixed size
+//! classes, an allocator's purge timing and glibc's top-only `brk` heap all leave resident pages that
+//! hold little live data. `frag` measures that in production, on the allocator you already use.
+//!
+//! ## Quick start
+//!
+//! Wrap your global allocator in [`Tracked`] and ask for a [`report()`]:
+//!
+//! ```no_run
+//! # #[cfg(feature = "jemalloc")]
+//! #[global_allocator]
+//! static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+//!
+//! fn main() {
+//!     // ... the service runs ...
+//!     let report = frag::report();
+//!     println!("{report}"); // per-thread counters, size classes, allocator and process view
+//! }
+//! ```
+//!
+//! `Tracked<A>` works with any `GlobalAlloc`. It knows `System` (glibc), jemalloc, mimalloc and
+//! snmalloc by type; a custom allocator can supply usable sizes and statistics through a [`Probe`].
+//!
+//! ## What is measured
+//!
+//! - **Counters**, exact: allocations, deallocations, reallocations, requested bytes, per thread (with
+//!   the OS thread id and name) and per size class (four classes per power of two, like jemalloc's).
+//! - **Usable bytes**, what the backend really hands out per block, so internal fragmentation
+//!   (usable − requested) is visible per class.
+//! - **The allocator's own figures** (jemalloc `stats.*`, glibc `mallinfo2`, mimalloc commit, snmalloc
+//!   reserved address space) and **the process view** (`/proc`: RSS, PSS, anonymous bytes).
+//! - **The fragmentation ratio** `(resident − allocated) / allocated`, stating which figures it used.
+//!
+//! ## The allocation-path contract
+//!
+//! `Tracked` forwards every call to the inner allocator with the caller's layout unchanged (no
+//! headers: those would move blocks into other size classes and change the fragmentation being
+//! measured). The bookkeeping it adds never allocates, never takes a lock and never panics:
+//!
+//! - each thread writes its own cache-padded shard from a static pool, with plain (non-atomic-RMW)
+//!   stores; threads past the pool, and allocations during thread teardown, go to a shared overflow
+//!   shard, so no thread count can make it fail;
+//! - thread-locals are `const`-initialised, have no destructor and are read with `try_with`;
+//! - thread exit is seen through a pthread key destructor; a released shard is reused by the next
+//!   thread and its past totals stay in the "retired" row;
+//! - everything that allocates ([`report()`], formatting) runs outside the allocator, under a
+//!   reentrancy guard.
+//!
+//! ## In libraries
+//!
+//! A library should not install a global allocator; only the final binary does. Libraries can still
+//! call [`report()`] or [`totals()`]: with no `Tracked` installed the report says so in its warnings.
+//!
+//! ## Features
+//!
+//! | feature    | default | enables |
+//! |------------|---------|---------|
+//! | `jemalloc` | yes     | jemalloc usable sizes and `stats.*` (tikv-jemallocator, tikv-jemalloc-ctl) |
+//! | `serde`    | yes     | `Serialize` for [`Report`] and [`Report::to_json`] |
+//! | `mimalloc` | no      | mimalloc usable sizes and commit figures |
+//! | `snmalloc` | no      | snmalloc usable sizes and reserved address space |
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod backend;
+mod guard;
+mod process;
+mod report;
+mod stats;
+mod sync;
+mod tracked;
+
+pub use backend::{AllocatorStats, Probe};
+pub use process::ProcessStats;
+pub use report::{
+    Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, report, totals,
+};
+pub use stats::class::NUM_CLASSES;
+pub use stats::pool::POOL_SIZE;
+pub use tracked::Tracked;

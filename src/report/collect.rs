@@ -1,0 +1,218 @@
+//! Building a `Report`: reads shards, the backend and `/proc`. Never runs on the allocation path.
+
+use super::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
+use crate::backend::{self, AllocatorStats};
+use crate::guard::ReportGuard;
+use crate::process::{self, ProcessStats};
+use crate::stats::class::{self, NUM_CLASSES};
+use crate::stats::live;
+use crate::stats::pool::{self, POOL_SIZE};
+use crate::stats::shard::{Shard, Totals};
+use crate::stats::snapshot::{self, ClassSums};
+
+/// Below this much live data a fragmentation ratio mostly measures the allocator's fixed start-up
+/// overhead (jemalloc maps several MiB of metadata before the first allocation), not fragmentation.
+const MEANINGFUL_LIVE_BYTES: u64 = 8 << 20;
+
+/// Takes a snapshot of the heap: per-thread counters, size classes, the allocator's own figures, the
+/// process view and the fragmentation ratio.
+///
+/// Costs O(threads × size classes) plus a few small `/proc` reads; safe to call from any number of
+/// threads while others allocate. Each counter is exact when read; figures derived from several
+/// counters can be off by the operations that ran during the read.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// let report = frag::report();
+/// println!("{report}");
+/// if let Some(ratio) = report.fragmentation.ratio {
+///     eprintln!("fragmentation {ratio:.2} ({})", report.fragmentation.ratio_inputs);
+/// }
+/// ```
+#[must_use]
+pub fn report() -> Report {
+    let guard = ReportGuard::enter();
+    let snap = snapshot::take();
+    let mut warnings = Vec::new();
+    let reg = backend::registered();
+    if reg.is_none() {
+        warnings.push(
+            "no Tracked allocator has allocated yet: is frag::Tracked installed with #[global_allocator]?".to_owned(),
+        );
+    }
+
+    let class_total = snap.classes.iter().fold(ClassSums::default(), |a, c| sum_classes(a, *c));
+    let tracked = tracked_stats(snap.owners.iter().map(|o| o.totals).fold(snap.retired.plus(snap.overflow), Totals::plus), class_total);
+
+    let allocator = match (reg, &guard) {
+        (Some(r), Some(_)) => r.stats().unwrap_or_else(|e| {
+            warnings.push(format!("allocator statistics unavailable: {e}"));
+            None
+        }),
+        (Some(_), None) => {
+            warnings.push("report() re-entered (from a Probe?): allocator statistics skipped".to_owned());
+            None
+        }
+        (None, _) => None,
+    };
+    let process = ProcessStats::read();
+    let fragmentation = fragmentation(&tracked, allocator.as_ref(), &process);
+    if tracked.usable_bytes < MEANINGFUL_LIVE_BYTES && fragmentation.ratio.is_some() {
+        warnings.push(format!(
+            "less than {} MiB live: the ratio mostly reflects the allocator's fixed overhead",
+            MEANINGFUL_LIVE_BYTES >> 20
+        ));
+    }
+    if snap.unslotted_threads > 0 {
+        warnings.push(format!(
+            "{} threads found all {POOL_SIZE} shards taken and are counted together in the overflow row",
+            snap.unslotted_threads
+        ));
+    }
+
+    Report {
+        backend: reg.map_or("none", |r| r.name()).to_owned(),
+        usable_source: reg.map_or("none", |r| r.usable_source()).to_owned(),
+        tracked,
+        allocator,
+        process,
+        fragmentation,
+        threads: thread_rows(&snap),
+        size_classes: class_rows(&snap.classes),
+        shards: ShardPool {
+            capacity: POOL_SIZE,
+            used: snap.slots_used,
+            live: snap.slots_live,
+            unslotted_threads: snap.unslotted_threads,
+        },
+        warnings,
+    }
+}
+
+/// Process-wide counters without building a report: allocation-free, lock-free, O(threads × classes).
+///
+/// Cheap enough to poll for a gauge, and usable where allocating is not allowed.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// let t = frag::totals();
+/// assert_eq!(t.allocations - t.deallocations, t.live_blocks);
+/// ```
+#[must_use]
+pub fn totals() -> TrackedStats {
+    let mut totals = Totals::default();
+    let mut classes = ClassSums::default();
+    let mut visit = |s: &Shard| {
+        totals = totals.plus(s.totals());
+        for row in &s.classes {
+            classes = sum_classes(classes, ClassSums::read(row));
+        }
+    };
+    pool::used_slots().iter().for_each(&mut visit);
+    visit(pool::overflow());
+    tracked_stats(totals, classes)
+}
+
+fn sum_classes(mut a: ClassSums, b: ClassSums) -> ClassSums {
+    a.add(b);
+    a
+}
+
+fn tracked_stats(t: Totals, c: ClassSums) -> TrackedStats {
+    let allocated_bytes = c.req_in.saturating_sub(c.req_out);
+    TrackedStats {
+        allocations: t.allocations,
+        deallocations: t.deallocations,
+        reallocations: t.reallocations,
+        live_blocks: c.allocs.saturating_sub(c.frees),
+        allocated_bytes,
+        usable_bytes: c.usable_in.saturating_sub(c.usable_out),
+        peak_allocated_bytes: live::observe_exact(allocated_bytes),
+    }
+}
+
+fn ratio(resident: u64, allocated: u64) -> Option<f64> {
+    (allocated > 0).then(|| (resident as f64 - allocated as f64) / allocated as f64)
+}
+
+fn fragmentation(t: &TrackedStats, a: Option<&AllocatorStats>, p: &ProcessStats) -> Fragmentation {
+    let process_ratio = p.rss_bytes.and_then(|rss| ratio(rss, t.usable_bytes));
+    let (ratio, ratio_inputs) = match a.and_then(|a| a.resident.zip(a.allocated)) {
+        Some((resident, allocated)) => (ratio(resident, allocated), "allocator resident vs allocator allocated"),
+        None => (process_ratio, "process rss_bytes vs tracked usable_bytes"),
+    };
+    Fragmentation {
+        ratio,
+        ratio_inputs: ratio_inputs.to_owned(),
+        process_ratio,
+        internal_bytes: t.usable_bytes.saturating_sub(t.allocated_bytes),
+    }
+}
+
+fn row(kind: RowKind, t: Totals) -> ThreadRow {
+    ThreadRow {
+        kind,
+        tid: None,
+        name: None,
+        alive: false,
+        allocations: t.allocations,
+        deallocations: t.deallocations,
+        reallocations: t.reallocations,
+        allocated_bytes: t.allocated_bytes,
+        freed_bytes: t.freed_bytes,
+    }
+}
+
+fn thread_rows(snap: &snapshot::Snapshot) -> Vec<ThreadRow> {
+    let mut rows: Vec<ThreadRow> = snap
+        .owners
+        .iter()
+        .map(|o| {
+            // A live slot whose thread is gone from /proc died without running its exit hook (e.g. a
+            // parent's thread seen from a forked child).
+            let current = if o.alive { process::thread_comm(o.tid) } else { None };
+            let stored = String::from_utf8_lossy(o.name.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
+            let alive = current.is_some() || (o.alive && cfg!(not(target_os = "linux")));
+            ThreadRow {
+                tid: Some(o.tid),
+                name: Some(current.unwrap_or(stored)).filter(|n| !n.is_empty()),
+                alive,
+                ..row(RowKind::Thread, o.totals)
+            }
+        })
+        .collect();
+    rows.sort_by_key(|r| (!r.alive, core::cmp::Reverse(r.allocations)));
+    rows.push(row(RowKind::Retired, snap.retired));
+    rows.push(row(RowKind::Overflow, snap.overflow));
+    rows
+}
+
+fn class_rows(classes: &[ClassSums; NUM_CLASSES]) -> Vec<SizeClassRow> {
+    classes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.allocs > 0)
+        .map(|(i, c)| {
+            let live_bytes = c.req_in.saturating_sub(c.req_out);
+            let usable_bytes = c.usable_in.saturating_sub(c.usable_out);
+            SizeClassRow {
+                min_size: class::lower_bound(i) as u64,
+                max_size: class::upper_bound(i).map(|b| b as u64),
+                allocations: c.allocs,
+                deallocations: c.frees,
+                live_blocks: c.allocs.saturating_sub(c.frees),
+                live_bytes,
+                usable_bytes,
+                internal_bytes: usable_bytes.saturating_sub(live_bytes),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,162 @@
+//! The human form of a report: a compact table to paste into an incident channel.
+
+use core::fmt::{self, Display, Formatter};
+
+use super::{Report, RowKind, ThreadRow};
+
+/// Bytes with a binary unit, e.g. `12.3 MiB`.
+struct Bytes(u64);
+
+impl Display for Bytes {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut unit = 0;
+        while v >= 1024.0 && unit < UNITS.len() - 1 {
+            v /= 1024.0;
+            unit += 1;
+        }
+        let s = if unit == 0 { format!("{} B", self.0) } else { format!("{v:.1} {}", UNITS[unit]) };
+        f.pad(&s)
+    }
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |b| Bytes(b).to_string())
+}
+
+fn opt_ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"))
+}
+
+fn row_label(r: &ThreadRow) -> String {
+    match r.kind {
+        RowKind::Thread => {
+            let name = r.name.as_deref().unwrap_or("?");
+            let state = if r.alive { "" } else { " (exited)" };
+            format!("{} {name}{state}", r.tid.unwrap_or(0))
+        }
+        RowKind::Retired => "(retired threads)".to_owned(),
+        RowKind::Overflow => "(overflow)".to_owned(),
+    }
+}
+
+impl Display for Report {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let t = &self.tracked;
+        writeln!(f, "frag report: backend {}", self.backend)?;
+        writeln!(
+            f,
+            "tracked    live {} in {} blocks, usable {} (internal {}), peak {}",
+            Bytes(t.allocated_bytes),
+            t.live_blocks,
+            Bytes(t.usable_bytes),
+            Bytes(self.fragmentation.internal_bytes),
+            Bytes(t.peak_allocated_bytes)
+        )?;
+        writeln!(
+            f,
+            "           {} allocations, {} deallocations, {} reallocations",
+            t.allocations, t.deallocations, t.reallocations
+        )?;
+        if let Some(a) = &self.allocator {
+            let fields = [
+                ("allocated", a.allocated),
+                ("active", a.active),
+                ("metadata", a.metadata),
+                ("resident", a.resident),
+                ("mapped", a.mapped),
+                ("retained", a.retained),
+                ("free", a.free),
+                ("arena", a.arena),
+                ("mmap", a.mmap),
+                ("committed", a.committed),
+                ("peak committed", a.peak_committed),
+                ("peak mapped", a.peak_mapped),
+            ];
+            let parts: Vec<String> =
+                fields.iter().filter_map(|(n, v)| v.map(|v| format!("{n} {}", Bytes(v)))).collect();
+            writeln!(f, "allocator  {}", parts.join(", "))?;
+        }
+        let p = &self.process;
+        writeln!(
+            f,
+            "process    rss {}, pss {}, anon {}",
+            opt_bytes(p.rss_bytes),
+            opt_bytes(p.pss_bytes),
+            opt_bytes(p.anon_bytes)
+        )?;
+        let fr = &self.fragmentation;
+        writeln!(
+            f,
+            "frag ratio {} ({}), process ratio {}",
+            opt_ratio(fr.ratio),
+            fr.ratio_inputs,
+            opt_ratio(fr.process_ratio)
+        )?;
+
+        writeln!(f, "\nthreads ({} of {} shards live)", self.shards.live, self.shards.capacity)?;
+        writeln!(
+            f,
+            "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11}",
+            "thread", "allocs", "frees", "reallocs", "allocated", "freed"
+        )?;
+        for r in &self.threads {
+            if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
+                continue;
+            }
+            writeln!(
+                f,
+                "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11}",
+                row_label(r),
+                r.allocations,
+                r.deallocations,
+                r.reallocations,
+                Bytes(r.allocated_bytes),
+                Bytes(r.freed_bytes)
+            )?;
+        }
+
+        writeln!(f, "\nsize classes (live)")?;
+        writeln!(
+            f,
+            "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11}",
+            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal"
+        )?;
+        for c in &self.size_classes {
+            let range = match c.max_size {
+                Some(max) => format!("{}..={}", c.min_size, max),
+                None => format!("> {}", c.min_size.saturating_sub(1)),
+            };
+            writeln!(
+                f,
+                "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11}",
+                range,
+                c.allocations,
+                c.deallocations,
+                c.live_blocks,
+                Bytes(c.live_bytes),
+                Bytes(c.usable_bytes),
+                Bytes(c.internal_bytes)
+            )?;
+        }
+        writeln!(f, "\nusable sizes: {}", self.usable_source)?;
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bytes;
+
+    #[test]
+    fn bytes() {
+        assert_eq!(Bytes(0).to_string(), "0 B");
+        assert_eq!(Bytes(1023).to_string(), "1023 B");
+        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(Bytes(5 << 30).to_string(), "5.0 GiB");
+    }
+}

@@ -1,0 +1,165 @@
+//! `Report`: a snapshot of the counters, the allocator's own figures and the process view.
+//!
+//! Field names are part of the API: tooling reads the JSON form (`serde` feature).
+
+mod collect;
+mod display;
+
+pub use collect::{report, totals};
+
+use crate::backend::AllocatorStats;
+use crate::process::ProcessStats;
+
+/// Everything `frag` knows about the heap at one moment. Build one with [`report()`].
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Report {
+    /// The wrapped allocator: `"jemalloc"`, `"system"`, `"mimalloc"`, `"snmalloc"`, a probe's name, or
+    /// the allocator's type name.
+    pub backend: String,
+    /// How `usable_bytes` figures were obtained for this backend.
+    pub usable_source: String,
+    /// Totals over every thread.
+    pub tracked: TrackedStats,
+    /// The allocator's own figures, where it has any.
+    pub allocator: Option<AllocatorStats>,
+    /// The kernel's view of the process.
+    pub process: ProcessStats,
+    /// How much resident memory is not live data.
+    pub fragmentation: Fragmentation,
+    /// One row per thread with its own shard, then the `retired` and `overflow` aggregates.
+    pub threads: Vec<ThreadRow>,
+    /// One row per size class that has seen a block.
+    pub size_classes: Vec<SizeClassRow>,
+    /// Occupancy of the per-thread shard pool.
+    pub shards: ShardPool,
+    /// Things the reader should know to interpret the figures.
+    pub warnings: Vec<String>,
+}
+
+/// Process-wide counters, exact at the moment they were read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct TrackedStats {
+    /// Successful `alloc` and `alloc_zeroed` calls.
+    pub allocations: u64,
+    /// `dealloc` calls.
+    pub deallocations: u64,
+    /// Successful `realloc` calls.
+    pub reallocations: u64,
+    /// Blocks allocated and not yet freed.
+    pub live_blocks: u64,
+    /// Requested bytes in live blocks.
+    pub allocated_bytes: u64,
+    /// Usable bytes in live blocks, as the backend rounds them (see `usable_source`).
+    pub usable_bytes: u64,
+    /// Highest `allocated_bytes` seen; may under-read a spike shorter than one publication step by up
+    /// to 64 KiB per live thread.
+    pub peak_allocated_bytes: u64,
+}
+
+/// Fragmentation figures and the inputs they were computed from.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Fragmentation {
+    /// `(resident - allocated) / allocated`, from the allocator's own resident and allocated bytes
+    /// where it has both, else from process RSS and tracked usable bytes. `None` with nothing live.
+    pub ratio: Option<f64>,
+    /// Which figures `ratio` was computed from.
+    pub ratio_inputs: String,
+    /// `(process RSS - tracked usable bytes) / tracked usable bytes`: the whole process's overhead.
+    pub process_ratio: Option<f64>,
+    /// Internal fragmentation: usable minus requested bytes over live blocks.
+    pub internal_bytes: u64,
+}
+
+/// What a thread row stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum RowKind {
+    /// One thread with its own shard (alive, or exited with its slot not reused yet).
+    Thread,
+    /// All exited threads whose slot was taken over by a newer thread.
+    Retired,
+    /// Threads beyond the pool, and allocations made during a thread's claim or after its teardown.
+    Overflow,
+}
+
+/// Counters of one thread (or one aggregate of threads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ThreadRow {
+    /// What the row stands for.
+    pub kind: RowKind,
+    /// The OS thread id (Linux `gettid`), for `Thread` rows.
+    pub tid: Option<u64>,
+    /// The OS thread name (at most 15 bytes on Linux, e.g. `tokio-runtime-w`), for `Thread` rows.
+    pub name: Option<String>,
+    /// Whether the thread still runs.
+    pub alive: bool,
+    /// Successful `alloc` and `alloc_zeroed` calls made by the thread.
+    pub allocations: u64,
+    /// `dealloc` calls made by the thread (of blocks allocated anywhere).
+    pub deallocations: u64,
+    /// Successful `realloc` calls made by the thread.
+    pub reallocations: u64,
+    /// Requested bytes the thread allocated (new sizes of reallocations included).
+    pub allocated_bytes: u64,
+    /// Requested bytes the thread freed (old sizes of reallocations included).
+    pub freed_bytes: u64,
+}
+
+/// One size class: requests from `min_size` to `max_size` bytes.
+///
+/// A reallocation counts as a deallocation in the old class and an allocation in the new one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct SizeClassRow {
+    /// Smallest request in the class.
+    pub min_size: u64,
+    /// Largest request in the class; `None` for the last class (above 64 MiB).
+    pub max_size: Option<u64>,
+    /// Blocks that entered the class.
+    pub allocations: u64,
+    /// Blocks that left the class.
+    pub deallocations: u64,
+    /// Blocks currently in the class.
+    pub live_blocks: u64,
+    /// Requested bytes of live blocks.
+    pub live_bytes: u64,
+    /// Usable bytes of live blocks.
+    pub usable_bytes: u64,
+    /// `usable_bytes - live_bytes`: internal fragmentation in this class.
+    pub internal_bytes: u64,
+}
+
+/// Occupancy of the shard pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ShardPool {
+    /// Number of per-thread shards ([`POOL_SIZE`](crate::POOL_SIZE)).
+    pub capacity: usize,
+    /// Shards ever claimed (their memory is resident).
+    pub used: usize,
+    /// Shards owned by a running thread.
+    pub live: usize,
+    /// Threads that found the pool full and write to the overflow shard.
+    pub unslotted_threads: u64,
+}
+
+impl Report {
+    /// The report as pretty-printed JSON (the `Serialize` form).
+    #[cfg(feature = "serde")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}

@@ -1,0 +1,239 @@
+//! The static shard pool: claim on a thread's first allocation, release at thread exit, reuse later.
+//!
+//! Nothing here allocates or takes a lock. A thread finds its shard through one thread-local word
+//! (`guard::slot`); the first allocation on a thread takes the slow path below, which claims a slot with
+//! a compare-and-swap and registers a pthread key destructor that releases the slot when the thread
+//! exits. Released slots keep their counters: a new owner records where they stood as its `base`, so
+//! process totals are plain sums over all slots and nothing is ever folded, moved or lost.
+//!
+//! Threads that find the pool full, allocate while claiming, or allocate after their slot was released
+//! (late thread-teardown code) are counted in the shared overflow shard with atomic adds. There is no
+//! thread limit that can fail: past [`POOL_SIZE`] live threads, attribution degrades, counts don't.
+
+use crate::guard::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
+use crate::stats::shard::Shard;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// Number of per-thread shards. Each is about 6 KiB of zeroed static memory that only becomes resident
+/// once a thread claims it.
+pub const POOL_SIZE: usize = 512;
+
+// Slot states; a never-used slot is all zeroes (state 0).
+pub(crate) const LIVE: u8 = 1;
+pub(crate) const RELEASED: u8 = 2;
+const TAKING: u8 = 3;
+
+static POOL: [Shard; POOL_SIZE] = [const { Shard::new() }; POOL_SIZE];
+static OVERFLOW: Shard = Shard::new();
+/// Slots `0..HIGH_WATER` have been used at least once; the rest are untouched.
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+/// Released slots waiting for a new owner; lets a claim skip the scan when there are none.
+static RELEASED_SLOTS: AtomicUsize = AtomicUsize::new(0);
+/// Threads that found no free slot and write to the overflow shard.
+static UNSLOTTED_THREADS: AtomicU64 = AtomicU64::new(0);
+
+/// Where the calling thread's counters go.
+pub(crate) enum Sink {
+    /// The thread's own shard: plain stores.
+    Owned(&'static Shard),
+    /// The shared overflow shard: atomic adds.
+    Shared(&'static Shard),
+}
+
+/// The calling thread's sink, claiming a shard on its first call. `register` runs once per thread,
+/// on the claim path only.
+#[inline(always)]
+pub(crate) fn sink(register: impl FnOnce()) -> Sink {
+    let word = guard::slot();
+    if word >= FIRST_ADDRESS {
+        // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `claim` below, and are the
+        // address of an element of the `'static` POOL array.
+        Sink::Owned(unsafe { &*(word as *const Shard) })
+    } else {
+        slow(word, register)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn slow(word: usize, register: impl FnOnce()) -> Sink {
+    if word != UNCLAIMED {
+        return Sink::Shared(&OVERFLOW);
+    }
+    guard::set_slot(CLAIMING);
+    register();
+    match take_slot() {
+        Some(shard) => {
+            let base = shard.totals();
+            shard.set_base(base);
+            shard.meta.tid.store(os::thread_id(), Ordering::Relaxed);
+            shard.set_name(os::thread_name());
+            shard.meta.generation.fetch_add(1, Ordering::Relaxed);
+            shard.meta.state.store(LIVE, Ordering::Release);
+            exit_hook::install(shard);
+            guard::set_slot(shard as *const Shard as usize);
+            Sink::Owned(shard)
+        }
+        None => {
+            UNSLOTTED_THREADS.fetch_add(1, Ordering::Relaxed);
+            guard::set_slot(NO_SLOT);
+            Sink::Shared(&OVERFLOW)
+        }
+    }
+}
+
+/// Finds a slot and marks it `TAKING`: a released one first (keeps resident memory compact), else a
+/// never-used one.
+fn take_slot() -> Option<&'static Shard> {
+    if let Some(s) = reuse_released() {
+        return Some(s);
+    }
+    let mut hw = HIGH_WATER.load(Ordering::Relaxed);
+    while hw < POOL_SIZE {
+        match HIGH_WATER.compare_exchange_weak(hw, hw + 1, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => {
+                let shard = POOL.get(hw)?;
+                shard.meta.state.store(TAKING, Ordering::Relaxed);
+                return Some(shard);
+            }
+            Err(now) => hw = now,
+        }
+    }
+    // The pool is exhausted; a slot may have been released while we looked.
+    reuse_released()
+}
+
+fn reuse_released() -> Option<&'static Shard> {
+    if RELEASED_SLOTS.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let hw = HIGH_WATER.load(Ordering::Acquire).min(POOL_SIZE);
+    POOL.get(..hw)?.iter().find(|s| {
+        // Acquire pairs with the Release in `release`: the previous owner's last counter stores are
+        // visible before we read them as our base.
+        let won = s.meta.state.compare_exchange(RELEASED, TAKING, Ordering::Acquire, Ordering::Relaxed).is_ok();
+        if won {
+            RELEASED_SLOTS.fetch_sub(1, Ordering::Relaxed);
+        }
+        won
+    })
+}
+
+/// Called once on the exiting thread, after Rust's thread-local destructors have run.
+fn release(shard: &'static Shard) {
+    shard.flush_pending();
+    // Rust names a spawned thread after its first allocations may already have happened; by now the
+    // name is final.
+    shard.set_name(os::thread_name());
+    // From here on this thread's allocations go to the overflow shard; it must not touch `shard` again.
+    guard::set_slot(EXITED);
+    shard.meta.state.store(RELEASED, Ordering::Release);
+    RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Reading side: the slots used so far and the overflow shard. Allocation-free.
+pub(crate) fn used_slots() -> &'static [Shard] {
+    let hw = HIGH_WATER.load(Ordering::Acquire).min(POOL_SIZE);
+    POOL.get(..hw).unwrap_or(&[])
+}
+
+pub(crate) fn overflow() -> &'static Shard {
+    &OVERFLOW
+}
+
+pub(crate) fn unslotted_threads() -> u64 {
+    UNSLOTTED_THREADS.load(Ordering::Relaxed)
+}
+
+#[cfg(unix)]
+mod exit_hook {
+    //! Thread-exit notification through a pthread key destructor.
+    //!
+    //! Why not a thread-local with `Drop`: the standard library registers its destructor lazily on
+    //! first access, which allocates on some platforms, and accessing such a thread-local during
+    //! teardown fails. A pthread key is created once, setting its value never goes through Rust's
+    //! allocator, and glibc runs key destructors after `__call_tls_dtors`, so allocations made by Rust
+    //! thread-local destructors are still counted in the exiting thread's own shard.
+
+    use super::{Shard, release};
+    use crate::sync::{AtomicUsize, Ordering};
+
+    const UNINIT: usize = 0;
+    const BUSY: usize = 1;
+    const FAILED: usize = 2;
+    const OFFSET: usize = 3;
+    static KEY: AtomicUsize = AtomicUsize::new(UNINIT);
+
+    unsafe extern "C" fn on_exit(value: *mut libc::c_void) {
+        if !value.is_null() {
+            // SAFETY: the only non-null value ever stored under KEY is a `&'static Shard` (see
+            // `install`).
+            release(unsafe { &*(value as *const Shard) });
+        }
+    }
+
+    fn key() -> Option<libc::pthread_key_t> {
+        loop {
+            match KEY.load(Ordering::Acquire) {
+                UNINIT => {
+                    if KEY.compare_exchange(UNINIT, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        let mut key: libc::pthread_key_t = 0;
+                        // SAFETY: `key` is a valid out-pointer and `on_exit` has the destructor ABI.
+                        let rc = unsafe { libc::pthread_key_create(&mut key, Some(on_exit)) };
+                        let word = if rc == 0 { key as usize + OFFSET } else { FAILED };
+                        KEY.store(word, Ordering::Release);
+                    }
+                }
+                // Another thread is creating the key; that takes microseconds and cannot block on us.
+                BUSY => std::thread::yield_now(),
+                FAILED => return None,
+                word => return Some((word - OFFSET) as libc::pthread_key_t),
+            }
+        }
+    }
+
+    /// Arranges for `shard` to be released when the calling thread exits. Without a key (the process
+    /// ran out of them) the slot simply stays with its thread's figures; totals are unaffected.
+    pub(super) fn install(shard: &'static Shard) {
+        if let Some(key) = key() {
+            // SAFETY: `key` was created by `pthread_key_create`; the value is a `'static` pointer.
+            unsafe { libc::pthread_setspecific(key, shard as *const Shard as *const libc::c_void) };
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod exit_hook {
+    //! No portable thread-exit hook that avoids Rust's allocator: slots stay with their thread.
+    pub(super) fn install(_: &'static super::Shard) {}
+}
+
+mod os {
+    //! The OS's view of the calling thread, read with raw system calls only.
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(super) fn thread_id() -> u64 {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) fn thread_id() -> u64 {
+        0
+    }
+
+    /// The kernel's name for the calling thread (at most 15 bytes; Rust sets it from the thread's
+    /// name when it spawns a named thread).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(super) fn thread_name() -> [u8; 16] {
+        let mut buf = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, including the NUL, into `buf`.
+        unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) };
+        buf
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) fn thread_name() -> [u8; 16] {
+        [0; 16]
+    }
+}

@@ -1,0 +1,110 @@
+//! Reading every shard into plain numbers. Runs on the reporting thread, never on the allocation path.
+
+use crate::stats::class::NUM_CLASSES;
+use crate::stats::pool::{self, LIVE, RELEASED};
+use crate::stats::shard::{ClassCounters, Shard, Totals};
+use crate::sync::Ordering;
+
+/// Sums of one size class over all shards.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ClassSums {
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
+    pub(crate) req_in: u64,
+    pub(crate) req_out: u64,
+    pub(crate) usable_in: u64,
+    pub(crate) usable_out: u64,
+}
+
+/// A slot's current owner, or its last one if it exited and the slot was not reused yet.
+#[derive(Clone, Debug)]
+pub(crate) struct SlotOwner {
+    pub(crate) tid: u64,
+    pub(crate) name: [u8; 16],
+    pub(crate) alive: bool,
+    pub(crate) totals: Totals,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) classes: [ClassSums; NUM_CLASSES],
+    pub(crate) owners: Vec<SlotOwner>,
+    /// Everything in the pool not attributed to a row in `owners`: threads whose slot was reused.
+    pub(crate) retired: Totals,
+    pub(crate) overflow: Totals,
+    pub(crate) slots_used: usize,
+    pub(crate) slots_live: usize,
+    pub(crate) unslotted_threads: u64,
+}
+
+impl ClassSums {
+    pub(crate) fn read(row: &ClassCounters) -> Self {
+        Self {
+            allocs: row.allocs.load(Ordering::Relaxed),
+            frees: row.frees.load(Ordering::Relaxed),
+            req_in: row.req_in.load(Ordering::Relaxed),
+            req_out: row.req_out.load(Ordering::Relaxed),
+            usable_in: row.usable_in.load(Ordering::Relaxed),
+            usable_out: row.usable_out.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn add(&mut self, o: Self) {
+        self.allocs += o.allocs;
+        self.frees += o.frees;
+        self.req_in += o.req_in;
+        self.req_out += o.req_out;
+        self.usable_in += o.usable_in;
+        self.usable_out += o.usable_out;
+    }
+}
+
+fn add_classes(into: &mut [ClassSums; NUM_CLASSES], shard: &Shard) {
+    for (sum, row) in into.iter_mut().zip(&shard.classes) {
+        sum.add(ClassSums::read(row));
+    }
+}
+
+/// Reads all shards. O(slots × classes); consistent per counter, not across counters while other
+/// threads allocate (live figures are clamped at zero).
+pub(crate) fn take() -> Snapshot {
+    let slots = pool::used_slots();
+    let mut classes = [ClassSums::default(); NUM_CLASSES];
+    let mut owners = Vec::with_capacity(slots.len());
+    let mut pool_total = Totals::default();
+    let mut attributed = Totals::default();
+    let mut slots_live = 0;
+    for shard in slots {
+        let generation = shard.meta.generation.load(Ordering::Acquire);
+        let state = shard.meta.state.load(Ordering::Acquire);
+        let totals = shard.totals();
+        add_classes(&mut classes, shard);
+        pool_total = pool_total.plus(totals);
+        if state != LIVE && state != RELEASED {
+            continue;
+        }
+        let owner = SlotOwner {
+            tid: shard.meta.tid.load(Ordering::Relaxed),
+            name: shard.name(),
+            alive: state == LIVE,
+            totals: totals.minus(shard.base()),
+        };
+        // A slot that changed hands while we read it is left to the retired aggregate this time.
+        if shard.meta.generation.load(Ordering::Acquire) == generation {
+            slots_live += usize::from(owner.alive);
+            attributed = attributed.plus(owner.totals);
+            owners.push(owner);
+        }
+    }
+    let overflow = pool::overflow();
+    add_classes(&mut classes, overflow);
+    Snapshot {
+        classes,
+        owners,
+        retired: pool_total.minus(attributed),
+        overflow: overflow.totals(),
+        slots_used: slots.len(),
+        slots_live,
+        unslotted_threads: pool::unslotted_threads(),
+    }
+}

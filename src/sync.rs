@@ -1,0 +1,36 @@
+//! Atomics and cache padding used by the shard pool.
+//!
+//! Everything the allocation path touches goes through this module so that the concurrency-heavy parts
+//! can be swapped for `loom` types in model-checking builds later without touching the callers.
+
+pub(crate) use core::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Adds `v` to a counter that only the calling thread ever writes.
+///
+/// A relaxed load followed by a relaxed store compiles to a plain `add` on every target we build for:
+/// no `lock` prefix, no cache-line ping-pong. Readers on other threads see a value that is at worst one
+/// update old, never a torn one. Only valid while the caller owns the counter (see `stats::pool`).
+#[inline(always)]
+pub(crate) fn owned_add(counter: &AtomicU64, v: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+}
+
+/// Adds `v` to a counter that several threads may write at once (the overflow shard, aggregates).
+#[inline]
+pub(crate) fn shared_add(counter: &AtomicU64, v: u64) {
+    counter.fetch_add(v, Ordering::Relaxed);
+}
+
+/// Aligns its content to 128 bytes: two cache lines on x86-64, where the adjacent-line prefetcher pairs
+/// lines, and one line on the other 64-bit targets we care about.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for CachePadded<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}

@@ -1,0 +1,199 @@
+//! `Tracked<A>`: the `GlobalAlloc` wrapper. This file is the hot path and nothing else.
+//!
+//! Every method forwards to the inner allocator with the caller's layout, unchanged (no headers, no
+//! trailers: changing layouts would move blocks into other size classes and change the very
+//! fragmentation being measured), then records the result in the calling thread's shard. Recording
+//! never allocates, never locks, never panics: one thread-local load, a usable-size lookup (a cached
+//! table load for common sizes) and three plain stores into one cache line.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::fmt;
+
+use crate::backend::usable::{Memo, is_plain};
+use crate::backend::{self, Kind, Probe, Registration, kind_of};
+use crate::stats::class::class_of;
+use crate::stats::pool::{self, Sink};
+use crate::stats::shard::{Anyone, Owner, Shard};
+
+/// A `GlobalAlloc` that forwards to `A` and counts what passes through.
+///
+/// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
+/// `snmalloc_rs::SnMalloc`, or your own. The counters are process-wide: read them with
+/// [`report()`](crate::report) or [`totals()`](crate::totals).
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// fn main() {
+///     let v: Vec<u64> = (0..1000).collect();
+///     println!("{}", frag::report());
+///     drop(v);
+/// }
+/// ```
+pub struct Tracked<A> {
+    inner: A,
+    probe: Option<&'static dyn Probe>,
+    memo: Memo,
+}
+
+impl<A> Tracked<A> {
+    /// Wraps `inner`. Usable in a `static`.
+    #[must_use]
+    pub const fn new(inner: A) -> Self {
+        Self { inner, probe: None, memo: Memo::new() }
+    }
+
+    /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
+    /// and statistics. For the known backends the probe is only consulted for its name.
+    #[must_use]
+    pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
+        Self { inner, probe: Some(probe), memo: Memo::new() }
+    }
+
+    /// The wrapped allocator.
+    pub const fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+impl<A: fmt::Debug> fmt::Debug for Tracked<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tracked").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+impl<A: 'static> Tracked<A> {
+    fn registration(&self) -> Registration {
+        Registration { kind: kind_of::<A>(), type_name: core::any::type_name::<A>(), probe: self.probe }
+    }
+
+    /// The usable size of the block `ptr` (allocated with `layout`), computed the same way at
+    /// allocation and at deallocation. See `backend::usable`.
+    #[inline(always)]
+    fn usable(&self, ptr: *mut u8, layout: Layout) -> usize {
+        let size = layout.size();
+        match kind_of::<A>() {
+            Kind::System => backend::system::usable(ptr, layout),
+            #[cfg(feature = "jemalloc")]
+            Kind::Jemalloc => {
+                if is_plain(layout) {
+                    self.memo.get(size, || backend::jemalloc::usable(layout))
+                } else {
+                    backend::jemalloc::usable(layout)
+                }
+            }
+            #[cfg(feature = "mimalloc")]
+            Kind::Mimalloc => {
+                if is_plain(layout) {
+                    self.memo.get(size, || backend::mimalloc::good_size(size))
+                } else {
+                    backend::mimalloc::usable_at(ptr)
+                }
+            }
+            #[cfg(feature = "snmalloc")]
+            Kind::Snmalloc => {
+                if is_plain(layout) {
+                    self.memo.get(size, || backend::snmalloc::usable_at(ptr))
+                } else {
+                    backend::snmalloc::usable_at(ptr)
+                }
+            }
+            Kind::Other => match self.probe {
+                Some(p) => p.usable_size(ptr, layout).unwrap_or(size),
+                None => size,
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn sink(&self) -> Sink {
+        pool::sink(|| backend::register(self.registration()))
+    }
+
+    #[inline(always)]
+    fn on_alloc(&self, ptr: *mut u8, layout: Layout) {
+        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        match self.sink() {
+            Sink::Owned(s) => s.on_alloc::<Owner>(class, size, usable),
+            Sink::Shared(s) => shared_alloc(s, class, size, usable),
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn shared_alloc(s: &Shard, class: usize, size: usize, usable: usize) {
+    s.on_alloc::<Anyone>(class, size, usable);
+}
+
+#[cold]
+#[inline(never)]
+fn shared_dealloc(s: &Shard, class: usize, size: usize, usable: usize) {
+    s.on_dealloc::<Anyone>(class, size, usable);
+}
+
+#[cold]
+#[inline(never)]
+fn shared_realloc(s: &Shard, old: (usize, usize, usize), new: (usize, usize, usize)) {
+    s.on_realloc::<Anyone>(old, new);
+}
+
+// SAFETY: every method forwards to `A` with exactly the caller's arguments and returns `A`'s result
+// unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
+// memory handed out.
+unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees about `layout`.
+        let ptr = unsafe { self.inner.alloc(layout) };
+        if !ptr.is_null() {
+            self.on_alloc(ptr, layout);
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees about `layout`.
+        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            self.on_alloc(ptr, layout);
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // The usable size is read while the block is still live (pointer-based backends need that).
+        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) };
+        match self.sink() {
+            Sink::Owned(s) => s.on_dealloc::<Owner>(class, size, usable),
+            Sink::Shared(s) => shared_dealloc(s, class, size, usable),
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        // SAFETY: forwarded with the caller's guarantees about `ptr`, `layout` and `new_size`.
+        let new_ptr = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if new_ptr.is_null() {
+            // The old block is untouched and still live: nothing happened.
+            return new_ptr;
+        }
+        // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
+        // overflow `isize`, which is all `Layout` requires.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let new = (class_of(new_size), new_size, self.usable(new_ptr, new_layout));
+        match self.sink() {
+            Sink::Owned(s) => s.on_realloc::<Owner>(old, new),
+            Sink::Shared(s) => shared_realloc(s, old, new),
+        }
+        new_ptr
+    }
+}
