@@ -9,10 +9,10 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
-use crate::backend::usable::{Memo, is_plain};
-use crate::backend::{self, Kind, Probe, Registration, kind_of};
+use crate::backend::usable::{self, Usable};
+use crate::backend::{self, Probe, Registration, kind_of};
 use crate::stats::class::class_of;
-use crate::stats::pool::{self, Sink};
+use crate::stats::pool;
 use crate::stats::shard::{Anyone, Owner, Shard};
 
 /// A `GlobalAlloc` that forwards to `A` and counts what passes through.
@@ -36,21 +36,20 @@ use crate::stats::shard::{Anyone, Owner, Shard};
 pub struct Tracked<A> {
     inner: A,
     probe: Option<&'static dyn Probe>,
-    memo: Memo,
 }
 
 impl<A> Tracked<A> {
     /// Wraps `inner`. Usable in a `static`.
     #[must_use]
     pub const fn new(inner: A) -> Self {
-        Self { inner, probe: None, memo: Memo::new() }
+        Self { inner, probe: None }
     }
 
     /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
     /// and statistics. For the known backends the probe is only consulted for its name.
     #[must_use]
     pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
-        Self { inner, probe: Some(probe), memo: Memo::new() }
+        Self { inner, probe: Some(probe) }
     }
 
     /// The wrapped allocator.
@@ -70,75 +69,44 @@ impl<A: 'static> Tracked<A> {
         Registration { kind: kind_of::<A>(), type_name: core::any::type_name::<A>(), probe: self.probe }
     }
 
-    /// The usable size of the block `ptr` (allocated with `layout`), computed the same way at
-    /// allocation and at deallocation. See `backend::usable`.
     #[inline(always)]
-    fn usable(&self, ptr: *mut u8, layout: Layout) -> usize {
-        let size = layout.size();
-        match kind_of::<A>() {
-            Kind::System => backend::system::usable(ptr, layout),
-            #[cfg(feature = "jemalloc")]
-            Kind::Jemalloc => {
-                if is_plain(layout) {
-                    self.memo.get(size, || backend::jemalloc::usable(layout))
-                } else {
-                    backend::jemalloc::usable(layout)
-                }
-            }
-            #[cfg(feature = "mimalloc")]
-            Kind::Mimalloc => {
-                if is_plain(layout) {
-                    self.memo.get(size, || backend::mimalloc::good_size(size))
-                } else {
-                    backend::mimalloc::usable_at(ptr)
-                }
-            }
-            #[cfg(feature = "snmalloc")]
-            Kind::Snmalloc => {
-                if is_plain(layout) {
-                    self.memo.get(size, || backend::snmalloc::usable_at(ptr))
-                } else {
-                    backend::snmalloc::usable_at(ptr)
-                }
-            }
-            Kind::Other => match self.probe {
-                Some(p) => p.usable_size(ptr, layout).unwrap_or(size),
-                None => size,
-            },
-        }
+    fn usable(&self, ptr: *mut u8, layout: Layout) -> Usable {
+        usable::of::<A>(self.probe, ptr, layout)
     }
 
-    #[inline(always)]
-    fn sink(&self) -> Sink {
-        pool::sink(|| backend::register(self.registration()))
+    /// The shard for a thread without one of its own yet (or ever): see `pool::slow`.
+    #[cold]
+    #[inline(never)]
+    fn slow_shard(&self) -> &'static Shard {
+        pool::slow(|| backend::register(self.registration()))
     }
 
     #[inline(always)]
     fn on_alloc(&self, ptr: *mut u8, layout: Layout) {
         let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
-        match self.sink() {
-            Sink::Owned(s) => s.on_alloc::<Owner>(class, size, usable),
-            Sink::Shared(s) => shared_alloc(s, class, size, usable),
+        match pool::owned() {
+            Some(s) => s.on_alloc::<Owner>(class, size, usable),
+            None => self.slow_alloc(class, size, usable),
         }
     }
-}
 
-#[cold]
-#[inline(never)]
-fn shared_alloc(s: &Shard, class: usize, size: usize, usable: usize) {
-    s.on_alloc::<Anyone>(class, size, usable);
-}
+    #[cold]
+    #[inline(never)]
+    fn slow_alloc(&self, class: usize, size: usize, usable: Usable) {
+        self.slow_shard().on_alloc::<Anyone>(class, size, usable);
+    }
 
-#[cold]
-#[inline(never)]
-fn shared_dealloc(s: &Shard, class: usize, size: usize, usable: usize) {
-    s.on_dealloc::<Anyone>(class, size, usable);
-}
+    #[cold]
+    #[inline(never)]
+    fn slow_dealloc(&self, class: usize, size: usize, usable: Usable) {
+        self.slow_shard().on_dealloc::<Anyone>(class, size, usable);
+    }
 
-#[cold]
-#[inline(never)]
-fn shared_realloc(s: &Shard, old: (usize, usize, usize), new: (usize, usize, usize)) {
-    s.on_realloc::<Anyone>(old, new);
+    #[cold]
+    #[inline(never)]
+    fn slow_realloc(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) {
+        self.slow_shard().on_realloc::<Anyone>(old, new);
+    }
 }
 
 // SAFETY: every method forwards to `A` with exactly the caller's arguments and returns `A`'s result
@@ -171,9 +139,9 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
         // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
         unsafe { self.inner.dealloc(ptr, layout) };
-        match self.sink() {
-            Sink::Owned(s) => s.on_dealloc::<Owner>(class, size, usable),
-            Sink::Shared(s) => shared_dealloc(s, class, size, usable),
+        match pool::owned() {
+            Some(s) => s.on_dealloc::<Owner>(class, size, usable),
+            None => self.slow_dealloc(class, size, usable),
         }
     }
 
@@ -190,9 +158,9 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let new = (class_of(new_size), new_size, self.usable(new_ptr, new_layout));
-        match self.sink() {
-            Sink::Owned(s) => s.on_realloc::<Owner>(old, new),
-            Sink::Shared(s) => shared_realloc(s, old, new),
+        match pool::owned() {
+            Some(s) => s.on_realloc::<Owner>(old, new),
+            None => self.slow_realloc(old, new),
         }
         new_ptr
     }

@@ -7,7 +7,16 @@ use tikv_jemalloc_ctl::{epoch, stats};
 use super::AllocatorStats;
 use super::usable::MIN_ALIGN;
 
-pub(crate) const USABLE_SOURCE: &str = "exact: jemalloc nallocx, memoised per size up to 32 KiB";
+pub(crate) const USABLE_SOURCE: &str =
+    "exact: jemalloc nallocx per size class (classes are uniform up to 64 MiB), per block for over-aligned ones";
+
+/// jemalloc's classes (4 per power of two, 8/16/32/48/64 below) are uniform within ours up to here.
+pub(crate) const UNIFORM_MAX: usize = 64 << 20;
+
+/// The usable size of every default-aligned request of at most `size` bytes in its class.
+pub(crate) fn class_usable(size: usize) -> usize {
+    usable(Layout::from_size_align(size, 1).unwrap_or(Layout::new::<u8>()))
+}
 
 /// The flags tikv-jemallocator passes for `layout` (it asks for alignment only when the size class
 /// would not provide it).

@@ -6,10 +6,14 @@
 use super::AllocatorStats;
 
 pub(crate) const USABLE_SOURCE: &str =
-    "exact: mi_good_size memoised per size up to 32 KiB, mi_usable_size above and for over-aligned blocks";
+    "exact: mi_good_size per size class (uniform up to 1 MiB), mi_usable_size per block above and when over-aligned";
 
-#[inline]
-pub(crate) fn good_size(size: usize) -> usize {
+/// mimalloc's bins (4 per power of two, double words below 64 B) are uniform within our classes up to
+/// here; beyond, huge blocks are rounded to pages and are accounted per block.
+pub(crate) const UNIFORM_MAX: usize = 1 << 20;
+
+/// The usable size of every default-aligned request in the class whose largest request is `size`.
+pub(crate) fn class_usable(size: usize) -> usize {
     // SAFETY: mi_good_size is a pure size computation.
     unsafe { libmimalloc_sys::mi_good_size(size) }
 }

@@ -162,6 +162,22 @@ impl Registration {
         }
     }
 
+    /// The usable size every default-aligned block of size class `class` gets, for backends whose
+    /// classes are uniform (see `usable`). Allocation-free.
+    pub(crate) fn class_usable(&self, class: usize) -> Option<u64> {
+        let largest = crate::stats::class::upper_bound(class)?;
+        let _ = largest;
+        match self.kind {
+            #[cfg(feature = "jemalloc")]
+            Kind::Jemalloc => (largest <= jemalloc::UNIFORM_MAX).then(|| jemalloc::class_usable(largest) as u64),
+            #[cfg(feature = "mimalloc")]
+            Kind::Mimalloc => (largest <= mimalloc::UNIFORM_MAX).then(|| mimalloc::class_usable(largest) as u64),
+            #[cfg(feature = "snmalloc")]
+            Kind::Snmalloc => snmalloc::class_usable(class),
+            _ => None,
+        }
+    }
+
     /// The backend's own statistics. Runs at report time only, and only for the wrapped backend, so a
     /// report never initialises an allocator the program does not use.
     pub(crate) fn stats(&self) -> Result<Option<AllocatorStats>, String> {

@@ -1,9 +1,34 @@
 //! snmalloc: `sn_rust_usable_size` for usable sizes, `memory_stats` for reserved address space.
 
 use super::AllocatorStats;
+use crate::stats::class::{NUM_CLASSES, class_of};
+use crate::sync::{AtomicU64, Ordering};
 
 pub(crate) const USABLE_SOURCE: &str =
-    "exact: snmalloc usable_size, memoised per size up to 32 KiB (size classes are deterministic)";
+    "exact: snmalloc usable_size, learnt once per size class (classes are uniform), per block when over-aligned";
+
+/// snmalloc's classes (4 per power of two from 16 B, powers of two for large blocks) are uniform within
+/// ours up to here.
+pub(crate) const UNIFORM_MAX: usize = 64 << 20;
+
+/// Usable size per class, learnt from the first block seen in it (snmalloc has no size-only query).
+static CLASS_USABLE: [AtomicU64; NUM_CLASSES] = [const { AtomicU64::new(0) }; NUM_CLASSES];
+
+/// Records the usable size of `ptr`'s class the first time a block of that class is seen: one load
+/// and a predictable branch afterwards.
+#[inline(always)]
+pub(crate) fn learn_class(ptr: *mut u8, size: usize) {
+    if let Some(slot) = CLASS_USABLE.get(class_of(size)) {
+        if slot.load(Ordering::Relaxed) == 0 {
+            slot.store(usable_at(ptr) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The usable size learnt for class `class`, if a block of it was ever seen.
+pub(crate) fn class_usable(class: usize) -> Option<u64> {
+    CLASS_USABLE.get(class).map(|s| s.load(Ordering::Relaxed)).filter(|v| *v != 0)
+}
 
 #[inline]
 pub(crate) fn usable_at(ptr: *mut u8) -> usize {

@@ -7,10 +7,15 @@ mod glibc {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
-    use crate::backend::usable::is_plain;
+    use crate::backend::usable::{Usable, is_plain};
 
-    pub(crate) const USABLE_SOURCE: &str = "glibc: chunk-size rule up to 32 KiB (checked against malloc_usable_size \
-        in the tests; a block carved from a larger free chunk may be up to 24 bytes bigger), malloc_usable_size above";
+    pub(crate) const USABLE_SOURCE: &str = "glibc: per block, chunk-size rule up to 32 KiB (checked against \
+        malloc_usable_size in the tests; a block carved from a larger free chunk may be up to 24 bytes bigger), \
+        malloc_usable_size above and when over-aligned";
+
+    /// Largest request accounted with the chunk rule; glibc's mmap threshold starts at 128 KiB and only
+    /// grows, so every such request is served from a heap chunk.
+    const RULE_MAX: usize = 32 << 10;
 
     /// glibc's request-to-chunk rule on 64-bit targets: 8 bytes of header, 16-byte steps, 32-byte
     /// minimum; the usable part of an in-use chunk is its size minus the header.
@@ -25,12 +30,12 @@ mod glibc {
     }
 
     #[inline(always)]
-    pub(crate) fn usable(ptr: *mut u8, layout: Layout) -> usize {
-        if is_plain(layout) {
-            chunk_rule(layout.size())
+    pub(crate) fn usable(ptr: *mut u8, layout: Layout) -> Usable {
+        if is_plain(layout, RULE_MAX) {
+            Usable::Explicit(chunk_rule(layout.size()))
         } else {
             // SAFETY: `ptr` is a live block from glibc's malloc family (the caller guarantees it).
-            unsafe { libc::malloc_usable_size(ptr.cast()) }
+            Usable::Explicit(unsafe { libc::malloc_usable_size(ptr.cast()) })
         }
     }
 
@@ -90,12 +95,13 @@ mod other {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
+    use crate::backend::usable::Usable;
 
     pub(crate) const USABLE_SOURCE: &str = "not available for this system allocator: usable bytes equal requested bytes";
 
     #[inline(always)]
-    pub(crate) fn usable(_: *mut u8, layout: Layout) -> usize {
-        layout.size()
+    pub(crate) fn usable(_: *mut u8, _: Layout) -> Usable {
+        Usable::Requested
     }
 
     pub(crate) fn stats() -> Option<AllocatorStats> {

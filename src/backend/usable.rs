@@ -1,60 +1,69 @@
-//! Usable size on the allocation path.
+//! Usable sizes: what the backend really hands out for a request (its size class, not the request).
 //!
-//! The usable size of a block is what the backend really hands out: its size class, not the request.
-//! Live usable bytes minus live requested bytes is internal fragmentation, so it is counted per size
-//! class at allocation and again at deallocation. Two rules keep it exact and cheap:
+//! Live usable bytes minus live requested bytes is internal fragmentation, counted per size class.
+//! Asking the backend on every allocation and every free would cost more than the whole rest of the
+//! bookkeeping, so the crate uses what the backends have in common:
 //!
-//! - **Same answer at both ends.** A block's usable size is computed the same way when it is handed out
-//!   and when it is freed, so per-class live usable bytes never drift.
-//! - **Memoised where the backend is deterministic.** For requests of at most [`MEMO_MAX`] bytes with
-//!   default alignment, jemalloc, mimalloc and snmalloc round a size to the same class every time, so
-//!   the answer is looked up once per 8-byte step of size and cached in the `Tracked` value itself
-//!   (16 KiB of zeroed memory). The hot path then costs one load from a table that stays in cache.
-//!   Larger or over-aligned requests ask the backend each time; they are rare and cost far more than
-//!   the lookup in the backend itself.
+//! - **Uniform classes.** jemalloc, mimalloc and snmalloc round requests to classes spaced four per
+//!   power of two, exactly like ours (`stats::class`). With default alignment every request in one of
+//!   our classes gets the same usable size, so the allocation path records nothing extra and the
+//!   report computes `blocks × class usable size`, asking the backend once per class. The tests check
+//!   this against the backend's per-pointer answer for every size up to 64 KiB.
+//! - **Explicit** usable sizes for everything else: over-aligned requests, requests beyond the range
+//!   where a backend's classes are uniform, and backends whose classes are not (glibc: 16-byte chunk
+//!   steps; a user's allocator through its [`Probe`](super::Probe)). The size is computed the same way
+//!   when the block is allocated and when it is freed, so per-class live usable bytes never drift.
+//! - **Requested**: an allocator that says nothing about usable sizes; usable equals requested.
 
 use core::alloc::Layout;
 
-use crate::sync::{AtomicU32, Ordering};
-
-/// Largest request whose usable size is memoised.
-pub(crate) const MEMO_MAX: usize = 32 << 10;
-const SLOTS: usize = MEMO_MAX / 8 + 1;
+use super::{Kind, Probe, kind_of};
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
 
-/// Whether a request takes the backend's plain size-class path (and may use the memo).
-#[inline(always)]
-pub(crate) fn is_plain(layout: Layout) -> bool {
-    layout.size() <= MEMO_MAX && layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
+/// How a block's usable size is accounted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Usable {
+    /// The class's uniform usable size (computed at report time).
+    Uniform,
+    /// This many bytes, recorded with the block.
+    Explicit(usize),
+    /// Unknown: the requested size stands in.
+    Requested,
 }
 
-/// Per-`Tracked` cache of usable sizes by 8-byte step of requested size; 0 means "not known yet".
-#[derive(Debug)]
-pub(crate) struct Memo([AtomicU32; SLOTS]);
+/// Whether a request takes the backend's plain size-class path: default alignment and at most
+/// `max` bytes.
+#[inline(always)]
+pub(crate) fn is_plain(layout: Layout, max: usize) -> bool {
+    layout.size() <= max && layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
+}
 
-impl Memo {
-    pub(crate) const fn new() -> Self {
-        Self([const { AtomicU32::new(0) }; SLOTS])
-    }
-
-    /// The cached usable size for `size`, computing and caching it on first use. Racing threads
-    /// compute the same value, so a plain store is enough.
-    #[inline(always)]
-    pub(crate) fn get(&self, size: usize, compute: impl FnOnce() -> usize) -> usize {
-        let Some(slot) = self.0.get(size.div_ceil(8)) else {
-            return compute();
-        };
-        match slot.load(Ordering::Relaxed) {
-            0 => {
-                let usable = compute();
-                if let Ok(v) = u32::try_from(usable) {
-                    slot.store(v, Ordering::Relaxed);
-                }
-                usable
-            }
-            v => v as usize,
+/// How to account for the usable size of the live block `ptr`, allocated with `layout` by an `A`.
+/// Called on the allocation path: allocation-free, lock-free, panic-free for every backend.
+#[inline(always)]
+pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
+    match kind_of::<A>() {
+        Kind::System => super::system::usable(ptr, layout),
+        #[cfg(feature = "jemalloc")]
+        Kind::Jemalloc if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
+        #[cfg(feature = "jemalloc")]
+        Kind::Jemalloc => Usable::Explicit(super::jemalloc::usable(layout)),
+        #[cfg(feature = "mimalloc")]
+        Kind::Mimalloc if is_plain(layout, super::mimalloc::UNIFORM_MAX) => Usable::Uniform,
+        #[cfg(feature = "mimalloc")]
+        Kind::Mimalloc => Usable::Explicit(super::mimalloc::usable_at(ptr)),
+        #[cfg(feature = "snmalloc")]
+        Kind::Snmalloc if is_plain(layout, super::snmalloc::UNIFORM_MAX) => {
+            super::snmalloc::learn_class(ptr, layout.size());
+            Usable::Uniform
         }
+        #[cfg(feature = "snmalloc")]
+        Kind::Snmalloc => Usable::Explicit(super::snmalloc::usable_at(ptr)),
+        Kind::Other => match probe {
+            Some(p) => Usable::Explicit(p.usable_size(ptr, layout).unwrap_or(layout.size())),
+            None => Usable::Requested,
+        },
     }
 }

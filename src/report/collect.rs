@@ -1,7 +1,7 @@
 //! Building a `Report`: reads shards, the backend and `/proc`. Never runs on the allocation path.
 
 use super::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
-use crate::backend::{self, AllocatorStats};
+use crate::backend::{self, AllocatorStats, Registration};
 use crate::guard::ReportGuard;
 use crate::process::{self, ProcessStats};
 use crate::stats::class::{self, NUM_CLASSES};
@@ -45,8 +45,8 @@ pub fn report() -> Report {
         );
     }
 
-    let class_total = snap.classes.iter().fold(ClassSums::default(), |a, c| sum_classes(a, *c));
-    let tracked = tracked_stats(snap.owners.iter().map(|o| o.totals).fold(snap.retired.plus(snap.overflow), Totals::plus), class_total);
+    let thread_total = snap.owners.iter().map(|o| o.totals).fold(snap.retired.plus(snap.overflow), Totals::plus);
+    let tracked = tracked_stats(thread_total, &snap.classes, reg);
 
     let allocator = match (reg, &guard) {
         (Some(r), Some(_)) => r.stats().unwrap_or_else(|e| {
@@ -82,7 +82,7 @@ pub fn report() -> Report {
         process,
         fragmentation,
         threads: thread_rows(&snap),
-        size_classes: class_rows(&snap.classes),
+        size_classes: class_rows(&snap.classes, reg),
         shards: ShardPool {
             capacity: POOL_SIZE,
             used: snap.slots_used,
@@ -109,32 +109,33 @@ pub fn report() -> Report {
 #[must_use]
 pub fn totals() -> TrackedStats {
     let mut totals = Totals::default();
-    let mut classes = ClassSums::default();
+    let mut classes = [ClassSums::default(); NUM_CLASSES];
     let mut visit = |s: &Shard| {
         totals = totals.plus(s.totals());
-        for row in &s.classes {
-            classes = sum_classes(classes, ClassSums::read(row));
+        for (sum, row) in classes.iter_mut().zip(&s.classes) {
+            sum.add(ClassSums::read(row));
         }
     };
     pool::used_slots().iter().for_each(&mut visit);
     visit(pool::overflow());
-    tracked_stats(totals, classes)
+    tracked_stats(totals, &classes, backend::registered())
 }
 
-fn sum_classes(mut a: ClassSums, b: ClassSums) -> ClassSums {
-    a.add(b);
-    a
-}
-
-fn tracked_stats(t: Totals, c: ClassSums) -> TrackedStats {
-    let allocated_bytes = c.req_in.saturating_sub(c.req_out);
+fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
+    let (mut live_blocks, mut allocated_bytes, mut usable_bytes) = (0, 0, 0);
+    for (i, c) in classes.iter().enumerate().filter(|(_, c)| c.allocs > 0) {
+        let (blocks, bytes, usable) = c.live(reg.and_then(|r| r.class_usable(i)));
+        live_blocks += blocks;
+        allocated_bytes += bytes;
+        usable_bytes += usable;
+    }
     TrackedStats {
         allocations: t.allocations,
         deallocations: t.deallocations,
         reallocations: t.reallocations,
-        live_blocks: c.allocs.saturating_sub(c.frees),
+        live_blocks,
         allocated_bytes,
-        usable_bytes: c.usable_in.saturating_sub(c.usable_out),
+        usable_bytes,
         peak_allocated_bytes: live::observe_exact(allocated_bytes),
     }
 }
@@ -195,20 +196,19 @@ fn thread_rows(snap: &snapshot::Snapshot) -> Vec<ThreadRow> {
     rows
 }
 
-fn class_rows(classes: &[ClassSums; NUM_CLASSES]) -> Vec<SizeClassRow> {
+fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> Vec<SizeClassRow> {
     classes
         .iter()
         .enumerate()
         .filter(|(_, c)| c.allocs > 0)
         .map(|(i, c)| {
-            let live_bytes = c.req_in.saturating_sub(c.req_out);
-            let usable_bytes = c.usable_in.saturating_sub(c.usable_out);
+            let (live_blocks, live_bytes, usable_bytes) = c.live(reg.and_then(|r| r.class_usable(i)));
             SizeClassRow {
                 min_size: class::lower_bound(i) as u64,
                 max_size: class::upper_bound(i).map(|b| b as u64),
                 allocations: c.allocs,
                 deallocations: c.frees,
-                live_blocks: c.allocs.saturating_sub(c.frees),
+                live_blocks,
                 live_bytes,
                 usable_bytes,
                 internal_bytes: usable_bytes.saturating_sub(live_bytes),

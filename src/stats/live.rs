@@ -1,16 +1,16 @@
 //! Process-wide live bytes and their peak, kept without a global atomic on every allocation.
 //!
-//! Each owning thread accumulates its net requested bytes in its shard and folds them into `LIVE` only
-//! when they move by [`FLUSH_BYTES`] in either direction. A malloc/free pair nets to zero and never
-//! touches the shared line; steady growth pays one atomic add per 64 KiB. The price is precision of the
-//! peak: at any moment `LIVE` lags the truth by less than `FLUSH_BYTES` per live thread, so
-//! `peak_allocated_bytes` can under-read a short spike by at most that much (1 MiB with 16 threads).
-//! `report()` folds the exact live figure in every time it runs.
+//! Each owning thread counts requested bytes in and out in its shard and folds its net into `LIVE` each
+//! time either count crosses a multiple of [`FLUSH_BYTES`]: a few times per MiB of traffic, never per
+//! allocation. The price is precision: between crossings a thread's unpublished net stays within
+//! `FLUSH_BYTES` (plus one block) either way, so `peak_allocated_bytes` can be off by that much per
+//! live thread (16 MiB with 16 threads) for a spike that `report()` did not see; every `report()` folds
+//! the exact live figure in.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
-/// How far a thread's unpublished net allocation may drift before it is folded into `LIVE`.
-pub(crate) const FLUSH_BYTES: u64 = 64 << 10;
+/// Granularity of publication: a shard publishes when its byte counters cross a multiple of this.
+pub(crate) const FLUSH_BYTES: u64 = 1 << 20;
 
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);

@@ -32,33 +32,21 @@ static RELEASED_SLOTS: AtomicUsize = AtomicUsize::new(0);
 /// Threads that found no free slot and write to the overflow shard.
 static UNSLOTTED_THREADS: AtomicU64 = AtomicU64::new(0);
 
-/// Where the calling thread's counters go.
-pub(crate) enum Sink {
-    /// The thread's own shard: plain stores.
-    Owned(&'static Shard),
-    /// The shared overflow shard: atomic adds.
-    Shared(&'static Shard),
-}
-
-/// The calling thread's sink, claiming a shard on its first call. `register` runs once per thread,
-/// on the claim path only.
+/// The calling thread's own shard, if it has one; `None` means "take the slow path".
 #[inline(always)]
-pub(crate) fn sink(register: impl FnOnce()) -> Sink {
+pub(crate) fn owned() -> Option<&'static Shard> {
     let word = guard::slot();
-    if word >= FIRST_ADDRESS {
-        // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `claim` below, and are the
-        // address of an element of the `'static` POOL array.
-        Sink::Owned(unsafe { &*(word as *const Shard) })
-    } else {
-        slow(word, register)
-    }
+    // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `slow` below, and are the
+    // address of an element of the `'static` POOL array.
+    (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
-#[cold]
-#[inline(never)]
-fn slow(word: usize, register: impl FnOnce()) -> Sink {
-    if word != UNCLAIMED {
-        return Sink::Shared(&OVERFLOW);
+/// The shard for a thread that has none of its own: the first allocation on a thread claims one
+/// (running `register` once); threads without a slot get the overflow shard. Callers write to the
+/// result with atomic adds, which is correct on any shard.
+pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
+    if guard::slot() != UNCLAIMED {
+        return &OVERFLOW;
     }
     guard::set_slot(CLAIMING);
     register();
@@ -72,12 +60,12 @@ fn slow(word: usize, register: impl FnOnce()) -> Sink {
             shard.meta.state.store(LIVE, Ordering::Release);
             exit_hook::install(shard);
             guard::set_slot(shard as *const Shard as usize);
-            Sink::Owned(shard)
+            shard
         }
         None => {
             UNSLOTTED_THREADS.fetch_add(1, Ordering::Relaxed);
             guard::set_slot(NO_SLOT);
-            Sink::Shared(&OVERFLOW)
+            &OVERFLOW
         }
     }
 }
@@ -121,7 +109,7 @@ fn reuse_released() -> Option<&'static Shard> {
 
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.
 fn release(shard: &'static Shard) {
-    shard.flush_pending();
+    shard.publish_all();
     // Rust names a spawned thread after its first allocations may already have happened; by now the
     // name is final.
     shard.set_name(os::thread_name());

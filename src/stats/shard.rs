@@ -5,12 +5,12 @@
 //! differences taken at report time, summed over all shards, so a block allocated on one thread and
 //! freed on another balances out in the totals without any shard going negative.
 
+use crate::backend::usable::Usable;
 use crate::stats::class::NUM_CLASSES;
 use crate::stats::live;
-use crate::sync::{AtomicI64, AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
+use crate::sync::{AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
 
-/// Counters for one size class in one shard; 48 bytes padded to one cache line so an update touches
-/// exactly one line.
+/// Counters for one size class in one shard: exactly one cache line, so an update touches one line.
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 pub(crate) struct ClassCounters {
@@ -21,9 +21,12 @@ pub(crate) struct ClassCounters {
     /// Requested bytes that entered / left the class.
     pub(crate) req_in: AtomicU64,
     pub(crate) req_out: AtomicU64,
-    /// Usable bytes (as the backend rounds them) that entered / left the class.
+    /// Usable bytes of blocks whose usable size was recorded explicitly (see `backend::usable`).
     pub(crate) usable_in: AtomicU64,
     pub(crate) usable_out: AtomicU64,
+    /// Number of such blocks that entered / left the class.
+    pub(crate) explicit_in: AtomicU64,
+    pub(crate) explicit_out: AtomicU64,
 }
 
 impl ClassCounters {
@@ -35,16 +38,16 @@ impl ClassCounters {
             req_out: AtomicU64::new(0),
             usable_in: AtomicU64::new(0),
             usable_out: AtomicU64::new(0),
+            explicit_in: AtomicU64::new(0),
+            explicit_out: AtomicU64::new(0),
         }
     }
-}
 
-/// Figures the owning thread updates besides the class table.
-#[derive(Debug, Default)]
-pub(crate) struct Hot {
-    pub(crate) reallocs: AtomicU64,
-    /// Net requested bytes not yet folded into the process-wide live counter (see `stats::live`).
-    pub(crate) pending: AtomicI64,
+    /// Requested bytes live in this class of this shard (can be "negative": blocks freed here that
+    /// were allocated elsewhere), as a wrapping difference.
+    fn net(&self) -> u64 {
+        self.req_in.load(Ordering::Relaxed).wrapping_sub(self.req_out.load(Ordering::Relaxed))
+    }
 }
 
 /// Slot bookkeeping: who owns the shard and what the counters stood at when they took it.
@@ -103,15 +106,20 @@ impl Totals {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Shard {
-    pub(crate) hot: CachePadded<Hot>,
+    pub(crate) reallocs: CachePadded<AtomicU64>,
     pub(crate) classes: [ClassCounters; NUM_CLASSES],
+    /// Per class, the `net()` last folded into the process-wide live counter. Touched only when a
+    /// class's byte counters cross a multiple of `live::FLUSH_BYTES`.
+    published: [AtomicU64; NUM_CLASSES],
     pub(crate) meta: CachePadded<Meta>,
 }
 
 /// Whether an update comes from the shard's single owner or from any thread.
 pub(crate) trait Writer {
     fn add(counter: &AtomicU64, v: u64);
-    fn live(shard: &Shard, delta: i64);
+    /// Adds `size` to one of class `class`'s requested-bytes counters (`req_in` when `entering`,
+    /// else `req_out`) and keeps the process-wide live figure (`stats::live`) within reach.
+    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64);
 }
 
 /// The owning thread: plain load + store.
@@ -124,14 +132,21 @@ impl Writer for Owner {
     fn add(counter: &AtomicU64, v: u64) {
         owned_add(counter, v);
     }
+
+    /// Publishes the class's net whenever the counter crosses a multiple of `FLUSH_BYTES`: one `xor`
+    /// and a predictable branch on top of the add, no other loads, and no counter written by both
+    /// the allocation and the free of a pair (which would put two store-to-load forwards on every
+    /// pair's dependency chain). Between crossings a class's unpublished net stays below
+    /// `FLUSH_BYTES` (plus one block) either way.
     #[inline(always)]
-    fn live(shard: &Shard, delta: i64) {
-        let pending = shard.hot.pending.load(Ordering::Relaxed).wrapping_add(delta);
-        if pending.unsigned_abs() < live::FLUSH_BYTES {
-            shard.hot.pending.store(pending, Ordering::Relaxed);
-        } else {
-            shard.hot.pending.store(0, Ordering::Relaxed);
-            live::flush(pending);
+    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
+        let Some(row) = shard.classes.get(class) else { return };
+        let counter = if entering { &row.req_in } else { &row.req_out };
+        let old = counter.load(Ordering::Relaxed);
+        let new = old.wrapping_add(size);
+        counter.store(new, Ordering::Relaxed);
+        if (old ^ new) >= live::FLUSH_BYTES {
+            shard.publish(class);
         }
     }
 }
@@ -141,17 +156,22 @@ impl Writer for Anyone {
     fn add(counter: &AtomicU64, v: u64) {
         shared_add(counter, v);
     }
+
     #[inline]
-    fn live(_: &Shard, delta: i64) {
-        live::flush(delta);
+    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
+        let Some(row) = shard.classes.get(class) else { return };
+        let counter = if entering { &row.req_in } else { &row.req_out };
+        shared_add(counter, size);
+        live::flush(if entering { size as i64 } else { (size as i64).wrapping_neg() });
     }
 }
 
 impl Shard {
     pub(crate) const fn new() -> Self {
         Self {
-            hot: CachePadded(Hot { reallocs: AtomicU64::new(0), pending: AtomicI64::new(0) }),
+            reallocs: CachePadded(AtomicU64::new(0)),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
+            published: [const { AtomicU64::new(0) }; NUM_CLASSES],
             meta: CachePadded(Meta {
                 state: AtomicU8::new(0),
                 generation: AtomicU64::new(0),
@@ -163,53 +183,72 @@ impl Shard {
     }
 
     #[inline(always)]
-    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: usize) {
+    fn enter<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.allocs, 1);
-            W::add(&row.req_in, size as u64);
-            W::add(&row.usable_in, usable as u64);
+            if let Usable::Explicit(u) = usable {
+                W::add(&row.usable_in, u as u64);
+                W::add(&row.explicit_in, 1);
+            }
         }
-        W::live(self, size as i64);
+        W::bytes(self, class, true, size as u64);
     }
 
     #[inline(always)]
-    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: usize) {
+    fn leave<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.frees, 1);
-            W::add(&row.req_out, size as u64);
-            W::add(&row.usable_out, usable as u64);
+            if let Usable::Explicit(u) = usable {
+                W::add(&row.usable_out, u as u64);
+                W::add(&row.explicit_out, 1);
+            }
         }
-        W::live(self, (size as i64).wrapping_neg());
+        W::bytes(self, class, false, size as u64);
+    }
+
+    #[inline(always)]
+    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+        self.enter::<W>(class, size, usable);
+    }
+
+    #[inline(always)]
+    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+        self.leave::<W>(class, size, usable);
     }
 
     /// A reallocation moves the block out of its old class and into its new one.
     #[inline(always)]
-    pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, usize), new: (usize, usize, usize)) {
-        W::add(&self.hot.reallocs, 1);
-        if let Some(row) = self.classes.get(old.0) {
-            W::add(&row.frees, 1);
-            W::add(&row.req_out, old.1 as u64);
-            W::add(&row.usable_out, old.2 as u64);
-        }
-        if let Some(row) = self.classes.get(new.0) {
-            W::add(&row.allocs, 1);
-            W::add(&row.req_in, new.1 as u64);
-            W::add(&row.usable_in, new.2 as u64);
-        }
-        W::live(self, (new.1 as i64).wrapping_sub(old.1 as i64));
+    pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) {
+        W::add(&self.reallocs, 1);
+        self.leave::<W>(old.0, old.1, old.2);
+        self.enter::<W>(new.0, new.1, new.2);
     }
 
-    /// Folds the owner's not-yet-published live delta into the process-wide counter.
-    pub(crate) fn flush_pending(&self) {
-        let pending = self.hot.pending.swap(0, Ordering::Relaxed);
-        if pending != 0 {
-            live::flush(pending);
+    /// Folds class `class`'s not-yet-published net bytes into the process-wide live counter. Owner only.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn publish(&self, class: usize) {
+        let (Some(row), Some(published)) = (self.classes.get(class), self.published.get(class)) else {
+            return;
+        };
+        let net = row.net();
+        let delta = net.wrapping_sub(published.load(Ordering::Relaxed)) as i64;
+        published.store(net, Ordering::Relaxed);
+        if delta != 0 {
+            live::flush(delta);
+        }
+    }
+
+    /// Publishes every class: at thread exit, so a released shard holds nothing unpublished.
+    pub(crate) fn publish_all(&self) {
+        for class in 0..NUM_CLASSES {
+            self.publish(class);
         }
     }
 
     /// Thread-level totals accumulated in this shard since it was first used. Allocation-free.
     pub(crate) fn totals(&self) -> Totals {
-        let mut t = Totals { reallocations: self.hot.reallocs.load(Ordering::Relaxed), ..Totals::default() };
+        let mut t = Totals { reallocations: self.reallocs.load(Ordering::Relaxed), ..Totals::default() };
         for row in &self.classes {
             t.allocations += row.allocs.load(Ordering::Relaxed);
             t.deallocations += row.frees.load(Ordering::Relaxed);
@@ -233,11 +272,10 @@ impl Shard {
     }
 
     pub(crate) fn set_name(&self, bytes: [u8; 16]) {
-        let lo = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
-        let hi =
-            u64::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]]);
-        self.meta.name[0].store(lo, Ordering::Relaxed);
-        self.meta.name[1].store(hi, Ordering::Relaxed);
+        let (lo, hi) = bytes.split_at(8);
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        self.meta.name[0].store(word(lo), Ordering::Relaxed);
+        self.meta.name[1].store(word(hi), Ordering::Relaxed);
     }
 
     pub(crate) fn name(&self) -> [u8; 16] {

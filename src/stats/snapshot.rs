@@ -14,6 +14,8 @@ pub(crate) struct ClassSums {
     pub(crate) req_out: u64,
     pub(crate) usable_in: u64,
     pub(crate) usable_out: u64,
+    pub(crate) explicit_in: u64,
+    pub(crate) explicit_out: u64,
 }
 
 /// A slot's current owner, or its last one if it exited and the slot was not reused yet.
@@ -46,6 +48,8 @@ impl ClassSums {
             req_out: row.req_out.load(Ordering::Relaxed),
             usable_in: row.usable_in.load(Ordering::Relaxed),
             usable_out: row.usable_out.load(Ordering::Relaxed),
+            explicit_in: row.explicit_in.load(Ordering::Relaxed),
+            explicit_out: row.explicit_out.load(Ordering::Relaxed),
         }
     }
 
@@ -56,6 +60,24 @@ impl ClassSums {
         self.req_out += o.req_out;
         self.usable_in += o.usable_in;
         self.usable_out += o.usable_out;
+        self.explicit_in += o.explicit_in;
+        self.explicit_out += o.explicit_out;
+    }
+
+    /// Live blocks, live requested bytes and live usable bytes of one class. `class_usable` is the
+    /// backend's uniform usable size for the class, if it has one (see `backend::usable`).
+    pub(crate) fn live(&self, class_usable: Option<u64>) -> (u64, u64, u64) {
+        let blocks = self.allocs.saturating_sub(self.frees);
+        let bytes = self.req_in.saturating_sub(self.req_out);
+        let explicit_blocks = self.explicit_in.saturating_sub(self.explicit_out).min(blocks);
+        let plain_blocks = blocks - explicit_blocks;
+        let plain_usable = match class_usable {
+            Some(u) => plain_blocks.saturating_mul(u),
+            // Requested stands in; plain blocks' share of requested bytes, exact when all are plain.
+            None if explicit_blocks == 0 => bytes,
+            None => (bytes as u128 * plain_blocks as u128 / blocks.max(1) as u128) as u64,
+        };
+        (blocks, bytes, self.usable_in.saturating_sub(self.usable_out).saturating_add(plain_usable))
     }
 }
 
