@@ -7,11 +7,13 @@ use tikv_jemalloc_ctl::{epoch, stats};
 use super::AllocatorStats;
 use super::usable::MIN_ALIGN;
 
-pub(crate) const USABLE_SOURCE: &str =
-    "exact: jemalloc nallocx per size class (classes are uniform up to 64 MiB), per block for over-aligned ones";
+pub(crate) const USABLE_SOURCE: &str = "exact: jemalloc nallocx, once per size class up to 32 KiB (classes are \
+    uniform there), per block above (page-granular) and when over-aligned";
 
-/// jemalloc's classes (4 per power of two, 8/16/32/48/64 below) are uniform within ours up to here.
-pub(crate) const UNIFORM_MAX: usize = 64 << 20;
+/// jemalloc's small classes (8/16/32/48/64, then 4 per power of two) are uniform within ours up to
+/// here. Above, the bundled jemalloc 5.3.1 rounds large requests to whole pages (33,000 B -> 36 KiB),
+/// which splits our classes, so those blocks are accounted one by one.
+pub(crate) const UNIFORM_MAX: usize = 32 << 10;
 
 /// The usable size of every default-aligned request of at most `size` bytes in its class.
 pub(crate) fn class_usable(size: usize) -> usize {

@@ -1,22 +1,12 @@
-//! mimalloc: `mi_good_size` / `mi_usable_size` for usable sizes, `mi_process_info` for commit figures.
+//! mimalloc: `mi_usable_size` for usable sizes, `mi_process_info` for commit figures.
 //!
 //! `mi_process_info`'s `current_rss` is not read: on Linux mimalloc estimates it from its own commit
 //! figure, which is not the process's resident set. The report's process view reads `/proc` instead.
 
 use super::AllocatorStats;
 
-pub(crate) const USABLE_SOURCE: &str =
-    "exact: mi_good_size per size class (uniform up to 1 MiB), mi_usable_size per block above and when over-aligned";
-
-/// mimalloc's bins (4 per power of two, double words below 64 B) are uniform within our classes up to
-/// here; beyond, huge blocks are rounded to pages and are accounted per block.
-pub(crate) const UNIFORM_MAX: usize = 1 << 20;
-
-/// The usable size of every default-aligned request in the class whose largest request is `size`.
-pub(crate) fn class_usable(size: usize) -> usize {
-    // SAFETY: mi_good_size is a pure size computation.
-    unsafe { libmimalloc_sys::mi_good_size(size) }
-}
+pub(crate) const USABLE_SOURCE: &str = "exact: mi_usable_size per block (mimalloc's aligned entry point \
+    over-allocates when a page's free list is empty, so usable size is not a function of the request)";
 
 #[inline]
 pub(crate) fn usable_at(ptr: *mut u8) -> usize {

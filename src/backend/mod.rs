@@ -170,8 +170,6 @@ impl Registration {
         match self.kind {
             #[cfg(feature = "jemalloc")]
             Kind::Jemalloc => (largest <= jemalloc::UNIFORM_MAX).then(|| jemalloc::class_usable(largest) as u64),
-            #[cfg(feature = "mimalloc")]
-            Kind::Mimalloc => (largest <= mimalloc::UNIFORM_MAX).then(|| mimalloc::class_usable(largest) as u64),
             #[cfg(feature = "snmalloc")]
             Kind::Snmalloc => snmalloc::class_usable(class),
             _ => None,

@@ -4,14 +4,17 @@
 //! Asking the backend on every allocation and every free would cost more than the whole rest of the
 //! bookkeeping, so the crate uses what the backends have in common:
 //!
-//! - **Uniform classes.** jemalloc, mimalloc and snmalloc round requests to classes spaced four per
-//!   power of two, exactly like ours (`stats::class`). With default alignment every request in one of
-//!   our classes gets the same usable size, so the allocation path records nothing extra and the
+//! - **Uniform classes.** jemalloc (up to 32 KiB) and snmalloc round requests to classes spaced four
+//!   per power of two, exactly like ours (`stats::class`). With default alignment every request in one
+//!   of our classes gets the same usable size, so the allocation path records nothing extra and the
 //!   report computes `blocks × class usable size`, asking the backend once per class. The tests check
-//!   this against the backend's per-pointer answer for every size up to 64 KiB.
+//!   this against the backend's per-pointer answer for every size up to 64 KiB at alignments 1, 8, 16.
+//!   mimalloc's bins have the same spacing, but the `mimalloc` crate allocates through
+//!   `mi_malloc_aligned`, which over-allocates whenever a page's free list is empty, so its blocks are
+//!   accounted explicitly.
 //! - **Explicit** usable sizes for everything else: over-aligned requests, requests beyond the range
 //!   where a backend's classes are uniform, and backends whose classes are not (glibc: 16-byte chunk
-//!   steps; a user's allocator through its [`Probe`](super::Probe)). The size is computed the same way
+//!   steps; mimalloc, above; a user's allocator through its [`Probe`](super::Probe)). The size is computed the same way
 //!   when the block is allocated and when it is freed, so per-class live usable bytes never drift.
 //! - **Requested**: an allocator that says nothing about usable sizes; usable equals requested.
 
@@ -24,6 +27,7 @@ pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } 
 
 /// How a block's usable size is accounted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "jemalloc", feature = "mimalloc", feature = "snmalloc")), allow(dead_code))]
 pub(crate) enum Usable {
     /// The class's uniform usable size (computed at report time).
     Uniform,
@@ -50,8 +54,6 @@ pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, la
         Kind::Jemalloc if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
         #[cfg(feature = "jemalloc")]
         Kind::Jemalloc => Usable::Explicit(super::jemalloc::usable(layout)),
-        #[cfg(feature = "mimalloc")]
-        Kind::Mimalloc if is_plain(layout, super::mimalloc::UNIFORM_MAX) => Usable::Uniform,
         #[cfg(feature = "mimalloc")]
         Kind::Mimalloc => Usable::Explicit(super::mimalloc::usable_at(ptr)),
         #[cfg(feature = "snmalloc")]

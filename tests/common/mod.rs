@@ -1,0 +1,191 @@
+//! Test helpers shared by the integration tests (each test file installs its own global allocator).
+#![allow(dead_code)]
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A backend wrapper that counts what it serves: the independent ground truth for `Tracked`'s
+/// counters. Its own counters are global atomics (slow, but obviously right).
+pub struct Counting<A>(pub A);
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static DEALLOCS: AtomicU64 = AtomicU64::new(0);
+static REALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES_IN: AtomicU64 = AtomicU64::new(0);
+static BYTES_OUT: AtomicU64 = AtomicU64::new(0);
+
+/// What `Counting` saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truth {
+    pub allocations: u64,
+    pub deallocations: u64,
+    pub reallocations: u64,
+    pub live_bytes: u64,
+}
+
+pub fn truth() -> Truth {
+    Truth {
+        allocations: ALLOCS.load(Relaxed),
+        deallocations: DEALLOCS.load(Relaxed),
+        reallocations: REALLOCS.load(Relaxed),
+        live_bytes: BYTES_IN.load(Relaxed) - BYTES_OUT.load(Relaxed),
+    }
+}
+
+/// Reads `frag::totals()` at a moment when nothing allocates (the truth is the same before and
+/// after), and returns both. `totals()` itself does not allocate.
+pub fn quiescent_totals() -> (Truth, frag::TrackedStats) {
+    loop {
+        let before = truth();
+        let totals = frag::totals();
+        if truth() == before {
+            return (before, totals);
+        }
+        std::thread::yield_now();
+    }
+}
+
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            ALLOCS.fetch_add(1, Relaxed);
+            BYTES_IN.fetch_add(layout.size() as u64, Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            ALLOCS.fetch_add(1, Relaxed);
+            BYTES_IN.fetch_add(layout.size() as u64, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { self.0.dealloc(ptr, layout) };
+        DEALLOCS.fetch_add(1, Relaxed);
+        BYTES_OUT.fetch_add(layout.size() as u64, Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            REALLOCS.fetch_add(1, Relaxed);
+            BYTES_OUT.fetch_add(layout.size() as u64, Relaxed);
+            BYTES_IN.fetch_add(new_size as u64, Relaxed);
+        }
+        p
+    }
+}
+
+/// Asserts that `Tracked`'s process-wide counters equal what the backend served.
+pub fn assert_conserved() {
+    let (truth, t) = quiescent_totals();
+    assert_eq!(t.allocations, truth.allocations, "allocations");
+    assert_eq!(t.deallocations, truth.deallocations, "deallocations");
+    assert_eq!(t.reallocations, truth.reallocations, "reallocations");
+    assert_eq!(t.allocated_bytes, truth.live_bytes, "live requested bytes");
+    assert_eq!(t.live_blocks, t.allocations - t.deallocations, "live blocks");
+}
+
+/// The report row of the thread whose OS name is `name`.
+pub fn row<'a>(report: &'a frag::Report, name: &str) -> &'a frag::ThreadRow {
+    report
+        .threads
+        .iter()
+        .find(|r| r.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no thread row named {name}: {report}"))
+}
+
+/// Runs `work` on a thread named `name` and hands `inspect` a report taken once the thread has
+/// started (its start-up allocations are done) and one taken after `work` finished, while the thread
+/// is still alive. Between the two the thread does nothing but `work` (barriers do not allocate), so
+/// the difference of its rows is exactly what `work` did.
+pub fn on_named_thread<T: Send>(
+    name: &str,
+    work: impl FnOnce() + Send,
+    inspect: impl FnOnce(&frag::Report, &frag::Report) -> T,
+) -> T {
+    let steps: [std::sync::Barrier; 4] = std::array::from_fn(|_| std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn_scoped(s, || {
+                steps[0].wait();
+                steps[1].wait();
+                work();
+                steps[2].wait();
+                steps[3].wait();
+            })
+            .expect("spawn");
+        steps[0].wait();
+        let before = frag::report();
+        steps[1].wait();
+        steps[2].wait();
+        let after = frag::report();
+        let out = inspect(&before, &after);
+        steps[3].wait();
+        out
+    })
+}
+
+/// `after - before` of the row of thread `name`.
+pub fn row_delta(before: &frag::Report, after: &frag::Report, name: &str) -> [u64; 5] {
+    let (b, a) = (row(before, name), row(after, name));
+    [
+        a.allocations - b.allocations,
+        a.deallocations - b.deallocations,
+        a.reallocations - b.reallocations,
+        a.allocated_bytes - b.allocated_bytes,
+        a.freed_bytes - b.freed_bytes,
+    ]
+}
+
+/// Request sizes that cover every size class up to `max`: every size up to 4 KiB, then a prime step.
+pub fn sizes_up_to(max: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (1..=4096).collect();
+    v.extend((4097..=max).step_by(61));
+    v.push(max);
+    v
+}
+
+/// For each layout: allocates one block through the global allocator and checks that the tracked
+/// usable bytes grew by exactly what `real` (the backend's own per-pointer answer) says, and shrink
+/// back by the same amount when it is freed. Returns the layouts whose usable size differed, with
+/// (tracked, real). Must run while no other thread allocates.
+pub fn usable_mismatches(layouts: &[Layout], real: impl Fn(*mut u8) -> usize) -> Vec<(Layout, u64, u64)> {
+    let mut out = Vec::with_capacity(layouts.len());
+    for &layout in layouts {
+        let t0 = frag::totals().usable_bytes;
+        // SAFETY: non-zero size, valid alignment; freed below with the same layout.
+        let p = unsafe { std::alloc::alloc(layout) };
+        assert!(!p.is_null());
+        let t1 = frag::totals().usable_bytes;
+        let truth = real(p) as u64;
+        // SAFETY: allocated above with `layout`.
+        unsafe { std::alloc::dealloc(p, layout) };
+        let t2 = frag::totals().usable_bytes;
+        assert_eq!(t1 - t0, t1 - t2, "a block's usable size is the same at allocation and at free: {layout:?}");
+        if t1 - t0 != truth && out.len() < out.capacity() {
+            out.push((layout, t1 - t0, truth));
+        }
+    }
+    out
+}
+
+/// Layouts with over-alignment, which backends serve through other paths.
+pub fn aligned_layouts() -> Vec<Layout> {
+    [(24, 32), (100, 64), (5000, 4096), (1, 256), (70_000, 128), (3 << 20, 1 << 21)]
+        .iter()
+        .map(|&(s, a)| Layout::from_size_align(s, a).unwrap())
+        .collect()
+}
+
+/// Every size up to `max` (see `sizes_up_to`) at the alignments Rust types use by default.
+pub fn plain_layouts(max: usize) -> Vec<Layout> {
+    let mut v = Vec::new();
+    for align in [1, 8, 16] {
+        v.extend(sizes_up_to(max).into_iter().map(|s| Layout::from_size_align(s, align).unwrap()));
+    }
+    v
+}

@@ -1,0 +1,29 @@
+//! mimalloc: tracked usable sizes equal `mi_usable_size` for every size class and for over-aligned
+//! and huge blocks.
+#![cfg(feature = "mimalloc")]
+
+mod common;
+
+use std::alloc::Layout;
+
+#[global_allocator]
+static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
+
+fn real_usable(p: *mut u8) -> usize {
+    // SAFETY: `p` is a live mimalloc block.
+    unsafe { libmimalloc_sys::mi_usable_size(p.cast()) }
+}
+
+#[test]
+fn mimalloc_ground_truth() {
+    let mut layouts = common::plain_layouts(64 << 10);
+    layouts.extend([100_000, (512 << 10) - 1, 512 << 10, (512 << 10) + 1, 524_346, (1 << 20) - 1, 1 << 20, 5 << 20, 33 << 20].map(|s| Layout::from_size_align(s, 8).unwrap()));
+    layouts.extend(common::aligned_layouts());
+    let bad = common::usable_mismatches(&layouts, real_usable);
+    assert!(bad.is_empty(), "usable size differs from mimalloc's for {} layouts: {:?}", bad.len(), &bad[..bad.len().min(10)]);
+
+    let r = frag::report();
+    assert_eq!(r.backend, "mimalloc");
+    let m = r.allocator.expect("mimalloc statistics");
+    assert!(m.committed.unwrap() > 0 && m.peak_committed.unwrap() >= m.committed.unwrap());
+}
