@@ -76,9 +76,7 @@ mod tracked;
 
 pub use backend::{AllocatorStats, Probe};
 pub use process::ProcessStats;
-pub use report::{
-    Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, report, totals,
-};
+pub use report::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, report, totals};
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;
 pub use tracked::Tracked;

@@ -20,7 +20,13 @@ fn real_usable(p: *mut u8) -> usize {
 fn settle() -> u64 {
     // SAFETY: "thread.tcache.flush" takes no input and gives no output.
     let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(c"thread.tcache.flush".as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        tikv_jemalloc_sys::mallctl(
+            c"thread.tcache.flush".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
     };
     assert_eq!(rc, 0);
     epoch::advance().unwrap();
@@ -32,10 +38,18 @@ fn settle() -> u64 {
 fn jemalloc_ground_truth() {
     // 1. Every size class up to 64 MiB, plus over-aligned and beyond-64-MiB blocks.
     let mut layouts = common::plain_layouts(64 << 10);
-    layouts.extend([1 << 20, (1 << 20) + 1, 10 << 20, (64 << 20) - 3, 64 << 20, (64 << 20) + 1, 100 << 20].map(|s| Layout::from_size_align(s, 8).unwrap()));
+    layouts.extend(
+        [1 << 20, (1 << 20) + 1, 10 << 20, (64 << 20) - 3, 64 << 20, (64 << 20) + 1, 100 << 20]
+            .map(|s| Layout::from_size_align(s, 8).unwrap()),
+    );
     layouts.extend(common::aligned_layouts());
     let bad = common::usable_mismatches(&layouts, real_usable);
-    assert!(bad.is_empty(), "usable size differs from jemalloc's for {} layouts: {:?}", bad.len(), &bad[..bad.len().min(10)]);
+    assert!(
+        bad.is_empty(),
+        "usable size differs from jemalloc's for {} layouts: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
 
     // 2. A mixed workload: the growth of tracked usable bytes equals the growth of stats.allocated.
     let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(20_000);

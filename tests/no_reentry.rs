@@ -70,7 +70,7 @@ fn claims_exits_reallocs_and_reports_never_reenter() {
         let handles: Vec<_> = (0..8)
             .map(|t| {
                 std::thread::spawn(move || {
-                    LATE.with(|_| {});
+                    LATE.try_with(|_| {}).expect("thread-local alive");
                     let mut v: Vec<Vec<u8>> = Vec::new();
                     for i in 0..200 {
                         let mut b = vec![0u8; 1 + (i * 37 + t) % 5000];

@@ -25,7 +25,7 @@ impl Drop for Late {
 }
 
 std::thread_local! {
-    static LATE: Late = Late(RefCell::new(Vec::new()));
+    static LATE: Late = const { Late(RefCell::new(Vec::new())) };
 }
 
 unsafe extern "C" fn key_destructor(_: *mut libc::c_void) {
@@ -40,14 +40,15 @@ fn allocations_during_teardown_are_counted() {
     // SAFETY: valid out-pointer; the destructor has the right ABI.
     assert_eq!(unsafe { libc::pthread_key_create(&mut key, Some(key_destructor)) }, 0);
 
-    let overflow_before = frag::report().threads.iter().find(|t| t.kind == frag::RowKind::Overflow).unwrap().allocations;
+    let overflow_before =
+        frag::report().threads.iter().find(|t| t.kind == frag::RowKind::Overflow).unwrap().allocations;
     let (before, _) = quiescent_totals();
     let handles: Vec<_> = (0..4)
         .map(|_| {
             std::thread::spawn(move || {
-                LATE.with(|l| l.0.borrow_mut().push("x".repeat(10)));
+                LATE.try_with(|l| l.0.borrow_mut().push("x".repeat(10))).expect("thread-local alive");
                 // SAFETY: `key` is a live key; any non-null value makes its destructor run.
-                unsafe { libc::pthread_setspecific(key, 1 as *const libc::c_void) };
+                unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
             })
         })
         .collect();

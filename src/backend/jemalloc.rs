@@ -42,7 +42,8 @@ pub(crate) fn usable(layout: Layout) -> usize {
 pub(crate) fn stats() -> Result<AllocatorStats, String> {
     let err = |what: &str, e: tikv_jemalloc_ctl::Error| format!("jemalloc {what}: {e}");
     epoch::advance().map_err(|e| err("epoch", e))?;
-    let read = |r: Result<usize, tikv_jemalloc_ctl::Error>, what: &str| r.map(|v| Some(v as u64)).map_err(|e| err(what, e));
+    let read =
+        |r: Result<usize, tikv_jemalloc_ctl::Error>, what: &str| r.map(|v| Some(v as u64)).map_err(|e| err(what, e));
     Ok(AllocatorStats {
         allocated: read(stats::allocated::read(), "stats.allocated")?,
         active: read(stats::active::read(), "stats.active")?,

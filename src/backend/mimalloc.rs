@@ -19,5 +19,9 @@ pub(crate) fn stats() -> AllocatorStats {
     let null = core::ptr::null_mut();
     // SAFETY: every out-parameter is either null (not wanted) or a valid `usize` to write.
     unsafe { libmimalloc_sys::mi_process_info(null, null, null, null, null, &mut commit, &mut peak_commit, null) };
-    AllocatorStats { committed: Some(commit as u64), peak_committed: Some(peak_commit as u64), ..AllocatorStats::default() }
+    AllocatorStats {
+        committed: Some(commit as u64),
+        peak_committed: Some(peak_commit as u64),
+        ..AllocatorStats::default()
+    }
 }

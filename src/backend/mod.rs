@@ -18,8 +18,8 @@ pub(crate) mod jemalloc;
 pub(crate) mod mimalloc;
 #[cfg(feature = "snmalloc")]
 pub(crate) mod snmalloc;
-pub(crate) mod system;
 mod stats;
+pub(crate) mod system;
 pub(crate) mod usable;
 
 pub use stats::AllocatorStats;
@@ -157,7 +157,9 @@ impl Registration {
             Kind::Mimalloc => mimalloc::USABLE_SOURCE,
             #[cfg(feature = "snmalloc")]
             Kind::Snmalloc => snmalloc::USABLE_SOURCE,
-            Kind::Other if self.probe.is_some() => "the allocator's Probe::usable_size (requested size where it returns None)",
+            Kind::Other if self.probe.is_some() => {
+                "the allocator's Probe::usable_size (requested size where it returns None)"
+            }
             Kind::Other => "unknown allocator: usable bytes equal requested bytes",
         }
     }

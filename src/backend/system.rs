@@ -97,7 +97,8 @@ mod other {
     use crate::backend::AllocatorStats;
     use crate::backend::usable::Usable;
 
-    pub(crate) const USABLE_SOURCE: &str = "not available for this system allocator: usable bytes equal requested bytes";
+    pub(crate) const USABLE_SOURCE: &str =
+        "not available for this system allocator: usable bytes equal requested bytes";
 
     #[inline(always)]
     pub(crate) fn usable(_: *mut u8, _: Layout) -> Usable {

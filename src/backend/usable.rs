@@ -27,7 +27,7 @@ pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } 
 
 /// How a block's usable size is accounted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "jemalloc", feature = "mimalloc", feature = "snmalloc")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "jemalloc", feature = "snmalloc")), allow(dead_code))]
 pub(crate) enum Usable {
     /// The class's uniform usable size (computed at report time).
     Uniform,
