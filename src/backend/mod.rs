@@ -76,9 +76,11 @@ pub(crate) fn kind_of<A: 'static>() -> Kind {
 ///
 /// unsafe impl GlobalAlloc for Rounding {
 ///     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+///         // SAFETY: rounding a valid layout's size up to 64 keeps it valid.
 ///         unsafe { System.alloc(Layout::from_size_align_unchecked(l.size().next_multiple_of(64), l.align())) }
 ///     }
 ///     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+///         // SAFETY: `p` was allocated by `alloc` above with the same rounded layout.
 ///         unsafe { System.dealloc(p, Layout::from_size_align_unchecked(l.size().next_multiple_of(64), l.align())) }
 ///     }
 /// }
