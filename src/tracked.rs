@@ -3,8 +3,9 @@
 //! Every method forwards to the inner allocator with the caller's layout, unchanged (no headers, no
 //! trailers: changing layouts would move blocks into other size classes and change the very
 //! fragmentation being measured), then records the result in the calling thread's shard. Recording
-//! never allocates, never locks, never panics: one thread-local load, a usable-size lookup (a cached
-//! table load for common sizes) and three plain stores into one cache line.
+//! never allocates, never locks, never panics: one thread-local load, the size class, and a count and
+//! a byte total added (plain load + store) into one cache line of the thread's own shard; a usable
+//! size is looked up per block only where the backend's classes are not uniform (`backend::usable`).
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;

@@ -55,8 +55,8 @@ pub struct TrackedStats {
     pub allocated_bytes: u64,
     /// Usable bytes in live blocks, as the backend rounds them (see `usable_source`).
     pub usable_bytes: u64,
-    /// Highest `allocated_bytes` seen; may under-read a spike shorter than one publication step by up
-    /// to 64 KiB per live thread.
+    /// Highest `allocated_bytes` seen. Exact at every `report()`; between reports it is tracked in
+    /// 1 MiB steps per size class and thread, so a spike no report saw can be off by that much.
     pub peak_allocated_bytes: u64,
 }
 

@@ -1,11 +1,11 @@
 //! Process-wide live bytes and their peak, kept without a global atomic on every allocation.
 //!
-//! Each owning thread counts requested bytes in and out in its shard and folds its net into `LIVE` each
-//! time either count crosses a multiple of [`FLUSH_BYTES`]: a few times per MiB of traffic, never per
-//! allocation. The price is precision: between crossings a thread's unpublished net stays within
-//! `FLUSH_BYTES` (plus one block) either way, so `peak_allocated_bytes` can be off by that much per
-//! live thread (16 MiB with 16 threads) for a spike that `report()` did not see; every `report()` folds
-//! the exact live figure in.
+//! Each owning thread counts requested bytes in and out per size class in its shard anyway; it folds a
+//! class's net into `LIVE` each time one of those counts crosses a multiple of [`FLUSH_BYTES`]: once per
+//! MiB of traffic, never per allocation. The price is precision: between crossings a class's
+//! unpublished net stays within `FLUSH_BYTES` (plus one block) either way, so `peak_allocated_bytes`
+//! can be off by up to 1 MiB per size class each live thread uses, for a spike that no `report()` saw;
+//! every `report()` folds the exact live figure in.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
