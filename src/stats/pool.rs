@@ -15,8 +15,7 @@ use crate::stats::shard::Shard;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Number of per-thread shards. Each is about 7 KiB of zeroed static memory (3.4 MiB in all, virtual)
-/// that only becomes resident
-/// once a thread claims it.
+/// that only becomes resident once a thread claims it.
 pub const POOL_SIZE: usize = 512;
 
 // Slot states; a never-used slot is all zeroes (state 0).
