@@ -156,18 +156,30 @@ pub fn sizes_up_to(max: usize) -> Vec<usize> {
 pub fn usable_mismatches(layouts: &[Layout], real: impl Fn(*mut u8) -> usize) -> Vec<(Layout, u64, u64)> {
     let mut out = Vec::with_capacity(layouts.len());
     for &layout in layouts {
-        let t0 = frag::totals().usable_bytes;
-        // SAFETY: non-zero size, valid alignment; freed below with the same layout.
-        let p = unsafe { std::alloc::alloc(layout) };
-        assert!(!p.is_null());
-        let t1 = frag::totals().usable_bytes;
-        let truth = real(p) as u64;
-        // SAFETY: allocated above with `layout`.
-        unsafe { std::alloc::dealloc(p, layout) };
-        let t2 = frag::totals().usable_bytes;
-        assert_eq!(t1 - t0, t1 - t2, "a block's usable size is the same at allocation and at free: {layout:?}");
-        if t1 - t0 != truth && out.len() < out.capacity() {
-            out.push((layout, t1 - t0, truth));
+        // Another thread (the test harness starting up) may allocate meanwhile: a measurement counts
+        // only if exactly our one allocation and our one free happened between the readings.
+        let (grown, shrunk, truth) = loop {
+            let t0 = frag::totals();
+            // SAFETY: non-zero size, valid alignment; freed below with the same layout.
+            let p = unsafe { std::alloc::alloc(layout) };
+            assert!(!p.is_null());
+            let t1 = frag::totals();
+            let truth = real(p) as u64;
+            // SAFETY: allocated above with `layout`.
+            unsafe { std::alloc::dealloc(p, layout) };
+            let t2 = frag::totals();
+            let alone = t1.allocations == t0.allocations + 1
+                && t1.deallocations == t0.deallocations
+                && t2.allocations == t1.allocations
+                && t2.deallocations == t1.deallocations + 1;
+            if alone {
+                break (t1.usable_bytes - t0.usable_bytes, t1.usable_bytes - t2.usable_bytes, truth);
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(grown, shrunk, "a block's usable size is the same at allocation and at free: {layout:?}");
+        if grown != truth && out.len() < out.capacity() {
+            out.push((layout, grown, truth));
         }
     }
     out
