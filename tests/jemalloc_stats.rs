@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::alloc::Layout;
-
 use tikv_jemalloc_ctl::{epoch, stats};
 
 #[global_allocator]
@@ -37,18 +35,10 @@ fn settle() -> u64 {
 #[test]
 fn jemalloc_ground_truth() {
     // 1. Every size class up to 64 MiB, plus over-aligned and beyond-64-MiB blocks.
-    let mut layouts = common::plain_layouts(64 << 10);
-    layouts.extend(
-        [1 << 20, (1 << 20) + 1, 10 << 20, (64 << 20) - 3, 64 << 20, (64 << 20) + 1, 100 << 20]
-            .map(|s| Layout::from_size_align(s, 8).unwrap()),
-    );
-    layouts.extend(common::aligned_layouts());
-    let bad = common::usable_mismatches(&layouts, real_usable);
-    assert!(
-        bad.is_empty(),
-        "usable size differs from jemalloc's for {} layouts: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(10)]
+    common::assert_usable_exact(
+        "jemalloc",
+        &[1 << 20, (1 << 20) + 1, 10 << 20, (64 << 20) - 3, 64 << 20, (64 << 20) + 1, 100 << 20],
+        real_usable,
     );
 
     // 2. A mixed workload: the growth of tracked usable bytes equals the growth of stats.allocated.

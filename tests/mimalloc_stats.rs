@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::alloc::Layout;
-
 #[global_allocator]
 static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
 
@@ -16,18 +14,10 @@ fn real_usable(p: *mut u8) -> usize {
 
 #[test]
 fn mimalloc_ground_truth() {
-    let mut layouts = common::plain_layouts(64 << 10);
-    layouts.extend(
-        [100_000, (512 << 10) - 1, 512 << 10, (512 << 10) + 1, 524_346, (1 << 20) - 1, 1 << 20, 5 << 20, 33 << 20]
-            .map(|s| Layout::from_size_align(s, 8).unwrap()),
-    );
-    layouts.extend(common::aligned_layouts());
-    let bad = common::usable_mismatches(&layouts, real_usable);
-    assert!(
-        bad.is_empty(),
-        "usable size differs from mimalloc's for {} layouts: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(10)]
+    common::assert_usable_exact(
+        "mimalloc",
+        &[100_000, (512 << 10) - 1, 512 << 10, (512 << 10) + 1, 524_346, (1 << 20) - 1, 1 << 20, 5 << 20, 33 << 20],
+        real_usable,
     );
 
     let r = frag::report();

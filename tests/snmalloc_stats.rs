@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::alloc::Layout;
-
 #[global_allocator]
 static A: frag::Tracked<snmalloc_rs::SnMalloc> = frag::Tracked::new(snmalloc_rs::SnMalloc);
 
@@ -15,18 +13,7 @@ fn real_usable(p: *mut u8) -> usize {
 
 #[test]
 fn snmalloc_ground_truth() {
-    let mut layouts = common::plain_layouts(64 << 10);
-    layouts.extend(
-        [100_000, (1 << 20) + 1, 5 << 20, 33 << 20, (64 << 20) + 1].map(|s| Layout::from_size_align(s, 8).unwrap()),
-    );
-    layouts.extend(common::aligned_layouts());
-    let bad = common::usable_mismatches(&layouts, real_usable);
-    assert!(
-        bad.is_empty(),
-        "usable size differs from snmalloc's for {} layouts: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(10)]
-    );
+    common::assert_usable_exact("snmalloc", &[100_000, (1 << 20) + 1, 5 << 20, 33 << 20, (64 << 20) + 1], real_usable);
 
     let r = frag::report();
     assert_eq!(r.backend, "snmalloc");

@@ -183,7 +183,7 @@ impl Shard {
     }
 
     #[inline(always)]
-    fn enter<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.allocs, 1);
             if let Usable::Explicit(u) = usable {
@@ -195,7 +195,7 @@ impl Shard {
     }
 
     #[inline(always)]
-    fn leave<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.frees, 1);
             if let Usable::Explicit(u) = usable {
@@ -206,22 +206,12 @@ impl Shard {
         W::bytes(self, class, false, size as u64);
     }
 
-    #[inline(always)]
-    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
-        self.enter::<W>(class, size, usable);
-    }
-
-    #[inline(always)]
-    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
-        self.leave::<W>(class, size, usable);
-    }
-
     /// A reallocation moves the block out of its old class and into its new one.
     #[inline(always)]
     pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) {
         W::add(&self.reallocs, 1);
-        self.leave::<W>(old.0, old.1, old.2);
-        self.enter::<W>(new.0, new.1, new.2);
+        self.on_dealloc::<W>(old.0, old.1, old.2);
+        self.on_alloc::<W>(new.0, new.1, new.2);
     }
 
     /// Folds class `class`'s not-yet-published net bytes into the process-wide live counter. Owner only.

@@ -201,3 +201,19 @@ pub fn plain_layouts(max: usize) -> Vec<Layout> {
     }
     v
 }
+
+/// Asserts that tracked usable sizes equal the backend's own per-block answer (`real`) for every size
+/// class up to 64 KiB at alignments 1, 8 and 16, for the `extra` sizes (alignment 8), and for
+/// over-aligned layouts.
+pub fn assert_usable_exact(backend: &str, extra: &[usize], real: impl Fn(*mut u8) -> usize) {
+    let mut layouts = plain_layouts(64 << 10);
+    layouts.extend(extra.iter().map(|&s| Layout::from_size_align(s, 8).unwrap()));
+    layouts.extend(aligned_layouts());
+    let bad = usable_mismatches(&layouts, real);
+    assert!(
+        bad.is_empty(),
+        "usable size differs from {backend}'s for {} layouts: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}
