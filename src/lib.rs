@@ -68,6 +68,7 @@
 
 mod backend;
 mod guard;
+mod origin;
 mod process;
 mod report;
 mod stats;
@@ -75,8 +76,12 @@ mod sync;
 mod tracked;
 
 pub use backend::{AllocatorStats, Probe};
+pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::ProcessStats;
-pub use report::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, report, totals};
+pub use report::{
+    Fragmentation, LifetimeRow, Origin, OriginPair, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats,
+    report, totals,
+};
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;
 pub use tracked::Tracked;

@@ -3,15 +3,19 @@
 //! Every method forwards to the inner allocator with the caller's layout, unchanged (no headers, no
 //! trailers: changing layouts would move blocks into other size classes and change the very
 //! fragmentation being measured), then records the result in the calling thread's shard. Recording
-//! never allocates, never locks, never panics: one thread-local load, the size class, and a count and
-//! a byte total added (plain load + store) into one cache line of the thread's own shard; a usable
-//! size is looked up per block only where the backend's classes are not uniform (`backend::usable`).
+//! never allocates, never locks, never panics: one thread-local load, the size class, a count and a
+//! byte total added (plain load + store) into one cache line of the thread's own shard, and the
+//! thread's event countdown decremented; a usable size is looked up per block only where the
+//! backend's classes are not uniform (`backend::usable`). Frees also read one filter byte of the
+//! origin side table. Everything else (sampling, publishing live bytes) happens on the cold path
+//! when the countdown runs out (`origin`).
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use crate::backend::usable::{self, Usable};
 use crate::backend::{self, Probe, Registration, kind_of};
+use crate::origin::{self, Sampling};
 use crate::stats::class::class_of;
 use crate::stats::pool;
 use crate::stats::shard::{Anyone, Owner, Shard};
@@ -37,20 +41,36 @@ use crate::stats::shard::{Anyone, Owner, Shard};
 pub struct Tracked<A> {
     inner: A,
     probe: Option<&'static dyn Probe>,
+    sampling: Sampling,
 }
 
 impl<A> Tracked<A> {
-    /// Wraps `inner`. Usable in a `static`.
+    /// Wraps `inner`, with origin tracking at [`Sampling::DEFAULT`]. Usable in a `static`.
     #[must_use]
     pub const fn new(inner: A) -> Self {
-        Self { inner, probe: None }
+        Self { inner, probe: None, sampling: Sampling::DEFAULT }
     }
 
     /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
     /// and statistics. For the known backends the probe is only consulted for its name.
     #[must_use]
     pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
-        Self { inner, probe: Some(probe) }
+        Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT }
+    }
+
+    /// Wraps `inner` with origin tracking at `sampling` from the process's first allocation on;
+    /// [`set_sampling`](crate::set_sampling) changes it later.
+    ///
+    /// ```no_run
+    /// use frag::{Sampling, Tracked};
+    ///
+    /// #[global_allocator]
+    /// static A: Tracked<std::alloc::System> = Tracked::with_sampling(std::alloc::System, Sampling::EveryBlock);
+    /// # fn main() {}
+    /// ```
+    #[must_use]
+    pub const fn with_sampling(inner: A, sampling: Sampling) -> Self {
+        Self { inner, probe: None, sampling }
     }
 
     /// The wrapped allocator.
@@ -67,7 +87,12 @@ impl<A: fmt::Debug> fmt::Debug for Tracked<A> {
 
 impl<A: 'static> Tracked<A> {
     fn registration(&self) -> Registration {
-        Registration { kind: kind_of::<A>(), type_name: core::any::type_name::<A>(), probe: self.probe }
+        Registration {
+            kind: kind_of::<A>(),
+            type_name: core::any::type_name::<A>(),
+            probe: self.probe,
+            sampling: self.sampling,
+        }
     }
 
     #[inline(always)]
@@ -86,27 +111,40 @@ impl<A: 'static> Tracked<A> {
     fn on_alloc(&self, ptr: *mut u8, layout: Layout) {
         let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
         match pool::owned() {
-            Some(s) => s.on_alloc::<Owner>(class, size, usable),
-            None => self.slow_alloc(class, size, usable),
+            Some(s) => {
+                if s.on_alloc::<Owner>(class, size, usable) {
+                    origin::event::<Owner>(s, Some((ptr, size)));
+                }
+            }
+            None => self.slow_alloc(ptr, class, size, usable),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn slow_alloc(&self, class: usize, size: usize, usable: Usable) {
-        self.slow_shard().on_alloc::<Anyone>(class, size, usable);
+    fn slow_alloc(&self, ptr: *mut u8, class: usize, size: usize, usable: Usable) {
+        let s = self.slow_shard();
+        if s.on_alloc::<Anyone>(class, size, usable) {
+            origin::event::<Anyone>(s, Some((ptr, size)));
+        }
     }
 
     #[cold]
     #[inline(never)]
     fn slow_dealloc(&self, class: usize, size: usize, usable: Usable) {
-        self.slow_shard().on_dealloc::<Anyone>(class, size, usable);
+        let s = self.slow_shard();
+        if s.on_dealloc::<Anyone>(class, size, usable) {
+            origin::event::<Anyone>(s, None);
+        }
     }
 
     #[cold]
     #[inline(never)]
-    fn slow_realloc(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) {
-        self.slow_shard().on_realloc::<Anyone>(old, new);
+    fn slow_realloc(&self, new_ptr: *mut u8, old: (usize, usize, Usable), new: (usize, usize, Usable), sampled: bool) {
+        let s = self.slow_shard();
+        if s.on_realloc::<Anyone>(old, new) {
+            origin::event::<Anyone>(s, (!sampled).then_some((new_ptr, new.1)));
+        }
     }
 }
 
@@ -138,10 +176,18 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // The usable size is read while the block is still live (pointer-based backends need that).
         let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        // A sampled block leaves the side table before its address can be handed out again.
+        if origin::may_be_sampled(ptr) {
+            origin::freed(ptr);
+        }
         // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
         unsafe { self.inner.dealloc(ptr, layout) };
         match pool::owned() {
-            Some(s) => s.on_dealloc::<Owner>(class, size, usable),
+            Some(s) => {
+                if s.on_dealloc::<Owner>(class, size, usable) {
+                    origin::event::<Owner>(s, None);
+                }
+            }
             None => self.slow_dealloc(class, size, usable),
         }
     }
@@ -149,19 +195,31 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        // A sampled block's entry is taken out while the allocator may recycle its address.
+        let entry = if origin::may_be_sampled(ptr) { origin::take(ptr) } else { None };
         // SAFETY: forwarded with the caller's guarantees about `ptr`, `layout` and `new_size`.
         let new_ptr = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if new_ptr.is_null() {
             // The old block is untouched and still live: nothing happened.
+            if let Some(e) = entry {
+                origin::put_back(ptr, e, layout.size());
+            }
             return new_ptr;
+        }
+        if let Some(e) = entry {
+            origin::put_back(new_ptr, e, new_size);
         }
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let new = (class_of(new_size), new_size, self.usable(new_ptr, new_layout));
         match pool::owned() {
-            Some(s) => s.on_realloc::<Owner>(old, new),
-            None => self.slow_realloc(old, new),
+            Some(s) => {
+                if s.on_realloc::<Owner>(old, new) {
+                    origin::event::<Owner>(s, entry.is_none().then_some((new_ptr, new_size)));
+                }
+            }
+            None => self.slow_realloc(new_ptr, old, new, entry.is_some()),
         }
         new_ptr
     }

@@ -132,6 +132,8 @@ pub(crate) struct Registration {
     pub(crate) kind: Kind,
     pub(crate) type_name: &'static str,
     pub(crate) probe: Option<&'static dyn Probe>,
+    /// Origin sampling the `Tracked` was configured with.
+    pub(crate) sampling: crate::origin::Sampling,
 }
 
 impl Registration {
@@ -218,6 +220,7 @@ pub(crate) fn register(reg: Registration) {
         // SAFETY: we won the EMPTY -> WRITING transition, so nobody else writes, and readers wait for
         // READY.
         unsafe { *REGISTERED.value.get() = Some(reg) };
+        crate::origin::configure(reg.sampling);
         REGISTERED.state.store(READY, Ordering::Release);
     }
 }

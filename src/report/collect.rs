@@ -1,5 +1,6 @@
 //! Building a `Report`: reads shards, the backend and `/proc`. Never runs on the allocation path.
 
+use super::origin::{self as origin_section, units};
 use super::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
 use crate::backend::{self, AllocatorStats, Registration};
 use crate::guard::ReportGuard;
@@ -7,7 +8,9 @@ use crate::process::{self, ProcessStats};
 use crate::stats::class::{self, NUM_CLASSES};
 use crate::stats::live;
 use crate::stats::pool::{self, POOL_SIZE};
+use crate::origin::TALLY;
 use crate::stats::shard::{Shard, Totals};
+use crate::sync::Ordering;
 use crate::stats::snapshot::{self, ClassSums};
 
 /// Below this much live data a fragmentation ratio mostly measures the allocator's fixed start-up
@@ -74,6 +77,23 @@ pub fn report() -> Report {
         ));
     }
 
+    let threads = thread_rows(&snap);
+    let name_of = |tid: u64| {
+        threads.iter().find(|r| r.tid == Some(tid)).and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid))
+    };
+    let origin = origin_section::section(thread_total.origin, &name_of);
+    if let Some(o) = &origin {
+        if o.dropped_samples > 0 {
+            warnings.push(format!(
+                "{} origin samples dropped: the side table was full (lower the rate with frag::set_sampling)",
+                o.dropped_samples
+            ));
+        }
+    }
+    if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
+        warnings.push("Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used".to_owned());
+    }
+
     Report {
         backend: reg.map_or("none", |r| r.name()).to_owned(),
         usable_source: reg.map_or("none", |r| r.usable_source()).to_owned(),
@@ -81,8 +101,9 @@ pub fn report() -> Report {
         allocator,
         process,
         fragmentation,
-        threads: thread_rows(&snap),
+        threads,
         size_classes: class_rows(&snap.classes, reg),
+        origin,
         shards: ShardPool {
             capacity: POOL_SIZE,
             used: snap.slots_used,
@@ -169,6 +190,11 @@ fn row(kind: RowKind, t: Totals) -> ThreadRow {
         reallocations: t.reallocations,
         allocated_bytes: t.allocated_bytes,
         freed_bytes: t.freed_bytes,
+        local_frees: units(t.origin.local),
+        freed_elsewhere: units(t.origin.elsewhere),
+        freed_elsewhere_bytes: units(t.origin.elsewhere_bytes),
+        remote_frees: units(t.origin.remote),
+        remote_freed_bytes: units(t.origin.remote_bytes),
     }
 }
 
@@ -191,7 +217,10 @@ fn thread_rows(snap: &snapshot::Snapshot) -> Vec<ThreadRow> {
         })
         .collect();
     rows.sort_by_key(|r| (!r.alive, core::cmp::Reverse(r.allocations)));
-    rows.push(row(RowKind::Retired, snap.retired));
+    let mut retired = snap.retired;
+    retired.origin.elsewhere += TALLY.retired_elsewhere[0].load(Ordering::Relaxed);
+    retired.origin.elsewhere_bytes += TALLY.retired_elsewhere[1].load(Ordering::Relaxed);
+    rows.push(row(RowKind::Retired, retired));
     rows.push(row(RowKind::Overflow, snap.overflow));
     rows
 }
@@ -212,6 +241,10 @@ fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> 
                 live_bytes,
                 usable_bytes,
                 internal_bytes: usable_bytes.saturating_sub(live_bytes),
+                cross_thread_ratio: {
+                    let (frees, cross) = TALLY.class(i);
+                    (frees > 0).then(|| cross as f64 / frees as f64)
+                },
             }
         })
         .collect()

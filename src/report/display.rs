@@ -2,7 +2,7 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{Report, RowKind, ThreadRow};
+use super::{Origin, Report, RowKind, ThreadRow};
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
 struct Bytes(u64);
@@ -27,6 +27,72 @@ fn opt_bytes(v: Option<u64>) -> String {
 
 fn opt_ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"))
+}
+
+fn opt_percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |r| format!("{:.1}%", r * 100.0))
+}
+
+/// A lifetime bound in nanoseconds, in the largest unit that keeps it whole.
+fn duration(ns: u64) -> String {
+    match ns {
+        n if n >= 1_000_000_000 => format!("{} s", n / 1_000_000_000),
+        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
+        n if n >= 1_000 => format!("{} us", n / 1_000),
+        n => format!("{n} ns"),
+    }
+}
+
+fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
+    let rate = match o.sample_rate {
+        0 => "off now".to_owned(),
+        1 => "every block".to_owned(),
+        n => format!("1 in {n} small blocks"),
+    };
+    writeln!(
+        f,
+        "\norigin     sampling {rate}: {} sampled, {} freed, {} dropped",
+        o.sampled_blocks, o.sampled_frees, o.dropped_samples
+    )?;
+    let interval = o.ratio_interval.map_or_else(String::new, |(lo, hi)| {
+        format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0)
+    });
+    writeln!(
+        f,
+        "           cross-thread frees {} of {} = {}{interval}; bytes {} = {}",
+        o.cross_thread_frees,
+        o.frees,
+        opt_percent(o.cross_thread_free_ratio),
+        Bytes(o.cross_thread_bytes),
+        opt_percent(o.cross_thread_byte_ratio)
+    )?;
+    if !o.pairs.is_empty() {
+        writeln!(f, "  {:<30}    {:<30} {:>12} {:>11}", "allocated by", "freed by", "frees", "bytes")?;
+        for p in &o.pairs {
+            let who = |tid: u64, name: &Option<String>| format!("{tid} {}", name.as_deref().unwrap_or("?"));
+            writeln!(
+                f,
+                "  {:<30} -> {:<30} {:>12} {:>11}",
+                who(p.alloc_tid, &p.alloc_thread),
+                who(p.free_tid, &p.free_thread),
+                p.frees,
+                Bytes(p.bytes)
+            )?;
+        }
+    }
+    let lived: Vec<String> = o
+        .lifetimes
+        .iter()
+        .filter(|l| l.local_frees + l.cross_thread_frees > 0)
+        .map(|l| {
+            let bound = l.below_ns.map_or_else(|| "longer".to_owned(), |b| format!("<{}", duration(b)));
+            format!("{bound}: {}/{}", l.local_frees, l.cross_thread_frees)
+        })
+        .collect();
+    if !lived.is_empty() {
+        writeln!(f, "  lifetimes (local/cross): {}", lived.join(", "))?;
+    }
+    Ok(())
 }
 
 fn row_label(r: &ThreadRow) -> String {
@@ -95,11 +161,15 @@ impl Display for Report {
             opt_ratio(fr.process_ratio)
         )?;
 
-        writeln!(f, "\nthreads ({} of {} shards live)", self.shards.live, self.shards.capacity)?;
         writeln!(
             f,
-            "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11}",
-            "thread", "allocs", "frees", "reallocs", "allocated", "freed"
+            "\nthreads ({} of {} shards live; elsewhere = its blocks freed by others, remote = others' blocks it freed)",
+            self.shards.live, self.shards.capacity
+        )?;
+        writeln!(
+            f,
+            "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
+            "thread", "allocs", "frees", "reallocs", "allocated", "freed", "elsewhere", "remote"
         )?;
         for r in &self.threads {
             if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
@@ -107,21 +177,23 @@ impl Display for Report {
             }
             writeln!(
                 f,
-                "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11}",
+                "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
                 row_label(r),
                 r.allocations,
                 r.deallocations,
                 r.reallocations,
                 Bytes(r.allocated_bytes),
-                Bytes(r.freed_bytes)
+                Bytes(r.freed_bytes),
+                r.freed_elsewhere,
+                r.remote_frees
             )?;
         }
 
         writeln!(f, "\nsize classes (live)")?;
         writeln!(
             f,
-            "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11}",
-            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal"
+            "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
+            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal", "xthread"
         )?;
         for c in &self.size_classes {
             let range = match c.max_size {
@@ -130,15 +202,19 @@ impl Display for Report {
             };
             writeln!(
                 f,
-                "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11}",
+                "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
                 range,
                 c.allocations,
                 c.deallocations,
                 c.live_blocks,
                 Bytes(c.live_bytes),
                 Bytes(c.usable_bytes),
-                Bytes(c.internal_bytes)
+                Bytes(c.internal_bytes),
+                opt_percent(c.cross_thread_ratio)
             )?;
+        }
+        if let Some(o) = &self.origin {
+            write_origin(f, o)?;
         }
         writeln!(f, "\nusable sizes: {}", self.usable_source)?;
         for w in &self.warnings {

@@ -4,6 +4,7 @@
 
 mod collect;
 mod display;
+mod origin;
 
 pub use collect::{report, totals};
 
@@ -32,6 +33,9 @@ pub struct Report {
     pub threads: Vec<ThreadRow>,
     /// One row per size class that has seen a block.
     pub size_classes: Vec<SizeClassRow>,
+    /// Cross-thread frees, estimated from sampled blocks; `None` while sampling is off and nothing
+    /// was sampled.
+    pub origin: Option<Origin>,
     /// Occupancy of the per-thread shard pool.
     pub shards: ShardPool,
     /// Things the reader should know to interpret the figures.
@@ -112,12 +116,22 @@ pub struct ThreadRow {
     pub allocated_bytes: u64,
     /// Requested bytes the thread freed (old sizes of reallocations included).
     pub freed_bytes: u64,
+    /// Estimated frees the thread made of blocks it allocated itself (origin tracking; 0 when off).
+    pub local_frees: u64,
+    /// Estimated frees other threads made of blocks this thread allocated.
+    pub freed_elsewhere: u64,
+    /// Estimated requested bytes of those blocks.
+    pub freed_elsewhere_bytes: u64,
+    /// Estimated frees this thread made of blocks other threads allocated.
+    pub remote_frees: u64,
+    /// Estimated requested bytes of those blocks.
+    pub remote_freed_bytes: u64,
 }
 
 /// One size class: requests from `min_size` to `max_size` bytes.
 ///
 /// A reallocation counts as a deallocation in the old class and an allocation in the new one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct SizeClassRow {
@@ -137,6 +151,80 @@ pub struct SizeClassRow {
     pub usable_bytes: u64,
     /// `usable_bytes - live_bytes`: internal fragmentation in this class.
     pub internal_bytes: u64,
+    /// Estimated share of this class's frees made on another thread than the allocating one; `None`
+    /// without sampled frees in the class.
+    pub cross_thread_ratio: Option<f64>,
+}
+
+/// Where blocks are freed relative to where they were allocated, estimated from sampled blocks.
+///
+/// Counts and bytes are estimates: each sampled block stands for the inverse of its sampling
+/// probability. With [`Sampling::EveryBlock`](crate::Sampling::EveryBlock) they are exact (for blocks
+/// allocated and freed while it was on).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Origin {
+    /// About one small block in `sample_rate` is sampled; 1 means every block; 0 means sampling is off
+    /// now (figures are from earlier samples).
+    pub sample_rate: u32,
+    /// Blocks sampled at allocation and recorded in the side table.
+    pub sampled_blocks: u64,
+    /// Sampled blocks freed since (the figures below come from these).
+    pub sampled_frees: u64,
+    /// Samples lost because the side table was full around their address.
+    pub dropped_samples: u64,
+    /// Estimated frees of blocks, local and cross-thread.
+    pub frees: u64,
+    /// Estimated frees made on another thread than the allocating one.
+    pub cross_thread_frees: u64,
+    /// `cross_thread_frees / frees`.
+    pub cross_thread_free_ratio: Option<f64>,
+    /// Estimated requested bytes freed on another thread than the allocating one.
+    pub cross_thread_bytes: u64,
+    /// `cross_thread_bytes` over estimated freed bytes.
+    pub cross_thread_byte_ratio: Option<f64>,
+    /// 95% interval of `cross_thread_free_ratio` (Wilson score with the samples' effective size).
+    pub ratio_interval: Option<(f64, f64)>,
+    /// Largest cells of the (allocating thread → freeing thread) matrix, by frees.
+    pub pairs: Vec<OriginPair>,
+    /// Matrix cells that did not fit (more distinct thread pairs than the matrix holds).
+    pub dropped_pairs: u64,
+    /// Frees by block lifetime (allocation to free), local and cross-thread.
+    pub lifetimes: Vec<LifetimeRow>,
+}
+
+/// One cell of the origin matrix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct OriginPair {
+    /// OS thread id of the allocating thread.
+    pub alloc_tid: u64,
+    /// Its name, if it is still known.
+    pub alloc_thread: Option<String>,
+    /// OS thread id of the freeing thread.
+    pub free_tid: u64,
+    /// Its name, if it is still known.
+    pub free_thread: Option<String>,
+    /// Estimated frees.
+    pub frees: u64,
+    /// Estimated requested bytes freed.
+    pub bytes: u64,
+}
+
+/// Frees of blocks whose lifetime fell in one decade.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct LifetimeRow {
+    /// Lifetimes below this many nanoseconds (and at least the previous row's bound); `None` for the
+    /// last row.
+    pub below_ns: Option<u64>,
+    /// Estimated frees on the allocating thread.
+    pub local_frees: u64,
+    /// Estimated frees on another thread.
+    pub cross_thread_frees: u64,
 }
 
 /// Occupancy of the shard pool.

@@ -1,16 +1,14 @@
 //! Process-wide live bytes and their peak, kept without a global atomic on every allocation.
 //!
-//! Each owning thread counts requested bytes in and out per size class in its shard anyway; it folds a
-//! class's net into `LIVE` each time one of those counts crosses a multiple of [`FLUSH_BYTES`]: once per
-//! MiB of traffic, never per allocation. The price is precision: between crossings a class's
-//! unpublished net stays within `FLUSH_BYTES` (plus one block) either way, so `peak_allocated_bytes`
-//! can be off by up to 1 MiB per size class each live thread uses, for a spike that no `report()` saw;
-//! every `report()` folds the exact live figure in.
+//! Each owning thread counts requested bytes in and out per size class in its shard anyway; on the
+//! cold-path events of its countdown (`origin::sampler`) it folds the net of all its classes into
+//! `LIVE` once `sampler::FLUSH_CHARGE` (16 MiB of charged bytes) moved since the last time: never per
+//! allocation. The price is precision: a thread's unpublished net stays below that (plus one
+//! sampling interval, 8 MiB on average at the default rate) either way, so `peak_allocated_bytes` can
+//! be off by that much per live thread for a spike that no `report()` saw; every `report()` folds the
+//! exact live figure in. The overflow shard publishes on every operation.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
-
-/// Granularity of publication: a shard publishes when its byte counters cross a multiple of this.
-pub(crate) const FLUSH_BYTES: u64 = 1 << 20;
 
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);

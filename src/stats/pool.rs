@@ -11,6 +11,7 @@
 //! thread limit that can fail: past [`POOL_SIZE`] live threads, attribution degrades, counts don't.
 
 use crate::guard::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
+use crate::origin::sampler;
 use crate::stats::shard::Shard;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
@@ -41,6 +42,39 @@ pub(crate) fn owned() -> Option<&'static Shard> {
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
+/// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
+pub(crate) struct Me {
+    pub(crate) tid: u32,
+    /// Pool slot index and the low 16 bits of its generation, for a thread with its own shard.
+    pub(crate) slot: Option<(u16, u16)>,
+    /// Where the thread's own origin figures go.
+    pub(crate) shard: &'static Shard,
+}
+
+pub(crate) fn me() -> Me {
+    match owned() {
+        Some(s) => Me {
+            tid: s.meta.tid.load(Ordering::Relaxed) as u32,
+            slot: index_of(s).map(|i| (i as u16, s.meta.generation.load(Ordering::Relaxed) as u16)),
+            shard: s,
+        },
+        None => Me { tid: os::thread_id() as u32, slot: None, shard: &OVERFLOW },
+    }
+}
+
+fn index_of(shard: &Shard) -> Option<usize> {
+    let offset = (shard as *const Shard as usize).checked_sub(POOL.as_ptr() as usize)?;
+    Some(offset / core::mem::size_of::<Shard>()).filter(|&i| i < POOL_SIZE)
+}
+
+/// Slot `index`, if it is still held by the owner that had generation `generation` (low 16 bits).
+pub(crate) fn slot_if_generation(index: u16, generation: u16) -> Option<&'static Shard> {
+    let s = POOL.get(usize::from(index))?;
+    let state = s.meta.state.load(Ordering::Acquire);
+    (s.meta.generation.load(Ordering::Relaxed) as u16 == generation && (state == LIVE || state == RELEASED))
+        .then_some(s)
+}
+
 /// The shard for a thread that has none of its own: the first allocation on a thread claims one
 /// (running `register` once); threads without a slot get the overflow shard. Callers write to the
 /// result with atomic adds, which is correct on any shard.
@@ -56,7 +90,8 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             shard.set_base(base);
             shard.meta.tid.store(os::thread_id(), Ordering::Relaxed);
             shard.set_name(os::thread_name());
-            shard.meta.generation.fetch_add(1, Ordering::Relaxed);
+            let generation = shard.meta.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            sampler::seed(&shard.hot.rng, index_of(shard).unwrap_or(0), generation);
             shard.meta.state.store(LIVE, Ordering::Release);
             exit_hook::install(shard);
             guard::set_slot(shard as *const Shard as usize);

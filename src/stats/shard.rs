@@ -6,9 +6,10 @@
 //! freed on another balances out in the totals without any shard going negative.
 
 use crate::backend::usable::Usable;
+use crate::origin::sampler;
 use crate::stats::class::NUM_CLASSES;
 use crate::stats::live;
-use crate::sync::{AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
+use crate::sync::{AtomicI64, AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
 
 /// Counters for one size class in one shard: exactly one cache line, so an update touches one line.
 #[derive(Debug, Default)]
@@ -76,17 +77,97 @@ pub(crate) struct Totals {
     pub(crate) allocated_bytes: u64,
     /// Requested bytes given back, counting the old size of every reallocation.
     pub(crate) freed_bytes: u64,
+    /// Origin estimates (see `origin`), in weighted fixed point.
+    pub(crate) origin: OriginTotals,
+}
+
+/// Origin estimates of one thread (or several), from sampled blocks. Counts and bytes are weighted by
+/// the inverse sampling probability and kept in fixed point (`origin::sampler::W_ONE` = 1.0); the
+/// squared weights (plain integers) give the estimate's variance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OriginTotals {
+    /// Frees this thread made of blocks it allocated itself.
+    pub(crate) local: u64,
+    pub(crate) local_bytes: u64,
+    /// Frees other threads made of blocks this thread allocated.
+    pub(crate) elsewhere: u64,
+    pub(crate) elsewhere_bytes: u64,
+    /// Frees this thread made of blocks other threads allocated.
+    pub(crate) remote: u64,
+    pub(crate) remote_bytes: u64,
+    /// Sums of squared weights of this thread's local and remote frees.
+    pub(crate) local_w2: u64,
+    pub(crate) remote_w2: u64,
+}
+
+impl OriginTotals {
+    pub(crate) const FIELDS: usize = 8;
+
+    pub(crate) fn to_array(self) -> [u64; Self::FIELDS] {
+        [
+            self.local,
+            self.local_bytes,
+            self.elsewhere,
+            self.elsewhere_bytes,
+            self.remote,
+            self.remote_bytes,
+            self.local_w2,
+            self.remote_w2,
+        ]
+    }
+
+    pub(crate) fn from_array(a: [u64; Self::FIELDS]) -> Self {
+        Self {
+            local: a[0],
+            local_bytes: a[1],
+            elsewhere: a[2],
+            elsewhere_bytes: a[3],
+            remote: a[4],
+            remote_bytes: a[5],
+            local_w2: a[6],
+            remote_w2: a[7],
+        }
+    }
+
+    /// Reads a block of origin counters.
+    pub(crate) fn read(counters: &[AtomicU64; Self::FIELDS]) -> Self {
+        Self::from_array(core::array::from_fn(|i| counters[i].load(Ordering::Relaxed)))
+    }
+}
+
+/// Indices into a shard's origin counters (same order as `OriginTotals::to_array`).
+pub(crate) mod origin_field {
+    pub(crate) const LOCAL: usize = 0;
+    pub(crate) const ELSEWHERE: usize = 2;
+    pub(crate) const REMOTE: usize = 4;
+    pub(crate) const LOCAL_W2: usize = 6;
+    pub(crate) const REMOTE_W2: usize = 7;
 }
 
 impl Totals {
-    const FIELDS: usize = 5;
+    const FIELDS: usize = 5 + OriginTotals::FIELDS;
 
     fn to_array(self) -> [u64; Self::FIELDS] {
-        [self.allocations, self.deallocations, self.reallocations, self.allocated_bytes, self.freed_bytes]
+        let o = self.origin.to_array();
+        core::array::from_fn(|i| match i {
+            0 => self.allocations,
+            1 => self.deallocations,
+            2 => self.reallocations,
+            3 => self.allocated_bytes,
+            4 => self.freed_bytes,
+            i => o.get(i - 5).copied().unwrap_or(0),
+        })
     }
 
     fn from_array(a: [u64; Self::FIELDS]) -> Self {
-        Self { allocations: a[0], deallocations: a[1], reallocations: a[2], allocated_bytes: a[3], freed_bytes: a[4] }
+        Self {
+            allocations: a[0],
+            deallocations: a[1],
+            reallocations: a[2],
+            allocated_bytes: a[3],
+            freed_bytes: a[4],
+            origin: OriginTotals::from_array(core::array::from_fn(|i| a[i + 5])),
+        }
     }
 
     /// Field-wise `self - other`, saturating (a concurrent reader can see a shard mid-update).
@@ -102,15 +183,31 @@ impl Totals {
     }
 }
 
+/// The owner's per-operation state besides the class counters: one cache line.
+#[derive(Debug)]
+pub(crate) struct Hot {
+    /// Bytes (plus a fixed charge per operation) left until the next event, see `origin::sampler`.
+    pub(crate) countdown: AtomicI64,
+    /// The interval the countdown last started from.
+    pub(crate) drawn: AtomicI64,
+    /// Bytes moved since the classes were last published to `stats::live`.
+    pub(crate) unflushed: AtomicU64,
+    /// State of the shard's pseudo-random sequence (a Weyl counter, hashed on use).
+    pub(crate) rng: AtomicU64,
+    pub(crate) reallocs: AtomicU64,
+}
+
 /// A slot in the pool (or the overflow shard).
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Shard {
-    pub(crate) reallocs: CachePadded<AtomicU64>,
+    pub(crate) hot: CachePadded<Hot>,
     pub(crate) classes: [ClassCounters; NUM_CLASSES],
-    /// Per class, the `net()` last folded into the process-wide live counter. Touched only when a
-    /// class's byte counters cross a multiple of `live::FLUSH_BYTES`.
+    /// Per class, the `net()` last folded into the process-wide live counter. Touched only by
+    /// `publish_all`, on events.
     published: [AtomicU64; NUM_CLASSES],
+    /// Origin estimates, written with atomic adds (other threads credit "freed elsewhere" here).
+    pub(crate) origin: CachePadded<[AtomicU64; OriginTotals::FIELDS]>,
     pub(crate) meta: CachePadded<Meta>,
 }
 
@@ -118,8 +215,10 @@ pub(crate) struct Shard {
 pub(crate) trait Writer {
     fn add(counter: &AtomicU64, v: u64);
     /// Adds `size` to one of class `class`'s requested-bytes counters (`req_in` when `entering`,
-    /// else `req_out`) and keeps the process-wide live figure (`stats::live`) within reach.
+    /// else `req_out`).
     fn bytes(shard: &Shard, class: usize, entering: bool, size: u64);
+    /// Takes `charge` off the shard's event countdown; `true` when it ran out (an event is due).
+    fn consume(shard: &Shard, charge: u64) -> bool;
 }
 
 /// The owning thread: plain load + store.
@@ -133,21 +232,19 @@ impl Writer for Owner {
         owned_add(counter, v);
     }
 
-    /// Publishes the class's net whenever the counter crosses a multiple of `FLUSH_BYTES`: one `xor`
-    /// and a predictable branch on top of the add, no other loads, and no counter written by both
-    /// the allocation and the free of a pair (which would put two store-to-load forwards on every
-    /// pair's dependency chain). Between crossings a class's unpublished net stays below
-    /// `FLUSH_BYTES` (plus one block) either way.
     #[inline(always)]
     fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
-        let Some(row) = shard.classes.get(class) else { return };
-        let counter = if entering { &row.req_in } else { &row.req_out };
-        let old = counter.load(Ordering::Relaxed);
-        let new = old.wrapping_add(size);
-        counter.store(new, Ordering::Relaxed);
-        if (old ^ new) >= live::FLUSH_BYTES {
-            shard.publish(class);
+        if let Some(row) = shard.classes.get(class) {
+            owned_add(if entering { &row.req_in } else { &row.req_out }, size);
         }
+    }
+
+    #[inline(always)]
+    fn consume(shard: &Shard, charge: u64) -> bool {
+        let c = &shard.hot.countdown;
+        let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
+        c.store(left, Ordering::Relaxed);
+        left < 0
     }
 }
 
@@ -157,6 +254,8 @@ impl Writer for Anyone {
         shared_add(counter, v);
     }
 
+    /// The overflow shard has no single owner to publish its classes, so it keeps the process-wide
+    /// live figure exact directly.
     #[inline]
     fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
         let Some(row) = shard.classes.get(class) else { return };
@@ -164,14 +263,26 @@ impl Writer for Anyone {
         shared_add(counter, size);
         live::flush(if entering { size as i64 } else { (size as i64).wrapping_neg() });
     }
+
+    #[inline]
+    fn consume(shard: &Shard, charge: u64) -> bool {
+        shard.hot.countdown.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64) < 0
+    }
 }
 
 impl Shard {
     pub(crate) const fn new() -> Self {
         Self {
-            reallocs: CachePadded(AtomicU64::new(0)),
+            hot: CachePadded(Hot {
+                countdown: AtomicI64::new(0),
+                drawn: AtomicI64::new(0),
+                unflushed: AtomicU64::new(0),
+                rng: AtomicU64::new(0),
+                reallocs: AtomicU64::new(0),
+            }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
             published: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            origin: CachePadded([const { AtomicU64::new(0) }; OriginTotals::FIELDS]),
             meta: CachePadded(Meta {
                 state: AtomicU8::new(0),
                 generation: AtomicU64::new(0),
@@ -182,8 +293,32 @@ impl Shard {
         }
     }
 
+    /// Counts an allocation; `true` when the shard's event countdown ran out (see `origin::event`).
     #[inline(always)]
-    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) -> bool {
+        self.enter::<W>(class, size, usable);
+        W::consume(self, sampler::charge(size))
+    }
+
+    /// Counts a deallocation; `true` when an event is due.
+    #[inline(always)]
+    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) -> bool {
+        self.leave::<W>(class, size, usable);
+        W::consume(self, sampler::charge(size))
+    }
+
+    /// A reallocation moves the block out of its old class and into its new one; `true` when an
+    /// event is due.
+    #[inline(always)]
+    pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) -> bool {
+        W::add(&self.hot.reallocs, 1);
+        self.leave::<W>(old.0, old.1, old.2);
+        self.enter::<W>(new.0, new.1, new.2);
+        W::consume(self, sampler::charge(old.1).wrapping_add(sampler::charge(new.1)))
+    }
+
+    #[inline(always)]
+    fn enter<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.allocs, 1);
             if let Usable::Explicit(u) = usable {
@@ -195,7 +330,7 @@ impl Shard {
     }
 
     #[inline(always)]
-    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
+    fn leave<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
         if let Some(row) = self.classes.get(class) {
             W::add(&row.frees, 1);
             if let Usable::Explicit(u) = usable {
@@ -206,18 +341,8 @@ impl Shard {
         W::bytes(self, class, false, size as u64);
     }
 
-    /// A reallocation moves the block out of its old class and into its new one.
-    #[inline(always)]
-    pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) {
-        W::add(&self.reallocs, 1);
-        self.on_dealloc::<W>(old.0, old.1, old.2);
-        self.on_alloc::<W>(new.0, new.1, new.2);
-    }
-
     /// Folds class `class`'s not-yet-published net bytes into the process-wide live counter. Owner only.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn publish(&self, class: usize) {
+    fn publish(&self, class: usize) {
         let (Some(row), Some(published)) = (self.classes.get(class), self.published.get(class)) else {
             return;
         };
@@ -229,7 +354,8 @@ impl Shard {
         }
     }
 
-    /// Publishes every class: at thread exit, so a released shard holds nothing unpublished.
+    /// Publishes every class: on events once enough bytes moved, and at thread exit, so a released
+    /// shard holds nothing unpublished. Owner only.
     pub(crate) fn publish_all(&self) {
         for class in 0..NUM_CLASSES {
             self.publish(class);
@@ -238,7 +364,11 @@ impl Shard {
 
     /// Thread-level totals accumulated in this shard since it was first used. Allocation-free.
     pub(crate) fn totals(&self) -> Totals {
-        let mut t = Totals { reallocations: self.reallocs.load(Ordering::Relaxed), ..Totals::default() };
+        let mut t = Totals {
+            reallocations: self.hot.reallocs.load(Ordering::Relaxed),
+            origin: OriginTotals::read(&self.origin),
+            ..Totals::default()
+        };
         for row in &self.classes {
             t.allocations += row.allocs.load(Ordering::Relaxed);
             t.deallocations += row.frees.load(Ordering::Relaxed);

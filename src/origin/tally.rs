@@ -1,0 +1,171 @@
+//! Process-wide tallies of sampled frees that are not per thread: per size class, lifetimes, the
+//! origin matrix. Written on the cold path only (sampled frees), with atomic adds.
+
+use crate::stats::class::NUM_CLASSES;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Lifetime buckets: below 1 µs, then one per decade up to 1000 s and above.
+pub(crate) const LIFETIME_BUCKETS: usize = 11;
+
+/// Upper bound (exclusive) of lifetime bucket `i`, in nanoseconds; `None` for the last.
+pub(crate) fn lifetime_upper_ns(i: usize) -> Option<u64> {
+    (i + 1 < LIFETIME_BUCKETS).then(|| 1_000 * 10u64.pow(i as u32))
+}
+
+fn lifetime_bucket(ns: u64) -> usize {
+    (0..LIFETIME_BUCKETS).find(|&i| lifetime_upper_ns(i).is_none_or(|u| ns < u)).unwrap_or(LIFETIME_BUCKETS - 1)
+}
+
+/// Origin matrix cells kept (allocating thread, freeing thread); more distinct pairs are counted as
+/// dropped.
+pub(crate) const PAIR_CAPACITY: usize = 1024;
+const PAIR_PROBE: usize = 16;
+
+struct Pair {
+    /// `alloc_tid << 32 | free_tid`, or 0 for an empty cell (no thread has id 0).
+    key: AtomicU64,
+    frees: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A snapshot of one origin-matrix cell; weighted fixed point.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PairSums {
+    pub(crate) alloc_tid: u32,
+    pub(crate) free_tid: u32,
+    pub(crate) frees: u64,
+    pub(crate) bytes: u64,
+}
+
+pub(crate) struct Tally {
+    /// Sampled allocations that made it into the table.
+    pub(crate) sampled: AtomicU64,
+    /// Sampled blocks freed (raw count).
+    pub(crate) sampled_frees: AtomicU64,
+    /// Weighted frees and cross-thread frees per size class.
+    class_frees: [AtomicU64; NUM_CLASSES],
+    class_cross: [AtomicU64; NUM_CLASSES],
+    /// Weighted frees per lifetime bucket: `[local, cross]`.
+    lifetimes: [[AtomicU64; LIFETIME_BUCKETS]; 2],
+    pairs: [Pair; PAIR_CAPACITY],
+    pair_drops: AtomicU64,
+    /// "Freed elsewhere" credit for allocating threads whose slot has changed hands since:
+    /// `[count, bytes]`, shown in the retired row.
+    pub(crate) retired_elsewhere: [AtomicU64; 2],
+}
+
+impl Tally {
+    pub(crate) const fn new() -> Self {
+        Self {
+            sampled: AtomicU64::new(0),
+            sampled_frees: AtomicU64::new(0),
+            class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_BUCKETS] }; 2],
+            pairs: [const { Pair { key: AtomicU64::new(0), frees: AtomicU64::new(0), bytes: AtomicU64::new(0) } };
+                PAIR_CAPACITY],
+            pair_drops: AtomicU64::new(0),
+            retired_elsewhere: [const { AtomicU64::new(0) }; 2],
+        }
+    }
+
+    /// Records one sampled free of weight `w` and weighted bytes `wb` (fixed point).
+    pub(crate) fn free(&self, class: usize, cross: bool, lifetime_ns: u64, alloc_tid: u32, free_tid: u32, w: u64, wb: u64) {
+        let add = |c: Option<&AtomicU64>, v: u64| {
+            if let Some(c) = c {
+                c.fetch_add(v, Ordering::Relaxed);
+            }
+        };
+        self.sampled_frees.fetch_add(1, Ordering::Relaxed);
+        add(self.class_frees.get(class), w);
+        if cross {
+            add(self.class_cross.get(class), w);
+        }
+        add(self.lifetimes.get(usize::from(cross)).and_then(|l| l.get(lifetime_bucket(lifetime_ns))), w);
+        self.pair(alloc_tid, free_tid, w, wb);
+    }
+
+    fn pair(&self, alloc_tid: u32, free_tid: u32, w: u64, wb: u64) {
+        let key = (u64::from(alloc_tid) << 32) | u64::from(free_tid);
+        if key == 0 {
+            return;
+        }
+        let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize;
+        for i in 0..PAIR_PROBE {
+            let Some(cell) = self.pairs.get((h + i) % PAIR_CAPACITY) else { break };
+            let k = cell.key.load(Ordering::Acquire);
+            let mine = k == key
+                || (k == 0
+                    && match cell.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => true,
+                        Err(now) => now == key,
+                    });
+            if mine {
+                cell.frees.fetch_add(w, Ordering::Relaxed);
+                cell.bytes.fetch_add(wb, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.pair_drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Weighted `(frees, cross-thread frees)` of class `class`.
+    pub(crate) fn class(&self, class: usize) -> (u64, u64) {
+        let read = |a: &[AtomicU64; NUM_CLASSES]| a.get(class).map_or(0, |c| c.load(Ordering::Relaxed));
+        (read(&self.class_frees), read(&self.class_cross))
+    }
+
+    /// Weighted `(local, cross)` frees of lifetime bucket `i`.
+    pub(crate) fn lifetime(&self, i: usize) -> (u64, u64) {
+        let read = |k: usize| self.lifetimes.get(k).and_then(|l| l.get(i)).map_or(0, |c| c.load(Ordering::Relaxed));
+        (read(0), read(1))
+    }
+
+    /// Every origin-matrix cell in use (allocates: report side only).
+    pub(crate) fn pairs(&self) -> Vec<PairSums> {
+        self.pairs
+            .iter()
+            .filter_map(|c| {
+                let key = c.key.load(Ordering::Acquire);
+                (key != 0).then(|| PairSums {
+                    alloc_tid: (key >> 32) as u32,
+                    free_tid: key as u32,
+                    frees: c.frees.load(Ordering::Relaxed),
+                    bytes: c.bytes.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn pair_drops(&self) -> u64 {
+        self.pair_drops.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetime_buckets_are_decades() {
+        assert_eq!(lifetime_bucket(0), 0);
+        assert_eq!(lifetime_bucket(999), 0);
+        assert_eq!(lifetime_bucket(1_000), 1);
+        assert_eq!(lifetime_bucket(9_999), 1);
+        assert_eq!(lifetime_bucket(1_000_000_000), 7);
+        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_BUCKETS - 1);
+        assert_eq!(lifetime_upper_ns(LIFETIME_BUCKETS - 2), Some(1_000_000_000_000));
+    }
+
+    #[test]
+    fn pairs_accumulate_per_key() {
+        let t = Box::new(Tally::new());
+        t.pair(1, 2, 3, 30);
+        t.pair(1, 2, 4, 40);
+        t.pair(2, 1, 1, 10);
+        let mut p = t.pairs();
+        p.sort_by_key(|p| p.alloc_tid);
+        assert_eq!((p[0].alloc_tid, p[0].free_tid, p[0].frees, p[0].bytes), (1, 2, 7, 70));
+        assert_eq!((p[1].alloc_tid, p[1].free_tid, p[1].frees), (2, 1, 1));
+    }
+}

@@ -1,0 +1,107 @@
+//! The `origin` section of a report, from the shards' origin totals and the process-wide tallies.
+
+use super::{LifetimeRow, Origin, OriginPair};
+use crate::origin::sampler::{self, W_ONE};
+use crate::origin::tally::{self, LIFETIME_BUCKETS};
+use crate::origin::{TABLE, TALLY};
+use crate::stats::shard::OriginTotals;
+use crate::sync::Ordering;
+
+/// Pairs shown in a report.
+const TOP_PAIRS: usize = 10;
+
+/// Weighted fixed point to a whole estimate.
+pub(super) fn units(v: u64) -> u64 {
+    (v + W_ONE / 2) / W_ONE
+}
+
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
+pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
+    if !(n > 0.0) || !(0.0..=1.0).contains(&p) {
+        return None;
+    }
+    const Z: f64 = 1.959_964;
+    let z2 = Z * Z;
+    let denom = 1.0 + z2 / n;
+    let center = (p + z2 / (2.0 * n)) / denom;
+    let half = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    Some(((center - half).max(0.0), (center + half).min(1.0)))
+}
+
+/// Builds the section from the sum of every thread's origin totals. `name_of` maps a thread id to
+/// its name where known.
+pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>) -> Option<Origin> {
+    let rate = sampler::rate_log2();
+    let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
+    if rate.is_none() && sampled_blocks == 0 {
+        return None;
+    }
+    let frees_w = all.local.saturating_add(all.remote);
+    let bytes_w = all.local_bytes.saturating_add(all.remote_bytes);
+    let ratio = share(all.remote, frees_w);
+    // Effective sample size (Kish): (sum w)^2 / sum w^2.
+    let w = frees_w as f64 / W_ONE as f64;
+    let w2 = all.local_w2.saturating_add(all.remote_w2) as f64;
+    let interval = ratio.and_then(|p| wilson(p, if w2 > 0.0 { w * w / w2 } else { 0.0 }));
+
+    let mut pairs = TALLY.pairs();
+    pairs.sort_by_key(|p| core::cmp::Reverse(p.frees));
+    let pairs = pairs
+        .into_iter()
+        .take(TOP_PAIRS)
+        .map(|p| OriginPair {
+            alloc_tid: u64::from(p.alloc_tid),
+            alloc_thread: name_of(u64::from(p.alloc_tid)),
+            free_tid: u64::from(p.free_tid),
+            free_thread: name_of(u64::from(p.free_tid)),
+            frees: units(p.frees),
+            bytes: units(p.bytes),
+        })
+        .collect();
+    let lifetimes = (0..LIFETIME_BUCKETS)
+        .map(|i| {
+            let (local, cross) = TALLY.lifetime(i);
+            LifetimeRow {
+                below_ns: tally::lifetime_upper_ns(i),
+                local_frees: units(local),
+                cross_thread_frees: units(cross),
+            }
+        })
+        .collect();
+
+    Some(Origin {
+        sample_rate: rate.map_or(0, |r| 1u32.checked_shl(r).unwrap_or(u32::MAX)),
+        sampled_blocks,
+        sampled_frees: TALLY.sampled_frees.load(Ordering::Relaxed),
+        dropped_samples: TABLE.dropped(),
+        frees: units(frees_w),
+        cross_thread_frees: units(all.remote),
+        cross_thread_free_ratio: ratio,
+        cross_thread_bytes: units(all.remote_bytes),
+        cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
+        ratio_interval: interval,
+        pairs,
+        dropped_pairs: TALLY.pair_drops(),
+        lifetimes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wilson;
+
+    #[test]
+    fn wilson_matches_known_values() {
+        // p = 0.3, n = 1000: 0.2723 .. 0.3292 (textbook Wilson).
+        let (lo, hi) = wilson(0.3, 1000.0).unwrap();
+        assert!((lo - 0.2727).abs() < 1e-3 && (hi - 0.3290).abs() < 1e-3, "{lo} {hi}");
+        // All successes: the interval still has width.
+        let (lo, hi) = wilson(1.0, 10.0).unwrap();
+        assert!(lo < 0.75 && hi > 0.999, "{lo} {hi}");
+        assert_eq!(wilson(0.5, 0.0), None);
+    }
+}
