@@ -95,7 +95,12 @@ impl Table {
     pub(crate) const fn new() -> Self {
         Self {
             slots: [const {
-                Slot { key: AtomicUsize::new(EMPTY), who: AtomicU64::new(0), size: AtomicU64::new(0), born: AtomicU64::new(0) }
+                Slot {
+                    key: AtomicUsize::new(EMPTY),
+                    who: AtomicU64::new(0),
+                    size: AtomicU64::new(0),
+                    born: AtomicU64::new(0),
+                }
             }; CAPACITY],
             filter: [const { AtomicU8::new(0) }; CAPACITY],
             dropped: AtomicU64::new(0),

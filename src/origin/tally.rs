@@ -70,7 +70,16 @@ impl Tally {
     }
 
     /// Records one sampled free of weight `w` and weighted bytes `wb` (fixed point).
-    pub(crate) fn free(&self, class: usize, cross: bool, lifetime_ns: u64, alloc_tid: u32, free_tid: u32, w: u64, wb: u64) {
+    pub(crate) fn free(
+        &self,
+        class: usize,
+        cross: bool,
+        lifetime_ns: u64,
+        alloc_tid: u32,
+        free_tid: u32,
+        w: u64,
+        wb: u64,
+    ) {
         let add = |c: Option<&AtomicU64>, v: u64| {
             if let Some(c) = c {
                 c.fetch_add(v, Ordering::Relaxed);

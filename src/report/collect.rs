@@ -4,14 +4,14 @@ use super::origin::{self as origin_section, units};
 use super::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
 use crate::backend::{self, AllocatorStats, Registration};
 use crate::guard::ReportGuard;
+use crate::origin::TALLY;
 use crate::process::{self, ProcessStats};
 use crate::stats::class::{self, NUM_CLASSES};
 use crate::stats::live;
 use crate::stats::pool::{self, POOL_SIZE};
-use crate::origin::TALLY;
 use crate::stats::shard::{Shard, Totals};
-use crate::sync::Ordering;
 use crate::stats::snapshot::{self, ClassSums};
+use crate::sync::Ordering;
 
 /// Below this much live data a fragmentation ratio mostly measures the allocator's fixed start-up
 /// overhead (jemalloc maps several MiB of metadata before the first allocation), not fragmentation.
@@ -91,7 +91,8 @@ pub fn report() -> Report {
         }
     }
     if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
-        warnings.push("Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used".to_owned());
+        warnings
+            .push("Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used".to_owned());
     }
 
     Report {

@@ -54,9 +54,8 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         "\norigin     sampling {rate}: {} sampled, {} freed, {} dropped",
         o.sampled_blocks, o.sampled_frees, o.dropped_samples
     )?;
-    let interval = o.ratio_interval.map_or_else(String::new, |(lo, hi)| {
-        format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0)
-    });
+    let interval =
+        o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0));
     writeln!(
         f,
         "           cross-thread frees {} of {} = {}{interval}; bytes {} = {}",

@@ -217,3 +217,44 @@ pub fn assert_usable_exact(backend: &str, extra: &[usize], real: impl Fn(*mut u8
         &bad[..bad.len().min(10)]
     );
 }
+
+/// The size-class row holding requests of `size` bytes.
+pub fn class_row(report: &frag::Report, size: u64) -> Option<&frag::SizeClassRow> {
+    report.size_classes.iter().find(|c| c.min_size <= size && c.max_size.is_none_or(|m| size <= m))
+}
+
+/// The OS thread id of the (live or exited) thread called `name` in `report`.
+pub fn tid_of(report: &frag::Report, name: &str) -> Option<u64> {
+    report.threads.iter().find(|r| r.name.as_deref() == Some(name)).and_then(|r| r.tid)
+}
+
+/// The thread row of the thread called `name`.
+pub fn thread_row<'a>(report: &'a frag::Report, name: &str) -> Option<&'a frag::ThreadRow> {
+    report.threads.iter().find(|r| r.name.as_deref() == Some(name))
+}
+
+/// Estimated `(frees, cross-thread frees)` in the origin section.
+pub fn origin_counts(report: &frag::Report) -> (u64, u64) {
+    report.origin.as_ref().map_or((0, 0), |o| (o.frees, o.cross_thread_frees))
+}
+
+/// Runs `f` on a new thread called `name` and returns its result.
+pub fn on_thread<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn").join().expect("join")
+}
+
+/// A raw block of `size` bytes (alignment 8), as an address that can cross threads.
+pub fn raw_alloc(size: usize) -> usize {
+    let layout = Layout::from_size_align(size, 8).expect("layout");
+    // SAFETY: non-zero size, valid alignment.
+    let p = unsafe { std::alloc::alloc(layout) };
+    assert!(!p.is_null());
+    p as usize
+}
+
+/// Frees a block from `raw_alloc`.
+pub fn raw_free(addr: usize, size: usize) {
+    let layout = Layout::from_size_align(size, 8).expect("layout");
+    // SAFETY: `addr` came from `raw_alloc(size)` and is freed once.
+    unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+}

@@ -1,0 +1,63 @@
+//! Origin tracking under tokio at the default sampling rate: tasks that hold buffers across
+//! `.await` points migrate between the workers of a multi-thread runtime (work stealing, timer
+//! wake-ups), so their buffers are often freed on another thread; on a `current_thread` runtime
+//! they never are.
+
+mod common;
+
+use common::class_row;
+use frag::Tracked;
+use std::alloc::System;
+use std::time::Duration;
+
+#[global_allocator]
+static A: Tracked<System> = Tracked::new(System);
+
+/// `tasks` tasks, each `rounds` times: allocate a buffer of `size` bytes, hold it across a sleep and
+/// a yield, drop it.
+async fn workload(tasks: usize, rounds: usize, size: usize) {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            tokio::spawn(async move {
+                let mut sum = 0u64;
+                for r in 0..rounds {
+                    let buf = vec![(t + r) as u8; size];
+                    tokio::time::sleep(Duration::from_micros(50)).await;
+                    tokio::task::yield_now().await;
+                    sum += u64::from(buf[size / 2]);
+                }
+                sum
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+/// Cross-thread ratio of the class of `size`, once enough of its blocks were sampled.
+fn ratio(size: usize) -> f64 {
+    let r = frag::report();
+    let row = class_row(&r, size as u64).expect("class row");
+    row.cross_thread_ratio.expect("sampled frees in the class")
+}
+
+#[test]
+fn multi_thread_runtime_frees_across_workers() {
+    const SIZE: usize = 2900; // class 2817..=3072
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    rt.block_on(workload(2_000, 100, SIZE));
+    drop(rt);
+    let r = ratio(SIZE);
+    eprintln!("multi-thread runtime: cross-thread ratio {r:.3}");
+    assert!(r > 0.05, "cross-thread ratio {r}");
+}
+
+#[test]
+fn current_thread_runtime_frees_locally() {
+    const SIZE: usize = 3300; // class 3073..=3584
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(workload(2_000, 100, SIZE));
+    drop(rt);
+    assert_eq!(ratio(SIZE), 0.0);
+}
