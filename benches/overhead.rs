@@ -1,8 +1,13 @@
 //! Cost of `Tracked<X>` against bare `X`, measured in the same run: malloc + free pairs at 16 B, 64 B,
-//! 1 KiB and 32 KiB, on 1 and 2 threads, for every backend compiled in.
+//! 1 KiB and 32 KiB, on 1 and 2 threads, for every backend compiled in; `Tracked` runs with origin
+//! sampling at its default rate, and once more with every block sampled (exact mode). A
+//! producer/consumer case measures blocks allocated on one thread and freed on another.
 //!
-//! `cargo bench --bench overhead --all-features` prints a table of median ratios and differences at
-//! the end (from criterion's own estimates); the budget is a ratio <= 1.05 and <= +1 ns per pair.
+//! `cargo bench --bench overhead --all-features` prints two tables at the end:
+//! - criterion's median per benchmark, as ratios of tracked to bare;
+//! - a paired measurement: bare and tracked alternate in short rounds and the table shows the median
+//!   of the per-round ratios, which cancels the clock-speed drift of a shared machine that separate
+//!   criterion runs (seconds apart) pick up.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -69,8 +74,79 @@ fn compare_size<A: GlobalAlloc + Sync + 'static, const SIZE: usize>(
         g.bench_function(BenchmarkId::from_parameter("tracked"), |b| {
             b.iter_custom(|iters| pairs::<Tracked<A>, SIZE>(tracked, threads, iters))
         });
+        if threads == 1 {
+            exact(|| {
+                g.bench_function(BenchmarkId::from_parameter("exact"), |b| {
+                    b.iter_custom(|iters| pairs::<Tracked<A>, SIZE>(tracked, threads, iters))
+                });
+            });
+        }
         g.finish();
     }
+}
+
+/// Runs `f` with every block sampled, then restores the default.
+fn exact(f: impl FnOnce()) {
+    frag::set_sampling(frag::Sampling::EveryBlock).ok();
+    f();
+    frag::set_sampling(frag::Sampling::DEFAULT).ok();
+}
+
+/// `iters` blocks of `SIZE` bytes allocated on one thread and freed on another, handed over in
+/// batches of 256 through a channel; returns the total time (per block: the producer's and the
+/// consumer's work, overlapped).
+fn handoff<A: GlobalAlloc + Sync, const SIZE: usize>(alloc: &A, iters: u64) -> Duration {
+    const BATCH: usize = 256;
+    let Ok(layout) = Layout::from_size_align(SIZE, 8) else { return Duration::ZERO };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(64);
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<usize>>();
+    // Batch vectors circulate, so the channel carries no allocations of its own after warm-up.
+    for _ in 0..64 {
+        back_tx.send(Vec::with_capacity(BATCH)).ok();
+    }
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let back_tx = back_tx.clone();
+        s.spawn(move || {
+            for mut batch in rx {
+                for p in batch.drain(..) {
+                    // SAFETY: allocated below with `layout`, freed once.
+                    unsafe { alloc.dealloc(p as *mut u8, layout) };
+                }
+                if back_tx.send(batch).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut left = iters as usize;
+        while left > 0 {
+            let Ok(mut batch) = back_rx.recv() else { break };
+            for _ in 0..left.min(BATCH) {
+                // SAFETY: non-zero size, valid alignment; freed by the consumer with `layout`.
+                batch.push(unsafe { alloc.alloc(layout) } as usize);
+            }
+            left -= batch.len();
+            if tx.send(batch).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+    });
+    start.elapsed()
+}
+
+fn compare_handoff<A: GlobalAlloc + Sync + 'static, const SIZE: usize>(
+    c: &mut Criterion,
+    name: &str,
+    bare: &A,
+    tracked: &Tracked<A>,
+) {
+    let mut g = c.benchmark_group(format!("handoff/{name}/{SIZE}B"));
+    g.bench_function(BenchmarkId::from_parameter("bare"), |b| b.iter_custom(|iters| handoff::<A, SIZE>(bare, iters)));
+    g.bench_function(BenchmarkId::from_parameter("tracked"), |b| {
+        b.iter_custom(|iters| handoff::<Tracked<A>, SIZE>(tracked, iters))
+    });
+    g.finish();
 }
 
 fn compare<A: GlobalAlloc + Sync + 'static>(c: &mut Criterion, name: &str, bare: &A, tracked: &Tracked<A>) {
@@ -78,6 +154,61 @@ fn compare<A: GlobalAlloc + Sync + 'static>(c: &mut Criterion, name: &str, bare:
     compare_size::<A, 64>(c, name, bare, tracked);
     compare_size::<A, 1024>(c, name, bare, tracked);
     compare_size::<A, 32768>(c, name, bare, tracked);
+    compare_handoff::<A, 64>(c, name, bare, tracked);
+    compare_handoff::<A, 16384>(c, name, bare, tracked);
+}
+
+/// Median of per-round ratios: `rounds` rounds, each timing `bare` then `tracked` on the same work.
+fn paired(rounds: usize, mut bare: impl FnMut() -> Duration, mut tracked: impl FnMut() -> Duration) -> (f64, f64, f64) {
+    let mut r: Vec<(f64, f64)> = (0..rounds).map(|_| (bare().as_secs_f64(), tracked().as_secs_f64())).collect();
+    let mut ratios: Vec<f64> = r.iter().map(|(b, t)| t / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    r.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let bare_median = r[rounds / 2].0;
+    r.sort_by(|x, y| x.1.total_cmp(&y.1));
+    (bare_median, r[rounds / 2].1, ratios[rounds / 2])
+}
+
+const PAIRED_ROUNDS: usize = 21;
+const PAIRED_ITERS: u64 = 200_000;
+
+fn paired_rows<A: GlobalAlloc + Sync + 'static, const SIZE: usize>(name: &str, bare: &A, tracked: &Tracked<A>) {
+    for threads in THREADS {
+        let (b, t, ratio) = paired(
+            PAIRED_ROUNDS,
+            || pairs::<A, SIZE>(bare, threads, PAIRED_ITERS),
+            || pairs::<Tracked<A>, SIZE>(tracked, threads, PAIRED_ITERS),
+        );
+        let ns = |d: f64| d * 1e9 / PAIRED_ITERS as f64;
+        println!(
+            "| {name} | pair {SIZE} B | {threads} | {:.2} | {:.2} | {ratio:.3} | {:+.2} |",
+            ns(b),
+            ns(t),
+            ns(t) - ns(b)
+        );
+    }
+    if SIZE == 64 || SIZE == 16384 {
+        let (b, t, ratio) = paired(
+            PAIRED_ROUNDS,
+            || handoff::<A, SIZE>(bare, PAIRED_ITERS),
+            || handoff::<Tracked<A>, SIZE>(tracked, PAIRED_ITERS),
+        );
+        let ns = |d: f64| d * 1e9 / PAIRED_ITERS as f64;
+        println!(
+            "| {name} | handoff {SIZE} B | 2 | {:.2} | {:.2} | {ratio:.3} | {:+.2} |",
+            ns(b),
+            ns(t),
+            ns(t) - ns(b)
+        );
+    }
+}
+
+fn paired_table<A: GlobalAlloc + Sync + 'static>(name: &str, bare: &A, tracked: &Tracked<A>) {
+    paired_rows::<A, 16>(name, bare, tracked);
+    paired_rows::<A, 64>(name, bare, tracked);
+    paired_rows::<A, 1024>(name, bare, tracked);
+    paired_rows::<A, 16384>(name, bare, tracked);
+    paired_rows::<A, 32768>(name, bare, tracked);
 }
 
 static SYSTEM: Tracked<System> = Tracked::new(System);
@@ -112,15 +243,28 @@ fn median_ns(group: &str, case: &str) -> Option<f64> {
 }
 
 fn summary() {
-    println!("\n| backend | size | threads | bare ns/pair | tracked ns/pair | ratio | diff ns |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("\ncriterion medians (tracked = default sampling; exact = every block sampled)\n");
+    println!("| backend | case | threads | bare ns | tracked ns | ratio | diff ns | exact ns | exact ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for name in backends() {
         for threads in THREADS {
             for size in SIZES {
                 let group = format!("pair/{name}/{size}B/{threads}t");
                 if let (Some(b), Some(t)) = (median_ns(&group, "bare"), median_ns(&group, "tracked")) {
-                    println!("| {name} | {size} | {threads} | {b:.2} | {t:.2} | {:.3} | {:+.2} |", t / b, t - b);
+                    let (e, er) = median_ns(&group, "exact")
+                        .map_or(("-".to_owned(), "-".to_owned()), |e| (format!("{e:.2}"), format!("{:.2}", e / b)));
+                    println!(
+                        "| {name} | pair {size} B | {threads} | {b:.2} | {t:.2} | {:.3} | {:+.2} | {e} | {er} |",
+                        t / b,
+                        t - b
+                    );
                 }
+            }
+        }
+        for size in [64, 16384] {
+            let group = format!("handoff/{name}/{size}B");
+            if let (Some(b), Some(t)) = (median_ns(&group, "bare"), median_ns(&group, "tracked")) {
+                println!("| {name} | handoff {size} B | 2 | {b:.2} | {t:.2} | {:.3} | {:+.2} | - | - |", t / b, t - b);
             }
         }
     }
@@ -139,5 +283,21 @@ fn main() {
     #[cfg(feature = "snmalloc")]
     compare(&mut c, "snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
     c.final_summary();
+    if std::env::var_os("FRAG_BENCH_DEBUG").is_some() {
+        eprintln!("{}", frag::report());
+    }
     summary();
+    // The paired table runs only when benchmarking for real (not under `cargo test --benches`).
+    if std::env::args().any(|a| a == "--bench") {
+        println!("\npaired rounds (median of {PAIRED_ROUNDS} per-round ratios, {PAIRED_ITERS} operations per round)\n");
+        println!("| backend | case | threads | bare ns | tracked ns | ratio | diff ns |");
+        println!("|---|---|---|---|---|---|---|");
+        paired_table("system", &System, &SYSTEM);
+        #[cfg(feature = "jemalloc")]
+        paired_table("jemalloc", &tikv_jemallocator::Jemalloc, &JEMALLOC);
+        #[cfg(feature = "mimalloc")]
+        paired_table("mimalloc", &mimalloc::MiMalloc, &MIMALLOC);
+        #[cfg(feature = "snmalloc")]
+        paired_table("snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
+    }
 }

@@ -33,6 +33,10 @@
 //! - **The allocator's own figures** (jemalloc `stats.*`, glibc `mallinfo2`, mimalloc commit, snmalloc
 //!   reserved address space) and **the process view** (`/proc`: RSS, PSS, anonymous bytes).
 //! - **The fragmentation ratio** `(resident − allocated) / allocated`, stating which figures it used.
+//! - **Allocation origin**, estimated from sampled blocks: how many frees (and bytes) happen on
+//!   another thread than the allocating one, per thread, per size class, per thread pair and per
+//!   lifetime, with a 95% interval. See [`Sampling`] for the rate and its cost; the side table that
+//!   remembers sampled blocks is a fixed 2.1 MiB of static memory.
 //!
 //! ## The allocation-path contract
 //!
@@ -46,6 +50,8 @@
 //! - thread-locals are `const`-initialised, have no destructor and are read with `try_with`;
 //! - thread exit is seen through a pthread key destructor; a released shard is reused by the next
 //!   thread and its past totals stay in the "retired" row;
+//! - origin sampling and live-byte publishing run on a cold path, when a per-thread countdown of
+//!   bytes runs out; a free reads one filter byte to know whether its block was sampled;
 //! - everything that allocates ([`report()`], formatting) runs outside the allocator, under a
 //!   reentrancy guard.
 //!

@@ -3,7 +3,7 @@
 //! Everything the allocation path touches goes through this module so that the concurrency-heavy parts
 //! can be swapped for `loom` types in model-checking builds later without touching the callers.
 
-pub(crate) use core::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// Adds `v` to a counter that only the calling thread ever writes.
 ///

@@ -107,26 +107,26 @@ impl<A: 'static> Tracked<A> {
         pool::slow(|| backend::register(self.registration()))
     }
 
+    /// Counts the allocation of `ptr` and returns it. Every call it may make is a tail call, so the
+    /// hot path needs no stack frame of its own beyond what the inner allocator's call needs.
     #[inline(always)]
-    fn on_alloc(&self, ptr: *mut u8, layout: Layout) {
+    fn on_alloc(&self, ptr: *mut u8, layout: Layout) -> *mut u8 {
         let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
         match pool::owned() {
-            Some(s) => {
-                if s.on_alloc::<Owner>(class, size, usable) {
-                    origin::event::<Owner>(s, Some((ptr, size)));
-                }
-            }
+            Some(s) if s.on_alloc::<Owner>(class, size, usable) => alloc_event(s, ptr, size),
+            Some(_) => ptr,
             None => self.slow_alloc(ptr, class, size, usable),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn slow_alloc(&self, ptr: *mut u8, class: usize, size: usize, usable: Usable) {
+    fn slow_alloc(&self, ptr: *mut u8, class: usize, size: usize, usable: Usable) -> *mut u8 {
         let s = self.slow_shard();
         if s.on_alloc::<Anyone>(class, size, usable) {
             origin::event::<Anyone>(s, Some((ptr, size)));
         }
+        ptr
     }
 
     #[cold]
@@ -148,6 +148,44 @@ impl<A: 'static> Tracked<A> {
     }
 }
 
+impl<A: GlobalAlloc + 'static> Tracked<A> {
+    /// Forwards a free and counts it (the block is not sampled, or its entry is settled already).
+    #[inline(always)]
+    unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
+        // A usable size that needs the block is read while it is still live; any other is computed
+        // after the inner call, so nothing but the layout is kept across it.
+        let early = usable::needs_block::<A>(self.probe, layout).then(|| self.usable(ptr, layout));
+        // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) };
+        let usable = early.unwrap_or_else(|| usable::of_layout::<A>(layout));
+        let (class, size) = (class_of(layout.size()), layout.size());
+        match pool::owned() {
+            Some(s) if s.on_dealloc::<Owner>(class, size, usable) => origin::event::<Owner>(s, None),
+            Some(_) => {}
+            None => self.slow_dealloc(class, size, usable),
+        }
+    }
+
+    /// A free of a block that may be sampled: its entry leaves the side table before its address can
+    /// be handed out again.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_sampled(&self, ptr: *mut u8, layout: Layout) {
+        origin::freed(ptr);
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.dealloc_counted(ptr, layout) }
+    }
+}
+
+/// The countdown of the calling thread's shard ran out on allocating `ptr`: a tail call that
+/// returns `ptr`.
+#[cold]
+#[inline(never)]
+fn alloc_event(s: &'static Shard, ptr: *mut u8, size: usize) -> *mut u8 {
+    origin::event::<Owner>(s, Some((ptr, size)));
+    ptr
+}
+
 // SAFETY: every method forwards to `A` with exactly the caller's arguments and returns `A`'s result
 // unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
 // memory handed out.
@@ -156,45 +194,30 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees about `layout`.
         let ptr = unsafe { self.inner.alloc(layout) };
-        if !ptr.is_null() {
-            self.on_alloc(ptr, layout);
-        }
-        ptr
+        if ptr.is_null() { ptr } else { self.on_alloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees about `layout`.
         let ptr = unsafe { self.inner.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            self.on_alloc(ptr, layout);
-        }
-        ptr
+        if ptr.is_null() { ptr } else { self.on_alloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // The usable size is read while the block is still live (pointer-based backends need that).
-        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
-        // A sampled block leaves the side table before its address can be handed out again.
         if origin::may_be_sampled(ptr) {
-            origin::freed(ptr);
-        }
-        // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
-        unsafe { self.inner.dealloc(ptr, layout) };
-        match pool::owned() {
-            Some(s) => {
-                if s.on_dealloc::<Owner>(class, size, usable) {
-                    origin::event::<Owner>(s, None);
-                }
-            }
-            None => self.slow_dealloc(class, size, usable),
+            // SAFETY: the caller's guarantees, passed on.
+            unsafe { self.dealloc_sampled(ptr, layout) }
+        } else {
+            // SAFETY: the caller's guarantees, passed on.
+            unsafe { self.dealloc_counted(ptr, layout) }
         }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        let early = usable::needs_block::<A>(self.probe, layout).then(|| self.usable(ptr, layout));
         // A sampled block's entry is taken out while the allocator may recycle its address.
         let entry = if origin::may_be_sampled(ptr) { origin::take(ptr) } else { None };
         // SAFETY: forwarded with the caller's guarantees about `ptr`, `layout` and `new_size`.
@@ -209,6 +232,7 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         if let Some(e) = entry {
             origin::put_back(new_ptr, e, new_size);
         }
+        let old = (class_of(layout.size()), layout.size(), early.unwrap_or_else(|| usable::of_layout::<A>(layout)));
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };

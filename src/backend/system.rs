@@ -29,6 +29,12 @@ mod glibc {
         if chunk < 32 { 24 } else { chunk - 8 }
     }
 
+    /// Above the chunk rule's range the usable size comes from the block itself.
+    #[inline(always)]
+    pub(crate) fn needs_block(layout: Layout) -> bool {
+        !is_plain(layout, RULE_MAX)
+    }
+
     #[inline(always)]
     pub(crate) fn usable(ptr: *mut u8, layout: Layout) -> Usable {
         if is_plain(layout, RULE_MAX) {
@@ -88,7 +94,7 @@ mod glibc {
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
-pub(crate) use glibc::{USABLE_SOURCE, stats, usable};
+pub(crate) use glibc::{USABLE_SOURCE, needs_block, stats, usable};
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
 mod other {
@@ -105,10 +111,14 @@ mod other {
         Usable::Requested
     }
 
+    pub(crate) fn needs_block(_: Layout) -> bool {
+        false
+    }
+
     pub(crate) fn stats() -> Option<AllocatorStats> {
         None
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
-pub(crate) use other::{USABLE_SOURCE, stats, usable};
+pub(crate) use other::{USABLE_SOURCE, needs_block, stats, usable};

@@ -69,3 +69,36 @@ pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, la
         },
     }
 }
+
+/// Whether [`of`] needs the block itself (its pointer, while it is live) for this layout. When it
+/// does not, `dealloc` computes the usable size after the inner call, so nothing has to be kept in
+/// registers across it.
+#[inline(always)]
+pub(crate) fn needs_block<A: 'static>(probe: Option<&'static dyn Probe>, layout: Layout) -> bool {
+    match kind_of::<A>() {
+        Kind::System => super::system::needs_block(layout),
+        #[cfg(feature = "jemalloc")]
+        Kind::Jemalloc => false,
+        #[cfg(feature = "mimalloc")]
+        Kind::Mimalloc => true,
+        #[cfg(feature = "snmalloc")]
+        Kind::Snmalloc => !is_plain(layout, super::snmalloc::UNIFORM_MAX),
+        Kind::Other => probe.is_some(),
+    }
+}
+
+/// [`of`] for a layout where [`needs_block`] is false (the block may be gone already).
+#[inline(always)]
+pub(crate) fn of_layout<A: 'static>(layout: Layout) -> Usable {
+    match kind_of::<A>() {
+        // Without a block, `system::usable` only applies the chunk rule (see `needs_block`).
+        Kind::System => super::system::usable(core::ptr::null_mut(), layout),
+        #[cfg(feature = "jemalloc")]
+        Kind::Jemalloc if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
+        #[cfg(feature = "jemalloc")]
+        Kind::Jemalloc => Usable::Explicit(super::jemalloc::usable(layout)),
+        #[cfg(feature = "snmalloc")]
+        Kind::Snmalloc => Usable::Uniform,
+        _ => Usable::Requested,
+    }
+}

@@ -27,7 +27,7 @@ use core::fmt;
 use crate::stats::class::class_of;
 use crate::stats::pool::{self, Me};
 use crate::stats::shard::{Shard, origin_field};
-use crate::sync::Ordering;
+use crate::sync::{AtomicBool, Ordering};
 use sampler::{Restart, W_ONE};
 use table::{Entry, Table};
 use tally::Tally;
@@ -128,9 +128,13 @@ impl std::error::Error for SamplingError {}
 /// ```
 pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
     let r = s.rate_log2()?;
+    EXPLICIT.store(true, Ordering::Relaxed);
     sampler::set_rate_log2(r);
     Ok(Sampling::from_log2(r))
 }
+
+/// Whether `set_sampling` was called: a `Tracked`'s configured sampling then no longer applies.
+static EXPLICIT: AtomicBool = AtomicBool::new(false);
 
 /// The current sampling setting.
 #[must_use]
@@ -140,8 +144,10 @@ pub fn sampling() -> Sampling {
 
 /// Applies a `Tracked`'s configured sampling at registration (first allocation in the process).
 pub(crate) fn configure(s: Sampling) {
-    // An invalid const configuration (OneIn(0)) keeps the default; the report warns about it.
-    if let Ok(r) = s.rate_log2() {
+    // An invalid const configuration (OneIn(0)) keeps the default; the report warns about it. A
+    // rate set at run time before the first allocation of this `Tracked` (when it is not the global
+    // allocator) wins.
+    if let (Ok(r), false) = (s.rate_log2(), EXPLICIT.load(Ordering::Relaxed)) {
         sampler::set_rate_log2(r);
     }
 }
@@ -235,6 +241,13 @@ fn record_free(me: &Me, e: Entry) {
         add(me.shard, origin_field::LOCAL + 1, wb);
         add(me.shard, origin_field::LOCAL_W2, w2);
     }
-    let lifetime = now_ns().saturating_sub(e.born);
-    TALLY.free(class_of(e.size as usize), cross, lifetime, e.tid, me.tid, w, wb);
+    TALLY.free(&tally::SampledFree {
+        class: class_of(e.size as usize),
+        cross,
+        lifetime_ns: now_ns().saturating_sub(e.born),
+        alloc_tid: e.tid,
+        free_tid: me.tid,
+        w,
+        wb,
+    });
 }

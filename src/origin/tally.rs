@@ -37,6 +37,18 @@ pub(crate) struct PairSums {
     pub(crate) bytes: u64,
 }
 
+/// One sampled free, as the tallies need it.
+pub(crate) struct SampledFree {
+    pub(crate) class: usize,
+    pub(crate) cross: bool,
+    pub(crate) lifetime_ns: u64,
+    pub(crate) alloc_tid: u32,
+    pub(crate) free_tid: u32,
+    /// Weight and weighted bytes, fixed point.
+    pub(crate) w: u64,
+    pub(crate) wb: u64,
+}
+
 pub(crate) struct Tally {
     /// Sampled allocations that made it into the table.
     pub(crate) sampled: AtomicU64,
@@ -69,29 +81,20 @@ impl Tally {
         }
     }
 
-    /// Records one sampled free of weight `w` and weighted bytes `wb` (fixed point).
-    pub(crate) fn free(
-        &self,
-        class: usize,
-        cross: bool,
-        lifetime_ns: u64,
-        alloc_tid: u32,
-        free_tid: u32,
-        w: u64,
-        wb: u64,
-    ) {
+    /// Records one sampled free.
+    pub(crate) fn free(&self, f: &SampledFree) {
         let add = |c: Option<&AtomicU64>, v: u64| {
             if let Some(c) = c {
                 c.fetch_add(v, Ordering::Relaxed);
             }
         };
         self.sampled_frees.fetch_add(1, Ordering::Relaxed);
-        add(self.class_frees.get(class), w);
-        if cross {
-            add(self.class_cross.get(class), w);
+        add(self.class_frees.get(f.class), f.w);
+        if f.cross {
+            add(self.class_cross.get(f.class), f.w);
         }
-        add(self.lifetimes.get(usize::from(cross)).and_then(|l| l.get(lifetime_bucket(lifetime_ns))), w);
-        self.pair(alloc_tid, free_tid, w, wb);
+        add(self.lifetimes.get(usize::from(f.cross)).and_then(|l| l.get(lifetime_bucket(f.lifetime_ns))), f.w);
+        self.pair(f.alloc_tid, f.free_tid, f.w, f.wb);
     }
 
     fn pair(&self, alloc_tid: u32, free_tid: u32, w: u64, wb: u64) {

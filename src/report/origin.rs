@@ -21,7 +21,7 @@ fn share(part: u64, whole: u64) -> Option<f64> {
 
 /// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
 pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
-    if !(n > 0.0) || !(0.0..=1.0).contains(&p) {
+    if n.is_nan() || n <= 0.0 || !(0.0..=1.0).contains(&p) {
         return None;
     }
     const Z: f64 = 1.959_964;

@@ -11,11 +11,34 @@ pub const NUM_CLASSES: usize = 94;
 /// The largest bounded class ends at 64 MiB; anything larger lands in the last class.
 const LAST_BOUNDED: usize = 64 << 20;
 
+/// Requests up to this size find their class in a table (one byte load) instead of computing it.
+const TABLE_MAX: usize = 1024;
+
+/// `class_of` for every size up to `TABLE_MAX`, built at compile time.
+static SMALL_CLASSES: [u8; TABLE_MAX + 1] = {
+    let mut t = [0u8; TABLE_MAX + 1];
+    let mut size = 0;
+    while size <= TABLE_MAX {
+        t[size] = computed_class(size) as u8;
+        size += 1;
+    }
+    t
+};
+
 /// Index of the class that holds a request of `size` bytes.
 ///
-/// Branch-light and total: every `usize` maps to a valid index.
+/// Total: every `usize` maps to a valid index. Small sizes (the common case when the size is not a
+/// compile-time constant) take one table load; larger ones a short computation.
 #[inline(always)]
 pub(crate) fn class_of(size: usize) -> usize {
+    match SMALL_CLASSES.get(size) {
+        Some(&c) => c as usize,
+        None => computed_class(size),
+    }
+}
+
+#[inline(always)]
+const fn computed_class(size: usize) -> usize {
     if size <= 8 {
         return 0;
     }
@@ -73,6 +96,13 @@ mod tests {
         assert_eq!(bounds, [8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80]);
         assert_eq!(class_of(160), class_of(129));
         assert_ne!(class_of(161), class_of(160));
+    }
+
+    #[test]
+    fn table_matches_the_computation() {
+        for size in 0..=TABLE_MAX + 1 {
+            assert_eq!(class_of(size), computed_class(size), "size {size}");
+        }
     }
 
     #[test]
