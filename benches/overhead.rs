@@ -172,33 +172,36 @@ fn paired(rounds: usize, mut bare: impl FnMut() -> Duration, mut tracked: impl F
 const PAIRED_ROUNDS: usize = 21;
 const PAIRED_ITERS: u64 = 200_000;
 
+/// Prints one row of the paired table: `bare` and `tracked` each time `PAIRED_ITERS` operations.
+fn paired_row(
+    name: &str,
+    case: &str,
+    threads: usize,
+    bare: impl FnMut() -> Duration,
+    tracked: impl FnMut() -> Duration,
+) {
+    let (b, t, ratio) = paired(PAIRED_ROUNDS, bare, tracked);
+    let ns = |d: f64| d * 1e9 / PAIRED_ITERS as f64;
+    println!("| {name} | {case} | {threads} | {:.2} | {:.2} | {ratio:.3} | {:+.2} |", ns(b), ns(t), ns(t) - ns(b));
+}
+
 fn paired_rows<A: GlobalAlloc + Sync + 'static, const SIZE: usize>(name: &str, bare: &A, tracked: &Tracked<A>) {
     for threads in THREADS {
-        let (b, t, ratio) = paired(
-            PAIRED_ROUNDS,
+        paired_row(
+            name,
+            &format!("pair {SIZE} B"),
+            threads,
             || pairs::<A, SIZE>(bare, threads, PAIRED_ITERS),
             || pairs::<Tracked<A>, SIZE>(tracked, threads, PAIRED_ITERS),
         );
-        let ns = |d: f64| d * 1e9 / PAIRED_ITERS as f64;
-        println!(
-            "| {name} | pair {SIZE} B | {threads} | {:.2} | {:.2} | {ratio:.3} | {:+.2} |",
-            ns(b),
-            ns(t),
-            ns(t) - ns(b)
-        );
     }
     if SIZE == 64 || SIZE == 16384 {
-        let (b, t, ratio) = paired(
-            PAIRED_ROUNDS,
+        paired_row(
+            name,
+            &format!("handoff {SIZE} B"),
+            2,
             || handoff::<A, SIZE>(bare, PAIRED_ITERS),
             || handoff::<Tracked<A>, SIZE>(tracked, PAIRED_ITERS),
-        );
-        let ns = |d: f64| d * 1e9 / PAIRED_ITERS as f64;
-        println!(
-            "| {name} | handoff {SIZE} B | 2 | {:.2} | {:.2} | {ratio:.3} | {:+.2} |",
-            ns(b),
-            ns(t),
-            ns(t) - ns(b)
         );
     }
 }
