@@ -286,9 +286,6 @@ fn main() {
     #[cfg(feature = "snmalloc")]
     compare(&mut c, "snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
     c.final_summary();
-    if std::env::var_os("FRAG_BENCH_DEBUG").is_some() {
-        eprintln!("{}", frag::report());
-    }
     summary();
     // The paired table runs only when benchmarking for real (not under `cargo test --benches`).
     if std::env::args().any(|a| a == "--bench") {
