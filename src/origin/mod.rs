@@ -171,8 +171,7 @@ pub(crate) fn may_be_sampled(ptr: *mut u8) -> bool {
 #[cold]
 #[inline(never)]
 pub(crate) fn event<W: Restart>(shard: &'static Shard, allocated: Option<(*mut u8, usize)>) {
-    let due = sampler::restart::<W>(shard);
-    if let (Some(rate), Some((ptr, size))) = (due.sample_log2, allocated) {
+    if let (Some(rate), Some((ptr, size))) = (sampler::restart::<W>(shard), allocated) {
         let me = pool::me();
         let entry =
             Entry { tid: me.tid, slot: me.slot, size: size as u64, rate_log2: rate.min(62) as u8, born: now_ns() };

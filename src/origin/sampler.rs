@@ -97,21 +97,16 @@ fn draw(shard: &Shard, period: u64) -> i64 {
     x.min(period as f64 * 64.0).min(i64::MAX as f64 / 2.0) as i64
 }
 
-/// What the cold path must do after the countdown ran out.
-pub(crate) struct Due {
-    /// Sample the block at hand, at this rate.
-    pub(crate) sample_log2: Option<u32>,
-}
-
 /// Restarts the countdown of a shard whose countdown ran out, and publishes its classes when due.
-pub(crate) fn restart<W: Restart>(shard: &Shard) -> Due {
+/// Returns the rate to sample the block at hand at, or `None` when sampling is off.
+pub(crate) fn restart<W: Restart>(shard: &Shard) -> Option<u32> {
     let rate = rate_log2();
     let interval = match rate {
         Some(r) => draw(shard, period(r)),
         None => UNSAMPLED_INTERVAL as i64,
     };
     W::restart(shard, interval);
-    Due { sample_log2: rate }
+    rate
 }
 
 /// How each kind of writer restarts its countdown.

@@ -242,10 +242,7 @@ fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> 
                 live_bytes,
                 usable_bytes,
                 internal_bytes: usable_bytes.saturating_sub(live_bytes),
-                cross_thread_ratio: {
-                    let (frees, cross) = TALLY.class(i);
-                    (frees > 0).then(|| cross as f64 / frees as f64)
-                },
+                cross_thread_ratio: origin_section::class_ratio(i),
             }
         })
         .collect()

@@ -19,6 +19,12 @@ fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
 
+/// Estimated cross-thread share of class `class`'s frees.
+pub(super) fn class_ratio(class: usize) -> Option<f64> {
+    let (frees, cross) = TALLY.class(class);
+    share(cross, frees)
+}
+
 /// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
 pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
     if n.is_nan() || n <= 0.0 || !(0.0..=1.0).contains(&p) {
