@@ -80,6 +80,7 @@ mod report;
 mod stats;
 mod sync;
 mod tracked;
+pub mod tune;
 
 pub use backend::{AllocatorStats, Probe};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};

@@ -31,7 +31,7 @@ fn page_size() -> u64 {
     if n > 0 { n as u64 } else { 4096 }
 }
 
-fn rss() -> Option<u64> {
+pub(crate) fn rss() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * page_size())

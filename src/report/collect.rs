@@ -90,6 +90,9 @@ pub fn report() -> Report {
             ));
         }
     }
+    if guard.is_some() {
+        warnings.extend(crate::tune::check_and_warn().iter().map(ToString::to_string));
+    }
     if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
         warnings
             .push("Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used".to_owned());

@@ -258,3 +258,53 @@ pub fn raw_free(addr: usize, size: usize) {
     // SAFETY: `addr` came from `raw_alloc(size)` and is freed once.
     unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
 }
+
+/// The process's resident set in bytes, from `/proc/self/statm` (independent of the crate's reader).
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("statm resident");
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+/// Whether this process is a child started by [`run_child`].
+pub fn is_child() -> bool {
+    std::env::var_os("FRAG_TEST_CHILD").is_some()
+}
+
+/// Runs the test `name` of this test binary in a new process with `env` set (environment variables
+/// read at start-up, such as allocator options, can only be tested this way); panics with its
+/// output if it fails.
+pub fn run_child(name: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).env("FRAG_TEST_CHILD", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("start the child test");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child test {name} failed:\n{text}");
+    assert!(text.contains("1 passed"), "child test {name} did not run:\n{text}");
+}
+
+/// Runs `f` with a `tracing` subscriber that records every event as text; returns the text.
+pub fn capture_tracing<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let sink = buffer.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+    let value = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (value, text)
+}

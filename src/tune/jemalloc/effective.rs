@@ -1,0 +1,124 @@
+//! What jemalloc is actually using, read back: start-up options and the run-time state.
+
+use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
+use super::mallctl::{ArenaKey, Key};
+use super::{DecayKind, conf_env_var, decay_from, require};
+use crate::tune::{Decay, TuneError};
+
+/// One arena's purge delays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArenaDecay {
+    /// The arena index.
+    pub index: usize,
+    /// `arena.<i>.dirty_decay_ms`.
+    pub dirty: Decay,
+    /// `arena.<i>.muzzy_decay_ms`.
+    pub muzzy: Decay,
+}
+
+/// jemalloc's configuration as it is in force, from [`effective`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Effective {
+    /// jemalloc's version string.
+    pub version: &'static str,
+    /// The environment variable this jemalloc reads (see [`conf_env_var`](super::conf_env_var)).
+    pub conf_env_var: &'static str,
+    /// The start-up options (`opt.*`) as jemalloc resolved them from every source; every field is
+    /// `Some`. Compare with what you configured: jemalloc clips and rounds some values silently.
+    pub opt: JemallocConfig,
+    /// Whether background threads run now.
+    pub background_thread: bool,
+    /// Their maximum now.
+    pub max_background_threads: usize,
+    /// Arena slots (`arenas.narenas`), initialised or not.
+    pub narenas: u32,
+    /// Dirty decay given to arenas created from now on (`arenas.dirty_decay_ms`).
+    pub default_dirty_decay: Decay,
+    /// Muzzy decay given to arenas created from now on (`arenas.muzzy_decay_ms`).
+    pub default_muzzy_decay: Decay,
+    /// Each initialised arena's own delays.
+    pub arenas: Vec<ArenaDecay>,
+    /// Whether the calling thread's cache is enabled.
+    pub thread_tcache_enabled: bool,
+    /// The calling thread's cache limit in bytes.
+    pub thread_tcache_max: usize,
+}
+
+fn ctl<T>(name: &str, r: tikv_jemalloc_ctl::Result<T>) -> Result<T, TuneError> {
+    r.map_err(|e| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() })
+}
+
+fn opt_decay(key: &'static [u8], knob: &str) -> Result<Decay, TuneError> {
+    decay_from(knob, Key::<isize>::new(key).read()?)
+}
+
+fn read_opts() -> Result<JemallocConfig, TuneError> {
+    use tikv_jemalloc_ctl::opt;
+    let text = |key: &'static [u8]| Key::<*const core::ffi::c_char>::new(key).read_str();
+    Ok(JemallocConfig {
+        background_thread: Some(ctl("opt.background_thread", opt::background_thread::read())?),
+        max_background_threads: Some(Key::<usize>::new(b"opt.max_background_threads\0").read()?),
+        dirty_decay: Some(opt_decay(b"opt.dirty_decay_ms\0", "opt.dirty_decay_ms")?),
+        muzzy_decay: Some(opt_decay(b"opt.muzzy_decay_ms\0", "opt.muzzy_decay_ms")?),
+        tcache: Some(ctl("opt.tcache", opt::tcache::read())?),
+        tcache_max: Some(ctl("opt.tcache_max", opt::tcache_max::read())?),
+        narenas: Some(ctl("opt.narenas", opt::narenas::read())?),
+        retain: Some(Key::<bool>::new(b"opt.retain\0").read()?),
+        oversize_threshold: Some(Key::<usize>::new(b"opt.oversize_threshold\0").read()?),
+        percpu_arena: PercpuArena::parse(text(b"opt.percpu_arena\0")?),
+        thp: Thp::parse(text(b"opt.thp\0")?),
+        metadata_thp: MetadataThp::parse(text(b"opt.metadata_thp\0")?),
+        abort_conf: Some(Key::<bool>::new(b"opt.abort_conf\0").read()?),
+    })
+}
+
+/// Reads back what jemalloc is using: every modelled `opt.*`, background threads, the decay of each
+/// initialised arena and of future ones, and the calling thread's cache.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+///
+/// # Example
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+/// let used = frag::tune::jemalloc::effective()?;
+/// println!("jemalloc {} reads {}; options in force: {}", used.version, used.conf_env_var, used.opt);
+/// for a in &used.arenas {
+///     println!("arena {}: dirty {} muzzy {}", a.index, a.dirty, a.muzzy);
+/// }
+/// # Ok::<(), frag::tune::TuneError>(())
+/// ```
+pub fn effective() -> Result<Effective, TuneError> {
+    require()?;
+    let narenas = ctl("arenas.narenas", tikv_jemalloc_ctl::arenas::narenas::read())?;
+    let initialized = ArenaKey::<bool>::new(b"arena.0.initialized\0")?;
+    let (dirty, muzzy) = (DecayKind::Dirty.arena_key()?, DecayKind::Muzzy.arena_key()?);
+    let mut arenas = Vec::new();
+    for index in 0..narenas as usize {
+        if initialized.read(index)? {
+            arenas.push(ArenaDecay {
+                index,
+                dirty: decay_from("arena.<i>.dirty_decay_ms", dirty.read(index)?)?,
+                muzzy: decay_from("arena.<i>.muzzy_decay_ms", muzzy.read(index)?)?,
+            });
+        }
+    }
+    Ok(Effective {
+        version: ctl("version", tikv_jemalloc_ctl::version::read())?,
+        conf_env_var: conf_env_var(),
+        opt: read_opts()?,
+        background_thread: ctl("background_thread", tikv_jemalloc_ctl::background_thread::read())?,
+        max_background_threads: ctl("max_background_threads", tikv_jemalloc_ctl::max_background_threads::read())?,
+        narenas,
+        default_dirty_decay: decay_from("arenas.dirty_decay_ms", DecayKind::Dirty.defaults_key().read()?)?,
+        default_muzzy_decay: decay_from("arenas.muzzy_decay_ms", DecayKind::Muzzy.defaults_key().read()?)?,
+        arenas,
+        thread_tcache_enabled: super::THREAD_TCACHE_ENABLED.read()?,
+        thread_tcache_max: super::THREAD_TCACHE_MAX.read()?,
+    })
+}

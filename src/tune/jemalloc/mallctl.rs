@@ -1,0 +1,99 @@
+//! The few `mallctl` shapes the typed keys of tikv-jemalloc-ctl do not cover: per-arena keys by MIB,
+//! C-string options, and calls with no value at all (purge, decay, flush).
+
+use core::ffi::{CStr, c_char};
+
+use tikv_jemalloc_ctl::raw;
+
+use crate::tune::TuneError;
+
+fn name_of(name: &[u8]) -> String {
+    String::from_utf8_lossy(name.strip_suffix(b"\0").unwrap_or(name)).into_owned()
+}
+
+fn failed(name: &[u8], e: tikv_jemalloc_ctl::Error) -> TuneError {
+    TuneError::Mallctl { name: name_of(name), message: e.to_string() }
+}
+
+/// A key whose value jemalloc stores as `T`.
+///
+/// Reading with the wrong `T` would misread memory; each key below is paired with the type jemalloc
+/// documents for it, which is the reason these helpers stay private to the tuning module.
+pub(crate) struct Key<T> {
+    pub(crate) name: &'static [u8],
+    _type: core::marker::PhantomData<T>,
+}
+
+impl<T: Copy> Key<T> {
+    pub(crate) const fn new(name: &'static [u8]) -> Self {
+        Self { name, _type: core::marker::PhantomData }
+    }
+
+    pub(crate) fn read(&self) -> Result<T, TuneError> {
+        // SAFETY: `name` is NUL-terminated and jemalloc stores this key as a `T` (see `Key`).
+        unsafe { raw::read::<T>(self.name) }.map_err(|e| failed(self.name, e))
+    }
+
+    pub(crate) fn write(&self, value: T) -> Result<(), TuneError> {
+        // SAFETY: as for `read`; the value is a valid `T`.
+        unsafe { raw::write::<T>(self.name, value) }.map_err(|e| failed(self.name, e))
+    }
+}
+
+impl Key<*const c_char> {
+    /// A C-string option (`opt.thp`, ...), which jemalloc keeps for the life of the process.
+    pub(crate) fn read_str(&self) -> Result<&'static str, TuneError> {
+        // SAFETY: the key's type is `const char *`, a static string owned by jemalloc.
+        let bytes = unsafe { raw::read_str(self.name) }.map_err(|e| failed(self.name, e))?;
+        Ok(CStr::from_bytes_with_nul(bytes).ok().and_then(|c| c.to_str().ok()).unwrap_or(""))
+    }
+}
+
+/// A per-arena key `arena.<i>.<leaf>` of type `T`, resolved to a MIB once.
+pub(crate) struct ArenaKey<T> {
+    name: &'static [u8],
+    mib: [usize; 3],
+    _type: core::marker::PhantomData<T>,
+}
+
+impl<T: Copy> ArenaKey<T> {
+    /// `name` is `arena.0.<leaf>` with its NUL; index 0 is replaced per call.
+    pub(crate) fn new(name: &'static [u8]) -> Result<Self, TuneError> {
+        let mut mib = [0; 3];
+        raw::name_to_mib(name, &mut mib).map_err(|e| failed(name, e))?;
+        Ok(Self { name, mib, _type: core::marker::PhantomData })
+    }
+
+    fn at(&self, arena: usize) -> [usize; 3] {
+        let mut mib = self.mib;
+        mib[1] = arena;
+        mib
+    }
+
+    pub(crate) fn read(&self, arena: usize) -> Result<T, TuneError> {
+        // SAFETY: the MIB names a key of type `T` (see `Key`).
+        unsafe { raw::read_mib::<T>(&self.at(arena)) }.map_err(|e| failed(self.name, e))
+    }
+
+    pub(crate) fn write(&self, arena: usize, value: T) -> Result<(), TuneError> {
+        // SAFETY: as for `read`.
+        unsafe { raw::write_mib::<T>(&self.at(arena), value) }.map_err(|e| failed(self.name, e))
+    }
+}
+
+/// Runs a `mallctl` that takes and returns nothing (`arena.<i>.purge`, `thread.tcache.flush`).
+///
+/// tikv-jemalloc-ctl has no such call: writing `()` passes a non-null pointer with length 0, which
+/// jemalloc refuses with `EPERM`.
+pub(crate) fn call(name: &'static [u8]) -> Result<(), TuneError> {
+    debug_assert_eq!(name.last(), Some(&0));
+    let null = core::ptr::null_mut::<core::ffi::c_void>();
+    // SAFETY: `name` is NUL-terminated; null old/new pointers with zero length are the documented
+    // way to invoke a void mallctl.
+    let rc = unsafe { tikv_jemalloc_sys::mallctl(name.as_ptr().cast(), null, core::ptr::null_mut(), null, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(TuneError::Mallctl { name: name_of(name), message: std::io::Error::from_raw_os_error(rc).to_string() })
+    }
+}

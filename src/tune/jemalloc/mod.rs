@@ -1,0 +1,361 @@
+//! jemalloc (tikv-jemallocator): decay, thread caches, purging and background threads at run time;
+//! the start-up configuration as a typed [`JemallocConfig`].
+//!
+//! Every call first checks that the installed `Tracked` wraps `tikv_jemallocator::Jemalloc` and
+//! returns [`TuneError::WrongBackend`] otherwise: a `mallctl` call on a process whose heap is
+//! another allocator would initialise jemalloc as a second, unused allocator.
+//!
+//! Typed keys of tikv-jemalloc-ctl are used where it has them (`background_thread`,
+//! `max_background_threads`, `arenas.narenas`, `opt.*`, `stats.*`), its raw layer elsewhere.
+//!
+//! # Example: a smaller thread cache on every tokio worker
+//!
+//! `thread.tcache.max` is per thread, so it has to be set on each worker as it starts:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let on_start = frag::tune::jemalloc::tcache_max_on_thread_start(16 << 10)?;
+//!     let runtime = tokio::runtime::Builder::new_multi_thread().on_thread_start(on_start).build()?;
+//!     runtime.block_on(async { /* ... */ });
+//!     Ok(())
+//! }
+//! ```
+
+mod conf;
+mod effective;
+mod mallctl;
+mod parse;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use conf::{CONF_CAPACITY, ConfBytes, JemallocConfig, MetadataThp, PercpuArena, Thp};
+pub use effective::{ArenaDecay, Effective, effective};
+pub use parse::ConfError;
+
+use self::mallctl::{ArenaKey, Key};
+use super::decay::DECAY_EXPECTED;
+use super::{Decay, TuneError};
+use crate::backend::Kind;
+
+pub(crate) const NAME: &str = "jemalloc";
+
+fn require() -> Result<(), TuneError> {
+    super::require(Kind::Jemalloc, NAME)
+}
+
+/// Which of jemalloc's two page-purging delays a call is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecayKind {
+    /// `dirty_decay_ms`: freed pages still resident, reused without a fault.
+    Dirty,
+    /// `muzzy_decay_ms`: pages already given back lazily (`MADV_FREE`), not yet released for good.
+    Muzzy,
+}
+
+impl DecayKind {
+    fn leaf(self) -> &'static str {
+        match self {
+            Self::Dirty => "dirty_decay_ms",
+            Self::Muzzy => "muzzy_decay_ms",
+        }
+    }
+
+    fn defaults_key(self) -> Key<isize> {
+        Key::new(match self {
+            Self::Dirty => b"arenas.dirty_decay_ms\0",
+            Self::Muzzy => b"arenas.muzzy_decay_ms\0",
+        })
+    }
+
+    fn arena_key(self) -> Result<ArenaKey<isize>, TuneError> {
+        ArenaKey::new(match self {
+            Self::Dirty => b"arena.0.dirty_decay_ms\0",
+            Self::Muzzy => b"arena.0.muzzy_decay_ms\0",
+        })
+    }
+}
+
+/// What [`set_decay`] changed, as read back from jemalloc.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecayChange {
+    /// The value now in force.
+    pub decay: Decay,
+    /// Existing arenas updated (every initialised arena).
+    pub arenas_updated: usize,
+    /// Arena slots not yet initialised; they will take `decay` from the default when created.
+    pub arenas_uninitialised: usize,
+}
+
+pub(crate) fn decay_from(knob: &str, ms: isize) -> Result<Decay, TuneError> {
+    Decay::from_millis(ms as i64).ok_or_else(|| TuneError::ReadBack {
+        knob: knob.to_owned(),
+        wrote: "a decay".to_owned(),
+        read: ms.to_string(),
+    })
+}
+
+/// Sets a purge delay for every existing arena and as the default for arenas created later.
+///
+/// `arenas.dirty_decay_ms` alone only changes the default for future arenas; the arenas already
+/// serving the program need `arena.<i>.dirty_decay_ms` each. This writes both and reads every value
+/// back.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped; [`TuneError::InvalidValue`] for a
+/// fractional-millisecond or zero `After`; [`TuneError::ReadBack`] if an arena does not hold the value
+/// afterwards.
+///
+/// # Example
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+/// use std::time::Duration;
+/// use frag::tune::{Decay, jemalloc::{self, DecayKind}};
+///
+/// let change = jemalloc::set_decay(DecayKind::Dirty, Decay::After(Duration::from_secs(1)))?;
+/// println!("{} arenas now purge after {}", change.arenas_updated, change.decay);
+/// # Ok::<(), frag::tune::TuneError>(())
+/// ```
+pub fn set_decay(kind: DecayKind, decay: Decay) -> Result<DecayChange, TuneError> {
+    require()?;
+    let ms = decay.as_millis().and_then(|ms| isize::try_from(ms).ok()).ok_or_else(|| TuneError::InvalidValue {
+        knob: kind.leaf(),
+        value: format!("{decay:?}"),
+        expected: DECAY_EXPECTED,
+    })?;
+    let defaults = kind.defaults_key();
+    defaults.write(ms)?;
+    let per_arena = kind.arena_key()?;
+    let initialized = ArenaKey::<bool>::new(b"arena.0.initialized\0")?;
+    let narenas = tikv_jemalloc_ctl::arenas::narenas::read()
+        .map_err(|e| TuneError::Mallctl { name: "arenas.narenas".to_owned(), message: e.to_string() })?
+        as usize;
+    let mut change = DecayChange { decay, arenas_updated: 0, arenas_uninitialised: 0 };
+    for i in 0..narenas {
+        if !initialized.read(i)? {
+            change.arenas_uninitialised += 1;
+            continue;
+        }
+        per_arena.write(i, ms)?;
+        let read = per_arena.read(i)?;
+        if read != ms {
+            return Err(TuneError::ReadBack {
+                knob: format!("arena.{i}.{}", kind.leaf()),
+                wrote: ms.to_string(),
+                read: read.to_string(),
+            });
+        }
+        change.arenas_updated += 1;
+    }
+    let read = defaults.read()?;
+    if read != ms {
+        return Err(TuneError::ReadBack {
+            knob: format!("arenas.{}", kind.leaf()),
+            wrote: ms.to_string(),
+            read: read.to_string(),
+        });
+    }
+    Ok(change)
+}
+
+/// The calling thread's thread-cache limit after [`set_thread_tcache_max`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcacheMax {
+    /// What was asked for, in bytes.
+    pub requested: usize,
+    /// What jemalloc uses: `requested` rounded up to a size class and clipped to its limit.
+    pub effective: usize,
+}
+
+impl TcacheMax {
+    /// jemalloc lowered the value to its limit (8 pages, 32 KiB on 4 KiB pages).
+    #[must_use]
+    pub fn clamped(&self) -> bool {
+        self.effective < self.requested
+    }
+
+    /// jemalloc raised the value to the next size class.
+    #[must_use]
+    pub fn rounded_up(&self) -> bool {
+        self.effective > self.requested
+    }
+}
+
+const THREAD_TCACHE_MAX: Key<usize> = Key::new(b"thread.tcache.max\0");
+const THREAD_TCACHE_ENABLED: Key<bool> = Key::new(b"thread.tcache.enabled\0");
+
+/// Sets the largest size the **calling thread's** cache holds (`thread.tcache.max`).
+///
+/// Blocks above the limit go straight to the arena, which avoids the purge-and-refault cycle of
+/// reference workloads with 16–32 KiB messages handed between two threads, and costs speed for
+/// single-threaded churn of such sizes: measure both. Other threads keep their limit; use
+/// [`tcache_max_on_thread_start`] for a runtime's workers. `opt.tcache_max` (the start-up default)
+/// is read-only here; set it with [`JemallocConfig::tcache_max`].
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+pub fn set_thread_tcache_max(bytes: usize) -> Result<TcacheMax, TuneError> {
+    require()?;
+    THREAD_TCACHE_MAX.write(bytes)?;
+    Ok(TcacheMax { requested: bytes, effective: THREAD_TCACHE_MAX.read()? })
+}
+
+/// The calling thread's thread-cache limit in bytes.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+pub fn thread_tcache_max() -> Result<usize, TuneError> {
+    require()?;
+    THREAD_TCACHE_MAX.read()
+}
+
+/// A closure for `tokio::runtime::Builder::on_thread_start` (or any thread-spawn hook) that sets
+/// `thread.tcache.max` on the thread it runs on.
+///
+/// The backend is checked now, so a misconfiguration fails at start-up. A failure inside a worker
+/// (not expected) is logged once as a `tracing` warning.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped.
+pub fn tcache_max_on_thread_start(bytes: usize) -> Result<impl Fn() + Send + Sync + 'static, TuneError> {
+    require()?;
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    Ok(move || {
+        if let Err(e) = set_thread_tcache_max(bytes) {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, bytes, "frag: could not set thread.tcache.max on a worker thread");
+            }
+        }
+    })
+}
+
+/// Turns the calling thread's cache on or off (`thread.tcache.enabled`); returns the previous state.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+pub fn set_thread_tcache_enabled(enabled: bool) -> Result<bool, TuneError> {
+    require()?;
+    let before = THREAD_TCACHE_ENABLED.read()?;
+    THREAD_TCACHE_ENABLED.write(enabled)?;
+    Ok(before)
+}
+
+/// Returns every block in the calling thread's cache to its arena (`thread.tcache.flush`).
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure (e.g. the
+/// thread's cache is disabled).
+pub fn flush_thread_tcache() -> Result<(), TuneError> {
+    require()?;
+    mallctl::call(b"thread.tcache.flush\0")
+}
+
+/// jemalloc's resident and dirty figures around a purge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Purged {
+    /// `stats.resident` before, in bytes.
+    pub resident_before: u64,
+    /// `stats.resident` after, in bytes.
+    pub resident_after: u64,
+}
+
+impl Purged {
+    /// Bytes of resident memory returned (zero if resident grew meanwhile).
+    #[must_use]
+    pub fn released(&self) -> u64 {
+        self.resident_before.saturating_sub(self.resident_after)
+    }
+}
+
+fn resident() -> Result<u64, TuneError> {
+    let err =
+        |name: &str, e: tikv_jemalloc_ctl::Error| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() };
+    tikv_jemalloc_ctl::epoch::advance().map_err(|e| err("epoch", e))?;
+    tikv_jemalloc_ctl::stats::resident::read().map(|r| r as u64).map_err(|e| err("stats.resident", e))
+}
+
+fn all_arenas(leaf: &'static [u8]) -> Result<Purged, TuneError> {
+    let resident_before = resident()?;
+    mallctl::call(leaf)?;
+    Ok(Purged { resident_before, resident_after: resident()? })
+}
+
+/// Purges every unused dirty and muzzy page of every arena now (`arena.<MALLCTL_ARENAS_ALL>.purge`),
+/// whatever the decay settings. Blocks held in thread caches are not unused: call
+/// [`flush_thread_tcache`] first on threads that hold many.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+pub fn purge_all() -> Result<Purged, TuneError> {
+    require()?;
+    all_arenas(b"arena.4096.purge\0")
+}
+
+/// Purges, in every arena, the pages whose decay time has passed (`arena.<MALLCTL_ARENAS_ALL>.decay`):
+/// what the background threads would do next, done now.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+pub fn decay_all() -> Result<Purged, TuneError> {
+    require()?;
+    all_arenas(b"arena.4096.decay\0")
+}
+
+/// Starts or stops jemalloc's background purging threads (`background_thread`); returns the
+/// previous state.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure (jemalloc built
+/// without background-thread support).
+pub fn set_background_threads(enabled: bool) -> Result<bool, TuneError> {
+    require()?;
+    tikv_jemalloc_ctl::background_thread::update(enabled)
+        .map_err(|e| TuneError::Mallctl { name: "background_thread".to_owned(), message: e.to_string() })
+}
+
+/// Sets the largest number of background threads (`max_background_threads`, at least 1); returns
+/// the previous value.
+///
+/// # Errors
+///
+/// [`TuneError::InvalidValue`] for 0; [`TuneError::WrongBackend`] unless jemalloc is wrapped;
+/// a `mallctl` failure.
+pub fn set_max_background_threads(n: usize) -> Result<usize, TuneError> {
+    require()?;
+    if n == 0 {
+        return Err(TuneError::InvalidValue {
+            knob: "max_background_threads",
+            value: "0".to_owned(),
+            expected: "at least 1",
+        });
+    }
+    tikv_jemalloc_ctl::max_background_threads::update(n)
+        .map_err(|e| TuneError::Mallctl { name: "max_background_threads".to_owned(), message: e.to_string() })
+}
+
+/// The environment variable this build of jemalloc reads its options from: `_RJEM_MALLOC_CONF` for
+/// tikv-jemallocator's default prefixed build, `MALLOC_CONF` when it replaces the system `malloc`.
+#[must_use]
+pub fn conf_env_var() -> &'static str {
+    // With the prefix, jemalloc's `malloc` is `_rjem_malloc`, a different function from the C
+    // library's `malloc`; unprefixed, both names resolve to the same (jemalloc's) definition.
+    let jemalloc = tikv_jemalloc_sys::malloc as *const () as usize;
+    let libc = libc::malloc as *const () as usize;
+    if jemalloc == libc { "MALLOC_CONF" } else { "_RJEM_MALLOC_CONF" }
+}

@@ -1,0 +1,143 @@
+//! What each allocator lets you change, typed: jemalloc's decay, thread cache and purging, mimalloc
+//! options, glibc's `mallopt`, plus the configuration traps the report warns about.
+//!
+//! Fragmentation is usually fixed by tuning, and the right knob depends on the workload: a smaller
+//! jemalloc thread cache can cut a 32 KiB single-sender channel's time by more than half and make
+//! single-threaded allocation of the same sizes twice as slow. Measure with [`report()`](crate::report)
+//! before and after.
+//!
+//! Each backend has its own module; [`release_free_memory`] and [`set_purge_delay`] work on whichever
+//! allocator is wrapped. Every call checks the wrapped allocator first, so a jemalloc knob under
+//! `Tracked<System>` is an error ([`TuneError::WrongBackend`]) and never initialises jemalloc as a
+//! second allocator. snmalloc has no run-time knobs: every call for it returns
+//! [`TuneError::Unsupported`].
+//!
+//! Start-up configuration (read before `main`) is separate: [`jemalloc::JemallocConfig`] and
+//! [`jemalloc_conf!`](crate::jemalloc_conf) for jemalloc, environment variables for the others.
+//! [`check`] finds environment variables the wrapped allocator ignores.
+
+mod decay;
+mod error;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod glibc;
+#[cfg(feature = "jemalloc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "jemalloc")))]
+pub mod jemalloc;
+#[cfg(feature = "mimalloc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mimalloc")))]
+pub mod mimalloc;
+mod traps;
+
+pub use decay::Decay;
+pub use error::TuneError;
+pub(crate) use traps::check_and_warn;
+pub use traps::{Trap, check};
+
+use crate::backend::{self, Kind};
+
+/// Fails with [`TuneError::WrongBackend`] unless the registered allocator is `kind`.
+pub(crate) fn require(kind: Kind, wanted: &'static str) -> Result<(), TuneError> {
+    match backend::registered() {
+        Some(r) if r.kind == kind => Ok(()),
+        r => Err(TuneError::WrongBackend { wanted, installed: r.map_or("none", |r| r.name()) }),
+    }
+}
+
+/// The process's resident set around a call that returns memory to the OS (from `/proc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// Resident bytes before, if `/proc` could be read.
+    pub rss_before: Option<u64>,
+    /// Resident bytes after.
+    pub rss_after: Option<u64>,
+}
+
+impl Released {
+    /// Runs `f` between two RSS readings.
+    pub(crate) fn around(f: impl FnOnce()) -> Self {
+        let rss_before = crate::process::rss();
+        f();
+        Self { rss_before, rss_after: crate::process::rss() }
+    }
+
+    /// Resident bytes returned (zero if RSS grew meanwhile or is unknown).
+    #[must_use]
+    pub fn released(&self) -> u64 {
+        match (self.rss_before, self.rss_after) {
+            (Some(b), Some(a)) => b.saturating_sub(a),
+            _ => 0,
+        }
+    }
+}
+
+fn unsupported(knob: &'static str, hint: &'static str) -> TuneError {
+    let backend = backend::registered().map_or("none", |r| r.name());
+    TuneError::Unsupported { backend, knob, hint }
+}
+
+/// Returns the wrapped allocator's free memory to the OS now: jemalloc purges every arena (after
+/// flushing the calling thread's cache), mimalloc runs `mi_collect(true)`, glibc `malloc_trim(0)`.
+///
+/// # Errors
+///
+/// [`TuneError::Unsupported`] for snmalloc and unknown allocators; the backend's own failure.
+///
+/// # Example
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// let released = frag::tune::release_free_memory()?;
+/// println!("returned {} KiB to the OS", released.released() >> 10);
+/// # Ok::<(), frag::tune::TuneError>(())
+/// ```
+pub fn release_free_memory() -> Result<Released, TuneError> {
+    match backend::registered().map(|r| r.kind) {
+        #[cfg(feature = "jemalloc")]
+        Some(Kind::Jemalloc) => {
+            let mut result = Ok(());
+            let released = Released::around(|| {
+                // A disabled thread cache cannot be flushed; purging still works.
+                let _ = jemalloc::flush_thread_tcache();
+                result = jemalloc::purge_all().map(drop);
+            });
+            result.map(|()| released)
+        }
+        #[cfg(feature = "mimalloc")]
+        Some(Kind::Mimalloc) => mimalloc::collect(true),
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        Some(Kind::System) => glibc::trim(),
+        _ => Err(unsupported("release_free_memory", "it returns memory to the OS on its own schedule")),
+    }
+}
+
+/// Sets how long freed pages stay resident before the wrapped allocator returns them: jemalloc's
+/// dirty decay (every arena and future ones), mimalloc's `purge_delay`.
+///
+/// # Errors
+///
+/// [`TuneError::InvalidValue`] for a zero or fractional-millisecond `After`;
+/// [`TuneError::Unsupported`] for glibc (it trims by size, see `glibc::Mallopt::TrimThreshold`),
+/// snmalloc and unknown allocators; the backend's refusal otherwise (mimalloc refuses
+/// [`Decay::Immediate`] at run time, see `mimalloc::MimallocOption::PurgeDelay`).
+pub fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
+    if decay.as_millis().is_none() {
+        return Err(TuneError::InvalidValue {
+            knob: "purge delay",
+            value: format!("{decay:?}"),
+            expected: decay::DECAY_EXPECTED,
+        });
+    }
+    match backend::registered().map(|r| r.kind) {
+        #[cfg(feature = "jemalloc")]
+        Some(Kind::Jemalloc) => jemalloc::set_decay(jemalloc::DecayKind::Dirty, decay).map(drop),
+        #[cfg(feature = "mimalloc")]
+        Some(Kind::Mimalloc) => mimalloc::set(mimalloc::MimallocOption::PurgeDelay(decay)).map(drop),
+        Some(Kind::System) => Err(unsupported(
+            "purge delay",
+            "glibc returns memory by trimming the top of its heap: see tune::glibc::Mallopt::TrimThreshold",
+        )),
+        _ => Err(unsupported("purge delay", "")),
+    }
+}

@@ -1,0 +1,96 @@
+//! glibc tuning under `Tracked<System>`: `malloc_trim` against `/proc`, range checks, and jemalloc
+//! knobs refused without initialising jemalloc.
+#![cfg(all(target_os = "linux", target_env = "gnu"))]
+
+mod common;
+
+use frag::tune::TuneError;
+use frag::tune::glibc::{self, MAX_MMAP_THRESHOLD, Mallopt};
+
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+
+#[test]
+fn trim_returns_pages_freed_below_a_live_block() {
+    // 4 KiB blocks stay below the mmap threshold, so they come from the arena's heap; the last one
+    // stays live and keeps the heap from shrinking from the top.
+    let mut blocks: Vec<Vec<u8>> = (0..50_000).map(|i| vec![i as u8; 4096]).collect();
+    let pin = blocks.pop();
+    drop(blocks);
+    let held = common::rss_bytes();
+    let released = glibc::trim().unwrap();
+    let after = common::rss_bytes();
+    assert!(held - after > 120 << 20, "rss {held} -> {after}");
+    assert!(released.released() > 120 << 20, "{released:?}");
+    assert!(frag::tune::release_free_memory().unwrap().rss_after.is_some());
+    drop(pin);
+}
+
+#[test]
+fn mallopt_values_are_range_checked_before_glibc_sees_them() {
+    glibc::set(Mallopt::ArenaMax(4)).unwrap();
+    glibc::set(Mallopt::MmapThreshold(MAX_MMAP_THRESHOLD)).unwrap();
+    glibc::set(Mallopt::TrimThreshold(1 << 20)).unwrap();
+    glibc::set(Mallopt::TopPad(64 << 10)).unwrap();
+    glibc::set(Mallopt::MmapMax(65536)).unwrap();
+    for bad in [
+        Mallopt::ArenaMax(0),
+        Mallopt::MmapThreshold(MAX_MMAP_THRESHOLD + 1),
+        Mallopt::TrimThreshold(usize::MAX),
+        Mallopt::TopPad(1 << 40),
+        Mallopt::MmapMax(u32::MAX),
+    ] {
+        let e = glibc::set(bad).unwrap_err();
+        assert!(matches!(e, TuneError::InvalidValue { .. }), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn a_purge_delay_is_not_a_glibc_knob() {
+    let e = frag::tune::set_purge_delay(frag::tune::Decay::Immediate).unwrap_err();
+    assert!(matches!(e, TuneError::Unsupported { backend: "system", .. }), "{e}");
+}
+
+#[cfg(feature = "jemalloc")]
+#[test]
+fn jemalloc_knobs_fail_without_starting_jemalloc() {
+    use frag::tune::jemalloc;
+    let vm_size = || {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status.lines().find(|l| l.starts_with("VmSize")).unwrap().to_owned()
+    };
+    let before = vm_size();
+    let wrong = TuneError::WrongBackend { wanted: "jemalloc", installed: "system" };
+    assert_eq!(jemalloc::purge_all().unwrap_err(), wrong);
+    assert_eq!(jemalloc::set_thread_tcache_max(4096).unwrap_err(), wrong);
+    assert_eq!(jemalloc::effective().unwrap_err(), wrong);
+    assert_eq!(jemalloc::set_background_threads(true).unwrap_err(), wrong);
+    assert!(jemalloc::tcache_max_on_thread_start(4096).is_err());
+    // jemalloc maps several MiB when it initialises; nothing was mapped.
+    assert_eq!(vm_size(), before);
+}
+
+/// Variables other allocators read, and a misspelt glibc one, in a child process.
+#[test]
+fn ignored_and_misspelt_variables_are_reported() {
+    common::run_child(
+        "ignored_and_misspelt_child",
+        &[("_RJEM_MALLOC_CONF", "dirty_decay_ms:0"), ("MALLOC_TRIM_THRESHOLD", "0"), ("MALLOC_ARENA_MAX", "2")],
+    );
+}
+
+#[test]
+fn ignored_and_misspelt_child() {
+    if !common::is_child() {
+        return;
+    }
+    let (report, log) = common::capture_tracing(frag::report);
+    let w = report.warnings.join("\n");
+    assert!(w.contains("_RJEM_MALLOC_CONF is set but is read by jemalloc, and the Rust heap uses glibc"), "{w}");
+    assert!(
+        w.contains("MALLOC_TRIM_THRESHOLD is set but nothing reads it: did you mean MALLOC_TRIM_THRESHOLD_?"),
+        "{w}"
+    );
+    assert!(!w.contains("MALLOC_ARENA_MAX"), "glibc reads it: {w}");
+    assert!(log.contains("did you mean MALLOC_TRIM_THRESHOLD_"), "{log}");
+}

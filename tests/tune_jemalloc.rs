@@ -1,0 +1,197 @@
+//! jemalloc tuning: every write checked against jemalloc's own mallctl answers, read independently
+//! through tikv-jemalloc-ctl.
+#![cfg(feature = "jemalloc")]
+
+mod common;
+
+use std::time::Duration;
+
+use frag::tune::jemalloc::{self, DecayKind};
+use frag::tune::{Decay, TuneError};
+use tikv_jemalloc_ctl::raw;
+
+#[global_allocator]
+static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+
+/// jemalloc's own `arena.<i>.<leaf>` (an `isize` key), `None` if the arena is not initialised.
+fn arena_decay(i: usize, leaf: &str) -> Option<isize> {
+    let init = format!("arena.{i}.initialized\0");
+    // SAFETY: `arena.<i>.initialized` is a bool key.
+    if !unsafe { raw::read::<bool>(init.as_bytes()) }.unwrap() {
+        return None;
+    }
+    let key = format!("arena.{i}.{leaf}\0");
+    // SAFETY: decay keys are `ssize_t`.
+    Some(unsafe { raw::read::<isize>(key.as_bytes()) }.unwrap())
+}
+
+fn resident() -> u64 {
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    tikv_jemalloc_ctl::stats::resident::read().unwrap() as u64
+}
+
+#[test]
+fn decay_reaches_every_initialised_arena_and_new_ones() {
+    // Put several threads on their own arenas first.
+    let threads: Vec<_> = (0..6).map(|_| std::thread::spawn(|| std::hint::black_box(vec![1u8; 100_000]))).collect();
+    threads.into_iter().for_each(|t| drop(t.join().unwrap()));
+    let narenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap() as usize;
+
+    for (kind, leaf, decay, ms) in [
+        (DecayKind::Dirty, "dirty_decay_ms", Decay::After(Duration::from_millis(1234)), 1234),
+        (DecayKind::Muzzy, "muzzy_decay_ms", Decay::Disabled, -1),
+        (DecayKind::Dirty, "dirty_decay_ms", Decay::Immediate, 0),
+    ] {
+        let change = jemalloc::set_decay(kind, decay).unwrap();
+        let initialised: Vec<isize> = (0..narenas).filter_map(|i| arena_decay(i, leaf)).collect();
+        assert!(initialised.len() >= 2, "only {} arenas initialised", initialised.len());
+        assert!(initialised.iter().all(|v| *v == ms), "{leaf}: {initialised:?}");
+        assert_eq!(change.arenas_updated, initialised.len());
+        assert_eq!(change.arenas_updated + change.arenas_uninitialised, narenas);
+        let default = format!("arenas.{leaf}\0");
+        // SAFETY: decay keys are `ssize_t`.
+        assert_eq!(unsafe { raw::read::<isize>(default.as_bytes()) }.unwrap(), ms);
+    }
+    let used = jemalloc::effective().unwrap();
+    assert!(used.arenas.iter().all(|a| a.dirty == Decay::Immediate && a.muzzy == Decay::Disabled));
+    assert_eq!(used.default_dirty_decay, Decay::Immediate);
+}
+
+#[test]
+fn purge_returns_freed_pages_that_decay_would_keep() {
+    jemalloc::set_decay(DecayKind::Dirty, Decay::Disabled).unwrap();
+    jemalloc::set_decay(DecayKind::Muzzy, Decay::Disabled).unwrap();
+    let blocks: Vec<Vec<u8>> = (0..1024).map(|i| vec![i as u8; 64 << 10]).collect();
+    drop(blocks);
+    jemalloc::flush_thread_tcache().unwrap();
+    let held = resident();
+    let purged = jemalloc::purge_all().unwrap();
+    let after = resident();
+    assert!(held - after > 48 << 20, "resident {held} -> {after}");
+    assert!(purged.released() > 48 << 20, "{purged:?}");
+}
+
+#[test]
+fn thread_tcache_max_is_rounded_clamped_and_per_thread() {
+    // SAFETY: `arenas.page` is a size_t key.
+    let page = unsafe { raw::read::<usize>(b"arenas.page\0") }.unwrap();
+    let limit = page * 8;
+    let read = || {
+        // SAFETY: `thread.tcache.max` is a size_t key.
+        unsafe { raw::read::<usize>(b"thread.tcache.max\0") }.unwrap()
+    };
+    let other_before = std::thread::spawn(read).join().unwrap();
+
+    let t = jemalloc::set_thread_tcache_max(5000).unwrap();
+    assert_eq!((t.requested, t.effective), (5000, 5120));
+    assert!(t.rounded_up() && !t.clamped());
+    assert_eq!(read(), 5120);
+
+    let t = jemalloc::set_thread_tcache_max(1 << 20).unwrap();
+    assert_eq!(t.effective, limit);
+    assert!(t.clamped());
+    assert_eq!(jemalloc::thread_tcache_max().unwrap(), limit);
+
+    assert_eq!(std::thread::spawn(read).join().unwrap(), other_before, "another thread's limit changed");
+
+    assert!(jemalloc::set_thread_tcache_enabled(false).unwrap());
+    // SAFETY: `thread.tcache.enabled` is a bool key.
+    assert!(!unsafe { raw::read::<bool>(b"thread.tcache.enabled\0") }.unwrap());
+    assert!(!jemalloc::set_thread_tcache_enabled(true).unwrap());
+}
+
+#[test]
+fn tcache_max_reaches_every_tokio_worker() {
+    let on_start = jemalloc::tcache_max_on_thread_start(4096).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(3).on_thread_start(on_start).build().unwrap();
+    let seen: Vec<usize> = rt.block_on(async {
+        let tasks: Vec<_> = (0..12)
+            .map(|_| {
+                tokio::spawn(async {
+                    // SAFETY: `thread.tcache.max` is a size_t key.
+                    unsafe { raw::read::<usize>(b"thread.tcache.max\0") }.unwrap()
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for t in tasks {
+            seen.push(t.await.unwrap());
+        }
+        seen
+    });
+    assert!(seen.iter().all(|v| *v == 4096), "{seen:?}");
+}
+
+#[test]
+fn background_threads_switch_on_and_off() {
+    let before = jemalloc::set_background_threads(true).unwrap();
+    assert!(tikv_jemalloc_ctl::background_thread::read().unwrap());
+    let max_before = jemalloc::set_max_background_threads(1).unwrap();
+    assert_eq!(tikv_jemalloc_ctl::max_background_threads::read().unwrap(), 1);
+    jemalloc::set_max_background_threads(max_before).unwrap();
+    assert!(jemalloc::set_background_threads(before).unwrap());
+    assert_eq!(tikv_jemalloc_ctl::background_thread::read().unwrap(), before);
+}
+
+#[test]
+fn bad_input_gets_typed_errors() {
+    let e = jemalloc::set_decay(DecayKind::Dirty, Decay::After(Duration::from_micros(1500))).unwrap_err();
+    assert!(matches!(e, TuneError::InvalidValue { knob: "dirty_decay_ms", .. }), "{e}");
+    let e = jemalloc::set_decay(DecayKind::Dirty, Decay::After(Duration::ZERO)).unwrap_err();
+    assert!(matches!(e, TuneError::InvalidValue { .. }), "{e}");
+    let e = jemalloc::set_max_background_threads(0).unwrap_err();
+    assert!(matches!(e, TuneError::InvalidValue { knob: "max_background_threads", .. }), "{e}");
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let e = frag::tune::glibc::set(frag::tune::glibc::Mallopt::ArenaMax(2)).unwrap_err();
+        assert_eq!(e, TuneError::WrongBackend { wanted: "glibc", installed: "jemalloc" });
+        assert!(frag::tune::glibc::trim().is_err());
+    }
+    #[cfg(feature = "mimalloc")]
+    {
+        let e = frag::tune::mimalloc::collect(true).unwrap_err();
+        assert_eq!(e, TuneError::WrongBackend { wanted: "mimalloc", installed: "jemalloc" });
+    }
+}
+
+#[test]
+fn effective_matches_jemalloc_defaults() {
+    let used = jemalloc::effective().unwrap();
+    assert_eq!(used.conf_env_var, "_RJEM_MALLOC_CONF", "tikv-jemallocator is prefixed by default on Linux");
+    assert_eq!(used.opt.tcache_max, Some(tikv_jemalloc_ctl::opt::tcache_max::read().unwrap()));
+    assert_eq!(used.opt.narenas, Some(tikv_jemalloc_ctl::opt::narenas::read().unwrap()));
+    assert_eq!(used.version, tikv_jemalloc_ctl::version::read().unwrap());
+    assert!(used.arenas.iter().any(|a| a.index == 0));
+}
+
+/// The environment check, in a child started with allocator variables set before jemalloc reads them.
+#[test]
+fn conf_traps_are_reported_and_warned_once() {
+    common::run_child(
+        "conf_traps_child",
+        &[("_RJEM_MALLOC_CONF", "narenas:3,tcache_max:65536,dirty_decay:5,prof:false"), ("MALLOC_CONF", "narenas:1")],
+    );
+}
+
+#[test]
+fn conf_traps_child() {
+    if !common::is_child() {
+        return;
+    }
+    // jemalloc read the prefixed variable: 3 arenas.
+    assert_eq!(tikv_jemalloc_ctl::opt::narenas::read().unwrap(), 3);
+    let (reports, log) = common::capture_tracing(|| (frag::report(), frag::report()));
+    let warnings = reports.0.warnings.join("\n");
+    assert!(warnings.contains("MALLOC_CONF is set but is read by"), "{warnings}");
+    assert!(warnings.contains("reads _RJEM_MALLOC_CONF"), "{warnings}");
+    assert!(
+        warnings.contains("unknown jemalloc option \"dirty_decay\" (did you mean \"dirty_decay_ms\"?)"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("tcache_max: asked for 65536 but jemalloc uses 32768"), "{warnings}");
+    assert!(!warnings.contains("prof"), "prof is a valid jemalloc option: {warnings}");
+    assert_eq!(reports.0.warnings, reports.1.warnings);
+    let traps = frag::tune::check().len();
+    assert!(traps >= 3, "{traps}");
+    assert_eq!(log.matches("WARN").count(), traps, "each trap warned once:\n{log}");
+}
