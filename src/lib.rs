@@ -38,6 +38,14 @@
 //!   lifetime, with a 95% interval. See [`Sampling`] for the rate and its cost; the side table that
 //!   remembers sampled blocks is a fixed 2.1 MiB of static memory.
 //!
+//! ## Tuning
+//!
+//! [`tune`] changes what the allocator lets you change, typed and read back: jemalloc's decay, thread
+//! cache, purging and background threads (and its start-up options with `jemalloc_conf!`), mimalloc's
+//! options, glibc's `mallopt` and `malloc_trim`. Knobs of another allocator than the wrapped one are
+//! refused. [`tune::check`] finds settings that look applied but are not (`MALLOC_CONF` under
+//! tikv-jemallocator, which reads `_RJEM_MALLOC_CONF`); the report lists them in its warnings.
+//!
 //! ## The allocation-path contract
 //!
 //! `Tracked` forwards every call to the inner allocator with the caller's layout unchanged (no

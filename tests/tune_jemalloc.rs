@@ -160,7 +160,7 @@ fn effective_matches_jemalloc_defaults() {
     assert_eq!(used.conf_env_var, "_RJEM_MALLOC_CONF", "tikv-jemallocator is prefixed by default on Linux");
     assert_eq!(used.opt.tcache_max, Some(tikv_jemalloc_ctl::opt::tcache_max::read().unwrap()));
     assert_eq!(used.opt.narenas, Some(tikv_jemalloc_ctl::opt::narenas::read().unwrap()));
-    assert_eq!(used.version, tikv_jemalloc_ctl::version::read().unwrap());
+    assert_eq!(format!("{}\0", used.version), tikv_jemalloc_ctl::version::read().unwrap());
     assert!(used.arenas.iter().any(|a| a.index == 0));
 }
 

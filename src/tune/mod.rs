@@ -12,8 +12,8 @@
 //! second allocator. snmalloc has no run-time knobs: every call for it returns
 //! [`TuneError::Unsupported`].
 //!
-//! Start-up configuration (read before `main`) is separate: [`jemalloc::JemallocConfig`] and
-//! [`jemalloc_conf!`](crate::jemalloc_conf) for jemalloc, environment variables for the others.
+//! Start-up configuration (read before `main`) is separate: `jemalloc::JemallocConfig` and the
+//! `jemalloc_conf!` macro for jemalloc (feature `jemalloc`), environment variables for the others.
 //! [`check`] finds environment variables the wrapped allocator ignores.
 
 mod decay;

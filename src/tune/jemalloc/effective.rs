@@ -109,7 +109,8 @@ pub fn effective() -> Result<Effective, TuneError> {
         }
     }
     Ok(Effective {
-        version: ctl("version", tikv_jemalloc_ctl::version::read())?,
+        // tikv-jemalloc-ctl keeps the C string's NUL in the `str`.
+        version: ctl("version", tikv_jemalloc_ctl::version::read())?.trim_end_matches('\0'),
         conf_env_var: conf_env_var(),
         opt: read_opts()?,
         background_thread: ctl("background_thread", tikv_jemalloc_ctl::background_thread::read())?,
