@@ -84,15 +84,18 @@ mod backend;
 mod guard;
 mod origin;
 mod process;
+mod publish;
 mod report;
 mod stats;
 mod sync;
 mod tracked;
 pub mod tune;
+pub mod watch;
 
 pub use backend::{AllocatorStats, Probe};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::ProcessStats;
+pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats,
     report, totals,

@@ -141,3 +141,16 @@ pub fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
         _ => Err(unsupported("purge delay", "")),
     }
 }
+
+/// The wrapped allocator's effective configuration in one line, for logs.
+pub(crate) fn effective_config() -> String {
+    match backend::registered().map(|r| r.kind) {
+        #[cfg(feature = "jemalloc")]
+        Some(Kind::Jemalloc) => jemalloc::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string()),
+        #[cfg(feature = "mimalloc")]
+        Some(Kind::Mimalloc) => mimalloc::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}")),
+        Some(Kind::System) => "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned(),
+        Some(_) => "no tunable configuration".to_owned(),
+        None => "no Tracked allocator".to_owned(),
+    }
+}

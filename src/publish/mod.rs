@@ -1,0 +1,306 @@
+//! Publishing reports through the `metrics` facade and `tracing`, on a background thread or from a
+//! task of your own. Never called from the allocator; a library never installs a recorder (with none
+//! installed, every emission is a no-op).
+
+mod names;
+mod samples;
+
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{Label, SharedString};
+
+use self::names::{Kind, Names};
+use crate::watch::{Alert, Watch, WatchConfig};
+use crate::{Report, report};
+
+/// The default metric name prefix.
+pub const DEFAULT_PREFIX: &str = "frag_";
+
+/// Default interval between reports of a spawned [`Publisher`].
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Default cap on per-thread series (see [`Publisher::per_thread`]).
+pub const DEFAULT_THREAD_CAP: usize = 32;
+
+fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) {
+    for s in samples::samples(report, threads) {
+        let name = names.get(s.metric);
+        let mut labels = base.to_vec();
+        labels.extend(s.labels.into_iter().map(|(k, v)| Label::new(k, v)));
+        match names::kind_of(s.metric) {
+            Kind::Gauge => metrics::gauge!(name, labels).set(s.value),
+            Kind::Counter => metrics::counter!(name, labels).absolute(s.value as u64),
+        }
+    }
+}
+
+/// Publishes `report` through the `metrics` facade with the default prefix (`frag_`): gauges for
+/// sizes and ratios, absolute counters for totals, per size class `frag_size_class_*{class="64"}`.
+/// Every metric is described (with its unit) on the first call.
+///
+/// With no recorder installed this only builds the sample list. For periodic publishing, per-thread
+/// series, custom prefixes or labels and `tracing` alerts, use [`Publisher`].
+///
+/// # Example
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// // with any exporter installed, e.g. metrics-exporter-prometheus:
+/// let report = frag::report();
+/// frag::publish(&report);
+/// ```
+pub fn publish(report: &Report) {
+    static NAMES: OnceLock<Names> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let names = Names::new(DEFAULT_PREFIX);
+        names.describe();
+        names
+    });
+    emit(names, &[], report, None);
+}
+
+/// Periodic publishing with alerts: a builder, then [`spawn`](Self::spawn) for a background thread
+/// or [`publish_once`](Self::publish_once) from a task you already run.
+///
+/// Each round takes a [`report()`], publishes it like [`publish`], feeds resident and allocated bytes
+/// to a [`Watch`] and turns its alerts into `tracing` warnings (target `frag`), each with its
+/// figures as fields. The first round also emits one `info` event with the backend, the allocator's
+/// effective configuration and the origin sample rate.
+///
+/// # Example
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// use std::time::Duration;
+///
+/// let handle = frag::Publisher::new()
+///     .interval(Duration::from_secs(10))
+///     .label("service", "checkout")
+///     .per_thread(true)
+///     .spawn()
+///     .expect("spawn the frag publisher thread");
+/// // ... the service runs; dropping the handle stops the thread.
+/// drop(handle);
+/// ```
+pub struct Publisher {
+    interval: Duration,
+    prefix: String,
+    labels: Vec<Label>,
+    threads: Option<usize>,
+    thread_cap: usize,
+    watch: Watch,
+    names: Option<Names>,
+    started: Instant,
+    announced: bool,
+}
+
+impl Default for Publisher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("interval", &self.interval)
+            .field("prefix", &self.prefix)
+            .field("labels", &self.labels)
+            .field("per_thread", &self.threads)
+            .field("watch", self.watch.config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    /// Default settings: every 5 s, prefix `frag_`, no extra labels, no per-thread series, default
+    /// [`WatchConfig`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            interval: DEFAULT_INTERVAL,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            labels: Vec::new(),
+            threads: None,
+            thread_cap: DEFAULT_THREAD_CAP,
+            watch: Watch::new(WatchConfig::default()),
+            names: None,
+            started: Instant::now(),
+            announced: false,
+        }
+    }
+
+    /// Time between rounds of a spawned publisher (at least 10 ms).
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Metric name prefix (default `frag_`).
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self.names = None;
+        self
+    }
+
+    /// A label added to every series.
+    #[must_use]
+    pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
+        self.labels.push(Label::new(key, value));
+        self
+    }
+
+    /// Per-thread series (`frag_thread_*{thread="name"}`), off by default: threads of the same name
+    /// are summed, and at most [`thread_cap`](Self::thread_cap) names are published (the rest as
+    /// `thread="other"`), to bound label cardinality.
+    #[must_use]
+    pub fn per_thread(mut self, on: bool) -> Self {
+        self.threads = on.then_some(self.thread_cap);
+        self
+    }
+
+    /// The most thread names published (default 32, at least 1).
+    #[must_use]
+    pub fn thread_cap(mut self, cap: usize) -> Self {
+        self.thread_cap = cap.max(1);
+        if self.threads.is_some() {
+            self.threads = Some(self.thread_cap);
+        }
+        self
+    }
+
+    /// Thresholds of the stair-step and fragmentation alerts.
+    #[must_use]
+    pub fn watch(mut self, config: WatchConfig) -> Self {
+        self.watch = Watch::new(config);
+        self
+    }
+
+    /// Takes a report, publishes it and raises alerts; returns the report. For calling from a task
+    /// of your own at your own interval (it reads `/proc`: from async code, prefer
+    /// `spawn_blocking`).
+    pub fn publish_once(&mut self) -> Report {
+        let report = report();
+        self.publish(&report);
+        report
+    }
+
+    /// Publishes an existing report and raises alerts; returns them.
+    pub fn publish(&mut self, report: &Report) -> Vec<Alert> {
+        if !self.announced {
+            self.announced = true;
+            let sample_rate = report.origin.as_ref().map_or(0, |o| o.sample_rate);
+            tracing::info!(
+                target: "frag",
+                backend = %report.backend,
+                allocator_config = %crate::tune::effective_config(),
+                sample_rate,
+                "frag publishing heap metrics"
+            );
+        }
+        let names = self.names.get_or_insert_with(|| {
+            let names = Names::new(&self.prefix);
+            names.describe();
+            names
+        });
+        emit(names, &self.labels, report, self.threads);
+        let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes);
+        let Some(rss) = rss else { return Vec::new() };
+        let alerts = self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
+        for alert in &alerts {
+            match *alert {
+                Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
+                    target: "frag",
+                    rss_from,
+                    rss_to,
+                    allocated_from,
+                    allocated_to,
+                    backend = %report.backend,
+                    "resident memory stepped up from {} to {} MiB while live data went from {} to {} MiB: \
+                     fragmentation, not a leak (see frag::report() size classes and origin)",
+                    rss_from >> 20,
+                    rss_to >> 20,
+                    allocated_from >> 20,
+                    allocated_to >> 20
+                ),
+                Alert::HighFragmentation { ratio, samples } => tracing::warn!(
+                    target: "frag",
+                    ratio,
+                    samples,
+                    inputs = %report.fragmentation.ratio_inputs,
+                    "fragmentation ratio {ratio:.2} for {samples} consecutive reports"
+                ),
+            }
+        }
+        alerts
+    }
+
+    /// Runs the publisher on a background thread named `frag-publisher`, one round per interval
+    /// (the first at once). The returned handle stops and joins the thread when dropped.
+    ///
+    /// # Errors
+    ///
+    /// The thread could not be spawned.
+    pub fn spawn(mut self) -> std::io::Result<PublisherHandle> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("frag-publisher".to_owned()).spawn(move || {
+            let (lock, wake) = &*flag;
+            loop {
+                self.publish_once();
+                let stopped = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (stopped, _) = wake
+                    .wait_timeout_while(stopped, self.interval, |s| !*s)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *stopped {
+                    return;
+                }
+            }
+        })?;
+        Ok(PublisherHandle { stop, thread: Some(thread) })
+    }
+}
+
+/// A running publisher thread; dropping it stops the thread (after the round in progress, if any).
+#[derive(Debug)]
+pub struct PublisherHandle {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PublisherHandle {
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PublisherHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_class_label_is_the_upper_bound() {
+        assert_eq!(super::samples::class_label(Some(64)), "64");
+        assert_eq!(super::samples::class_label(None), "+Inf");
+    }
+}

@@ -1,0 +1,111 @@
+//! Every metric `frag` publishes: name suffix, kind, unit and description, in one table.
+
+use metrics::{SharedString, Unit};
+
+/// Whether a metric is a gauge or a counter (set with `absolute`: the crate keeps the totals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Gauge,
+    Counter,
+}
+
+macro_rules! metrics_table {
+    ($($id:ident: $kind:ident, $suffix:literal, $unit:expr, $help:literal;)+) => {
+        /// One metric of the table.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub(crate) enum Metric { $($id),+ }
+
+        pub(crate) const TABLE: &[(Metric, Kind, &str, Unit, &str)] = &[
+            $((Metric::$id, Kind::$kind, $suffix, $unit, $help)),+
+        ];
+    };
+}
+
+metrics_table! {
+    TrackedAllocated: Gauge, "tracked_allocated_bytes", Unit::Bytes, "Bytes requested by live blocks, counted by frag";
+    TrackedUsable: Gauge, "tracked_usable_bytes", Unit::Bytes, "Usable bytes of live blocks as the allocator sized them";
+    TrackedPeak: Gauge, "tracked_peak_allocated_bytes", Unit::Bytes, "Highest tracked allocated bytes seen";
+    LiveBlocks: Gauge, "tracked_live_blocks", Unit::Count, "Live heap blocks";
+    Allocations: Counter, "allocations_total", Unit::Count, "Heap allocations since start";
+    Deallocations: Counter, "deallocations_total", Unit::Count, "Heap deallocations since start";
+    Reallocations: Counter, "reallocations_total", Unit::Count, "Heap reallocations since start";
+    AllocatorAllocated: Gauge, "allocator_allocated_bytes", Unit::Bytes, "Bytes in use as the allocator counts them";
+    AllocatorActive: Gauge, "allocator_active_bytes", Unit::Bytes, "Bytes in pages holding application blocks (jemalloc)";
+    AllocatorMetadata: Gauge, "allocator_metadata_bytes", Unit::Bytes, "Allocator bookkeeping bytes";
+    AllocatorResident: Gauge, "allocator_resident_bytes", Unit::Bytes, "Resident bytes the allocator maps";
+    AllocatorMapped: Gauge, "allocator_mapped_bytes", Unit::Bytes, "Bytes the allocator has mapped";
+    AllocatorRetained: Gauge, "allocator_retained_bytes", Unit::Bytes, "Bytes kept mapped but returned to the OS (jemalloc)";
+    AllocatorFree: Gauge, "allocator_free_bytes", Unit::Bytes, "Bytes in free chunks the allocator holds (glibc)";
+    AllocatorCommitted: Gauge, "allocator_committed_bytes", Unit::Bytes, "Bytes committed (mimalloc)";
+    ProcessRss: Gauge, "process_rss_bytes", Unit::Bytes, "Resident set size of the process";
+    ProcessPss: Gauge, "process_pss_bytes", Unit::Bytes, "Proportional set size of the process";
+    ProcessAnon: Gauge, "process_anon_bytes", Unit::Bytes, "Anonymous resident bytes of the process";
+    FragmentationRatio: Gauge, "fragmentation_ratio", Unit::Count, "(resident - allocated) / allocated, from the allocator's figures where it has them";
+    ProcessFragmentationRatio: Gauge, "process_fragmentation_ratio", Unit::Count, "(RSS - tracked usable bytes) / tracked usable bytes";
+    InternalFragmentation: Gauge, "internal_fragmentation_bytes", Unit::Bytes, "Usable minus requested bytes of live blocks";
+    CrossThreadFrees: Counter, "cross_thread_frees_total", Unit::Count, "Frees on another thread than the allocating one (estimated from samples)";
+    CrossThreadFreedBytes: Counter, "cross_thread_freed_bytes_total", Unit::Bytes, "Bytes freed on another thread than the allocating one (estimated)";
+    SampledFrees: Counter, "origin_frees_total", Unit::Count, "Frees the cross-thread estimate is over";
+    CrossThreadRatio: Gauge, "cross_thread_free_ratio", Unit::Count, "Share of frees on another thread than the allocating one (estimated)";
+    ClassLiveBytes: Gauge, "size_class_live_bytes", Unit::Bytes, "Requested bytes of live blocks per size class (label: class upper bound)";
+    ClassLiveBlocks: Gauge, "size_class_live_blocks", Unit::Count, "Live blocks per size class";
+    ClassUsableBytes: Gauge, "size_class_usable_bytes", Unit::Bytes, "Usable bytes of live blocks per size class";
+    ClassAllocations: Counter, "size_class_allocations_total", Unit::Count, "Allocations per size class";
+    ThreadAllocations: Gauge, "thread_allocations", Unit::Count, "Allocations by the live threads of this name (exited threads move to thread=\"retired\")";
+    ThreadAllocatedBytes: Gauge, "thread_allocated_bytes", Unit::Bytes, "Bytes allocated by the live threads of this name";
+    ThreadFreedBytes: Gauge, "thread_freed_bytes", Unit::Bytes, "Bytes freed by the live threads of this name";
+    ThreadFreedElsewhere: Gauge, "thread_freed_elsewhere", Unit::Count, "Blocks these threads allocated that others freed (estimated)";
+}
+
+/// The full names for one prefix, built once and shared (cloning a name is a reference count).
+pub(crate) struct Names {
+    names: Vec<SharedString>,
+}
+
+impl Names {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            names: TABLE
+                .iter()
+                .map(|(_, _, suffix, _, _)| SharedString::from_shared(format!("{prefix}{suffix}").into()))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn get(&self, m: Metric) -> SharedString {
+        self.names[m as usize].clone()
+    }
+
+    /// Describes every metric to the current recorder.
+    pub(crate) fn describe(&self) {
+        for (m, kind, _, unit, help) in TABLE {
+            let name = self.get(*m);
+            match kind {
+                Kind::Gauge => metrics::describe_gauge!(name, *unit, *help),
+                Kind::Counter => metrics::describe_counter!(name, *unit, *help),
+            }
+        }
+    }
+}
+
+pub(crate) fn kind_of(m: Metric) -> Kind {
+    TABLE[m as usize].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_in_enum_order_and_names_follow_prometheus_conventions() {
+        for (i, (m, kind, suffix, unit, _)) in TABLE.iter().enumerate() {
+            assert_eq!(*m as usize, i);
+            assert!(suffix.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{suffix}");
+            assert_eq!(*kind == Kind::Counter, suffix.ends_with("_total"), "{suffix}");
+            if *unit == Unit::Bytes {
+                assert!(suffix.ends_with("_bytes") || suffix.ends_with("_bytes_total"), "{suffix}");
+            }
+        }
+    }
+}

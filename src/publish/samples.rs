@@ -1,0 +1,124 @@
+//! A `Report` as metric samples: what is published, decided in one pure function.
+
+use std::collections::BTreeMap;
+
+use super::names::Metric;
+use crate::{Report, RowKind};
+
+/// One value to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sample {
+    pub(crate) metric: Metric,
+    /// Labels of this series (besides the publisher's own).
+    pub(crate) labels: Vec<(&'static str, String)>,
+    pub(crate) value: f64,
+}
+
+fn push(out: &mut Vec<Sample>, metric: Metric, value: u64) {
+    out.push(Sample { metric, labels: Vec::new(), value: value as f64 });
+}
+
+fn push_opt(out: &mut Vec<Sample>, metric: Metric, value: Option<u64>) {
+    if let Some(v) = value {
+        push(out, metric, v);
+    }
+}
+
+/// The label of a size class: its upper bound in bytes, `+Inf` for the last.
+pub(crate) fn class_label(max_size: Option<u64>) -> String {
+    max_size.map_or_else(|| "+Inf".to_owned(), |m| m.to_string())
+}
+
+/// Every sample of `report`. Per-thread series only with `threads = Some(cap)`: threads grouped by
+/// name, the `cap - 1` busiest names kept, the rest summed under `thread="other"`.
+pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let t = &report.tracked;
+    push(&mut out, Metric::TrackedAllocated, t.allocated_bytes);
+    push(&mut out, Metric::TrackedUsable, t.usable_bytes);
+    push(&mut out, Metric::TrackedPeak, t.peak_allocated_bytes);
+    push(&mut out, Metric::LiveBlocks, t.live_blocks);
+    push(&mut out, Metric::Allocations, t.allocations);
+    push(&mut out, Metric::Deallocations, t.deallocations);
+    push(&mut out, Metric::Reallocations, t.reallocations);
+    if let Some(a) = &report.allocator {
+        push_opt(&mut out, Metric::AllocatorAllocated, a.allocated);
+        push_opt(&mut out, Metric::AllocatorActive, a.active);
+        push_opt(&mut out, Metric::AllocatorMetadata, a.metadata);
+        push_opt(&mut out, Metric::AllocatorResident, a.resident);
+        push_opt(&mut out, Metric::AllocatorMapped, a.mapped);
+        push_opt(&mut out, Metric::AllocatorRetained, a.retained);
+        push_opt(&mut out, Metric::AllocatorFree, a.free);
+        push_opt(&mut out, Metric::AllocatorCommitted, a.committed);
+    }
+    push_opt(&mut out, Metric::ProcessRss, report.process.rss_bytes);
+    push_opt(&mut out, Metric::ProcessPss, report.process.pss_bytes);
+    push_opt(&mut out, Metric::ProcessAnon, report.process.anon_bytes);
+    let f = &report.fragmentation;
+    if let Some(r) = f.ratio {
+        out.push(Sample { metric: Metric::FragmentationRatio, labels: Vec::new(), value: r });
+    }
+    if let Some(r) = f.process_ratio {
+        out.push(Sample { metric: Metric::ProcessFragmentationRatio, labels: Vec::new(), value: r });
+    }
+    push(&mut out, Metric::InternalFragmentation, f.internal_bytes);
+    if let Some(o) = &report.origin {
+        push(&mut out, Metric::CrossThreadFrees, o.cross_thread_frees);
+        push(&mut out, Metric::CrossThreadFreedBytes, o.cross_thread_bytes);
+        push(&mut out, Metric::SampledFrees, o.frees);
+        if let Some(r) = o.cross_thread_free_ratio {
+            out.push(Sample { metric: Metric::CrossThreadRatio, labels: Vec::new(), value: r });
+        }
+    }
+    for c in &report.size_classes {
+        let labels = vec![("class", class_label(c.max_size))];
+        for (metric, value) in [
+            (Metric::ClassLiveBytes, c.live_bytes),
+            (Metric::ClassLiveBlocks, c.live_blocks),
+            (Metric::ClassUsableBytes, c.usable_bytes),
+            (Metric::ClassAllocations, c.allocations),
+        ] {
+            out.push(Sample { metric, labels: labels.clone(), value: value as f64 });
+        }
+    }
+    if let Some(cap) = threads {
+        thread_samples(report, cap.max(1), &mut out);
+    }
+    out
+}
+
+fn thread_samples(report: &Report, cap: usize, out: &mut Vec<Sample>) {
+    let mut by_name: BTreeMap<String, [u64; 4]> = BTreeMap::new();
+    for row in &report.threads {
+        let name = match row.kind {
+            RowKind::Retired => "retired".to_owned(),
+            RowKind::Overflow => "overflow".to_owned(),
+            _ if !row.alive => "retired".to_owned(),
+            _ => row.name.clone().unwrap_or_else(|| "unnamed".to_owned()),
+        };
+        let sums = by_name.entry(name).or_default();
+        for (s, v) in sums.iter_mut().zip([row.allocations, row.allocated_bytes, row.freed_bytes, row.freed_elsewhere]) {
+            *s += v;
+        }
+    }
+    let mut rows: Vec<(String, [u64; 4])> = by_name.into_iter().collect();
+    rows.sort_by_key(|(_, s)| core::cmp::Reverse(s[0]));
+    if rows.len() > cap {
+        let rest = rows.split_off(cap - 1);
+        let mut other = [0u64; 4];
+        for (_, s) in rest {
+            other.iter_mut().zip(s).for_each(|(o, v)| *o += v);
+        }
+        rows.push(("other".to_owned(), other));
+    }
+    for (name, s) in rows {
+        for (metric, value) in [
+            (Metric::ThreadAllocations, s[0]),
+            (Metric::ThreadAllocatedBytes, s[1]),
+            (Metric::ThreadFreedBytes, s[2]),
+            (Metric::ThreadFreedElsewhere, s[3]),
+        ] {
+            out.push(Sample { metric, labels: vec![("thread", name.clone())], value: value as f64 });
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Heap misbehaviour over time: a stair-step in resident memory that live data does not explain, and
+//! a fragmentation ratio that stays high. A plain state machine fed one sample per interval, so it
+//! can be tested on synthetic series; [`Publisher`](crate::Publisher) feeds it from reports and turns
+//! its alerts into `tracing` warnings.
+
+use core::time::Duration;
+
+/// Thresholds of a [`Watch`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WatchConfig {
+    /// A step is a rise of resident memory by at least this fraction of the current plateau
+    /// (default 0.2: +20%).
+    pub step_ratio: f64,
+    /// ...that holds (stays above the midpoint of the rise) for at least this many samples,
+    /// counting the first one above (default 3).
+    pub plateau_samples: usize,
+    /// ...while tracked allocated bytes grew by less than this fraction of the resident rise
+    /// (default 0.5): growth matched by live data is not fragmentation.
+    pub explained_share: f64,
+    /// The fragmentation ratio above which the high-fragmentation alert counts (default 1.0: resident
+    /// twice allocated).
+    pub fragmentation_ratio: f64,
+    /// ...for this many consecutive samples (default 5).
+    pub fragmentation_samples: usize,
+    /// At most one alert of each kind per this window (default 10 minutes).
+    pub window: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            step_ratio: 0.2,
+            plateau_samples: 3,
+            explained_share: 0.5,
+            fragmentation_ratio: 1.0,
+            fragmentation_samples: 5,
+            window: Duration::from_secs(600),
+        }
+    }
+}
+
+impl WatchConfig {
+    /// Sets [`step_ratio`](Self::step_ratio).
+    #[must_use]
+    pub fn step_ratio(mut self, v: f64) -> Self {
+        self.step_ratio = v;
+        self
+    }
+    /// Sets [`plateau_samples`](Self::plateau_samples).
+    #[must_use]
+    pub fn plateau_samples(mut self, v: usize) -> Self {
+        self.plateau_samples = v.max(1);
+        self
+    }
+    /// Sets [`explained_share`](Self::explained_share).
+    #[must_use]
+    pub fn explained_share(mut self, v: f64) -> Self {
+        self.explained_share = v;
+        self
+    }
+    /// Sets [`fragmentation_ratio`](Self::fragmentation_ratio).
+    #[must_use]
+    pub fn fragmentation_ratio(mut self, v: f64) -> Self {
+        self.fragmentation_ratio = v;
+        self
+    }
+    /// Sets [`fragmentation_samples`](Self::fragmentation_samples).
+    #[must_use]
+    pub fn fragmentation_samples(mut self, v: usize) -> Self {
+        self.fragmentation_samples = v.max(1);
+        self
+    }
+    /// Sets [`window`](Self::window).
+    #[must_use]
+    pub fn window(mut self, v: Duration) -> Self {
+        self.window = v;
+        self
+    }
+}
+
+/// What a [`Watch`] found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Alert {
+    /// Resident memory rose to a new plateau that live data does not explain.
+    StairStep {
+        /// Resident bytes on the previous plateau.
+        rss_from: u64,
+        /// Resident bytes on the new plateau (its lowest sample).
+        rss_to: u64,
+        /// Tracked allocated bytes on the previous plateau.
+        allocated_from: u64,
+        /// Tracked allocated bytes now.
+        allocated_to: u64,
+    },
+    /// The fragmentation ratio stayed above the threshold.
+    HighFragmentation {
+        /// The latest ratio.
+        ratio: f64,
+        /// Consecutive samples above the threshold.
+        samples: usize,
+    },
+}
+
+/// A rise being watched: where it started and its lowest point since.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    held: usize,
+    low: u64,
+}
+
+/// The stair-step and fragmentation detector. Feed it one sample per interval with
+/// [`observe`](Self::observe).
+///
+/// ```
+/// use std::time::Duration;
+/// use frag::watch::{Alert, Watch, WatchConfig};
+///
+/// let mut watch = Watch::new(WatchConfig::default());
+/// let mut alerts = Vec::new();
+/// // 100 MiB resident, 50 MiB live; then resident steps to 160 MiB and stays, live data does not grow.
+/// for (i, rss) in [100, 100, 100, 160, 161, 160, 162].into_iter().enumerate() {
+///     let at = Duration::from_secs(10 * i as u64);
+///     alerts.extend(watch.observe(at, rss << 20, 50 << 20, None));
+/// }
+/// assert!(matches!(alerts[..], [Alert::StairStep { rss_from, .. }] if rss_from == 100 << 20));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Watch {
+    config: WatchConfig,
+    /// The current plateau: resident and allocated bytes.
+    base: Option<(u64, u64)>,
+    candidate: Option<Candidate>,
+    /// Samples below the plateau by a step, for lowering it.
+    below: usize,
+    high_ratio: usize,
+    last_step: Option<Duration>,
+    last_ratio: Option<Duration>,
+}
+
+impl Watch {
+    /// A detector with these thresholds.
+    #[must_use]
+    pub fn new(config: WatchConfig) -> Self {
+        Self { config, base: None, candidate: None, below: 0, high_ratio: 0, last_step: None, last_ratio: None }
+    }
+
+    /// The thresholds.
+    #[must_use]
+    pub fn config(&self) -> &WatchConfig {
+        &self.config
+    }
+
+    fn allowed(last: &mut Option<Duration>, at: Duration, window: Duration) -> bool {
+        match *last {
+            Some(t) if at.saturating_sub(t) < window => false,
+            _ => {
+                *last = Some(at);
+                true
+            }
+        }
+    }
+
+    /// One sample: the time since any fixed start, resident bytes, tracked allocated bytes and the
+    /// fragmentation ratio if known. Returns the alerts this sample completes (rate-limited to one
+    /// per kind per window).
+    pub fn observe(&mut self, at: Duration, rss: u64, allocated: u64, ratio: Option<f64>) -> Vec<Alert> {
+        let mut alerts = Vec::new();
+        let c = self.config;
+        let Some((base_rss, base_alloc)) = self.base else {
+            self.base = Some((rss, allocated));
+            return alerts;
+        };
+        let step = (base_rss as f64 * c.step_ratio) as u64;
+        if rss >= base_rss + step.max(1) {
+            self.below = 0;
+            let cand = self.candidate.get_or_insert(Candidate { held: 0, low: rss });
+            cand.held += 1;
+            cand.low = cand.low.min(rss);
+            if cand.held >= c.plateau_samples {
+                let rise = cand.low.saturating_sub(base_rss);
+                let grown = allocated.saturating_sub(base_alloc);
+                let low = cand.low;
+                self.candidate = None;
+                self.base = Some((low, allocated));
+                if (grown as f64) < c.explained_share * rise as f64
+                    && Self::allowed(&mut self.last_step, at, c.window)
+                {
+                    alerts.push(Alert::StairStep {
+                        rss_from: base_rss,
+                        rss_to: low,
+                        allocated_from: base_alloc,
+                        allocated_to: allocated,
+                    });
+                }
+            }
+        } else if let Some(cand) = self.candidate {
+            // Fell back before holding: a sawtooth, unless it stays above the midpoint of the rise.
+            if rss > base_rss + step / 2 {
+                self.candidate = Some(Candidate { held: cand.held + 1, low: cand.low.min(rss) });
+            } else {
+                self.candidate = None;
+            }
+        } else if rss + step < base_rss {
+            // Resident memory fell by a step: once that holds, it is the new plateau.
+            self.below += 1;
+            if self.below >= c.plateau_samples {
+                self.base = Some((rss, allocated));
+                self.below = 0;
+            }
+        } else {
+            self.below = 0;
+        }
+
+        match ratio {
+            Some(r) if r > c.fragmentation_ratio => {
+                self.high_ratio += 1;
+                if self.high_ratio >= c.fragmentation_samples && Self::allowed(&mut self.last_ratio, at, c.window) {
+                    alerts.push(Alert::HighFragmentation { ratio: r, samples: self.high_ratio });
+                }
+            }
+            _ => self.high_ratio = 0,
+        }
+        alerts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn run(config: WatchConfig, series: &[(u64, u64)]) -> Vec<Alert> {
+        let mut w = Watch::new(config);
+        series
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (rss, alloc))| w.observe(Duration::from_secs(10 * i as u64), rss * MIB, alloc * MIB, None))
+            .collect()
+    }
+
+    #[test]
+    fn fires_on_a_step_that_holds() {
+        let series = [(100, 40), (101, 41), (99, 40), (130, 42), (131, 41), (130, 40), (129, 42), (130, 41)];
+        let alerts = run(WatchConfig::default(), &series);
+        assert_eq!(
+            alerts,
+            vec![Alert::StairStep { rss_from: 100 * MIB, rss_to: 130 * MIB, allocated_from: 40 * MIB, allocated_to: 40 * MIB }]
+        );
+    }
+
+    #[test]
+    fn fires_once_per_step_of_a_staircase() {
+        let series = [(100, 40), (130, 40), (130, 40), (130, 40), (170, 41), (170, 41), (171, 40), (171, 40)];
+        let alerts = run(WatchConfig::default().window(Duration::ZERO), &series);
+        assert_eq!(alerts.len(), 2, "{alerts:?}");
+        assert!(matches!(alerts[1], Alert::StairStep { rss_from, rss_to, .. } if rss_from == 130 * MIB && rss_to == 170 * MIB));
+    }
+
+    #[test]
+    fn ignores_a_sawtooth() {
+        // jemalloc's rise and fall: up for one or two samples, then purged back down.
+        let mut series = Vec::new();
+        for _ in 0..10 {
+            series.extend([(100, 40), (140, 60), (150, 60), (101, 40)]);
+        }
+        assert_eq!(run(WatchConfig::default(), &series), vec![]);
+    }
+
+    #[test]
+    fn ignores_growth_matched_by_allocated_bytes() {
+        let series = [(100, 60), (100, 60), (140, 95), (141, 96), (140, 95), (140, 95)];
+        assert_eq!(run(WatchConfig::default(), &series), vec![]);
+    }
+
+    #[test]
+    fn a_step_after_a_fall_is_measured_from_the_lower_plateau() {
+        let series = [(200, 40), (100, 40), (100, 40), (100, 40), (130, 40), (130, 40), (130, 40)];
+        let alerts = run(WatchConfig::default(), &series);
+        assert!(matches!(alerts[..], [Alert::StairStep { rss_from, .. }] if rss_from == 100 * MIB), "{alerts:?}");
+    }
+
+    #[test]
+    fn alerts_are_rate_limited_per_window() {
+        let series = [(100, 40), (130, 40), (130, 40), (130, 40), (170, 40), (170, 40), (170, 40)];
+        assert_eq!(run(WatchConfig::default(), &series).len(), 1, "second step within 10 minutes");
+    }
+
+    #[test]
+    fn high_fragmentation_needs_consecutive_samples() {
+        let mut w = Watch::new(WatchConfig::default().fragmentation_samples(3));
+        let mut fired = Vec::new();
+        for (i, r) in [1.5, 1.6, 0.5, 1.5, 1.5, 1.7, 1.8].into_iter().enumerate() {
+            fired.extend(w.observe(Duration::from_secs(i as u64), 100 * MIB, 40 * MIB, Some(r)));
+        }
+        assert_eq!(fired, vec![Alert::HighFragmentation { ratio: 1.7, samples: 3 }]);
+    }
+}

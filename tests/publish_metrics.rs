@@ -1,0 +1,158 @@
+//! `frag::publish` and `Publisher` through a debugging recorder: every series equals the report it
+//! came from; alerts and the start-up event through a captured `tracing` subscriber.
+
+mod common;
+
+use std::collections::HashMap;
+
+use metrics::Unit;
+use metrics_util::MetricKind;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+
+/// (name, sorted labels) -> (kind, unit, value)
+type Series = HashMap<(String, Vec<(String, String)>), (MetricKind, Option<Unit>, f64)>;
+
+fn record(f: impl FnOnce()) -> Series {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, f);
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, unit, _, value)| {
+            let (kind, key) = key.into_parts();
+            let mut labels: Vec<(String, String)> =
+                key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
+            labels.sort();
+            let value = match value {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.0,
+                DebugValue::Histogram(_) => f64::NAN,
+            };
+            ((key.name().to_owned(), labels), (kind, unit, value))
+        })
+        .collect()
+}
+
+fn get(series: &Series, name: &str, labels: &[(&str, &str)]) -> (MetricKind, Option<Unit>, f64) {
+    let mut labels: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    labels.sort();
+    *series.get(&(name.to_owned(), labels)).unwrap_or_else(|| panic!("no series {name}"))
+}
+
+#[test]
+fn published_series_equal_the_report() {
+    let keep: Vec<Vec<u8>> = (0..1000).map(|_| vec![0u8; 60]).collect();
+    let report = frag::report();
+    let series = record(|| frag::publish(&report));
+
+    let t = &report.tracked;
+    assert_eq!(get(&series, "frag_allocations_total", &[]), (MetricKind::Counter, Some(Unit::Count), t.allocations as f64));
+    assert_eq!(get(&series, "frag_deallocations_total", &[]).2, t.deallocations as f64);
+    assert_eq!(
+        get(&series, "frag_tracked_allocated_bytes", &[]),
+        (MetricKind::Gauge, Some(Unit::Bytes), t.allocated_bytes as f64)
+    );
+    assert_eq!(get(&series, "frag_tracked_live_blocks", &[]).2, t.live_blocks as f64);
+    assert_eq!(get(&series, "frag_process_rss_bytes", &[]).2, report.process.rss_bytes.unwrap() as f64);
+    let glibc = report.allocator.unwrap();
+    assert_eq!(get(&series, "frag_allocator_allocated_bytes", &[]).2, glibc.allocated.unwrap() as f64);
+    assert_eq!(get(&series, "frag_internal_fragmentation_bytes", &[]).2, report.fragmentation.internal_bytes as f64);
+    if let Some(r) = report.fragmentation.ratio {
+        assert_eq!(get(&series, "frag_fragmentation_ratio", &[]).2, r);
+    }
+    let origin = report.origin.as_ref().unwrap();
+    assert_eq!(get(&series, "frag_cross_thread_frees_total", &[]).2, origin.cross_thread_frees as f64);
+
+    // The 1000 blocks of 60 B are in the class whose upper bound is 64.
+    let row = report.size_classes.iter().find(|c| c.max_size == Some(64)).unwrap();
+    assert!(row.live_blocks >= 1000);
+    let (kind, unit, live) = get(&series, "frag_size_class_live_bytes", &[("class", "64")]);
+    assert_eq!((kind, unit, live), (MetricKind::Gauge, Some(Unit::Bytes), row.live_bytes as f64));
+    assert_eq!(get(&series, "frag_size_class_allocations_total", &[("class", "64")]).2, row.allocations as f64);
+    assert_eq!(
+        series.keys().filter(|(n, _)| n == "frag_size_class_live_bytes").count(),
+        report.size_classes.len(),
+        "one series per class in the report"
+    );
+    // No per-thread series unless asked for.
+    assert!(series.keys().all(|(n, _)| !n.starts_with("frag_thread_")));
+    // Every name follows the conventions.
+    for (name, _) in series.keys() {
+        let (kind, unit, _) = series.iter().find(|((n, _), _)| n == name).map(|(_, v)| *v).unwrap();
+        assert_eq!(kind == MetricKind::Counter, name.ends_with("_total"), "{name}");
+        if unit == Some(Unit::Bytes) {
+            assert!(name.contains("_bytes"), "{name}");
+        }
+    }
+    drop(keep);
+}
+
+#[test]
+fn publisher_prefix_labels_and_capped_thread_series() {
+    let names = ["worker-a", "worker-b", "worker-c", "worker-d"];
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
+    let threads: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (ready, done) = (ready_tx.clone(), done_rx.clone());
+            std::thread::Builder::new()
+                .name((*n).to_owned())
+                .spawn(move || {
+                    let v: Vec<Vec<u8>> = (0..(i + 1) * 100).map(|_| vec![0u8; 32]).collect();
+                    ready.send(()).unwrap();
+                    let _ = done.lock().unwrap().recv();
+                    drop(v);
+                })
+                .unwrap()
+        })
+        .collect();
+    names.iter().for_each(|_| ready_rx.recv().unwrap());
+
+    let mut publisher = frag::Publisher::new().prefix("svc_heap_").label("service", "test").per_thread(true).thread_cap(3);
+    let report = frag::report();
+    let series = record(|| drop(publisher.publish(&report)));
+    drop(done_tx);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+
+    let allocations = get(&series, "svc_heap_allocations_total", &[("service", "test")]);
+    assert_eq!(allocations.2, report.tracked.allocations as f64);
+    assert!(series.keys().all(|(n, labels)| n.starts_with("svc_heap_") && labels.contains(&("service".into(), "test".into()))));
+    let thread_names: Vec<String> = series
+        .keys()
+        .filter(|(n, _)| n == "svc_heap_thread_allocations")
+        .map(|(_, l)| l.iter().find(|(k, _)| k == "thread").unwrap().1.clone())
+        .collect();
+    assert_eq!(thread_names.len(), 3, "{thread_names:?}");
+    assert!(thread_names.contains(&"other".to_owned()));
+    // Totals across the capped series equal the report's rows.
+    let sum: f64 = series.iter().filter(|((n, _), _)| n == "svc_heap_thread_allocations").map(|(_, v)| v.2).sum();
+    let rows: u64 = report.threads.iter().map(|r| r.allocations).sum();
+    assert_eq!(sum, rows as f64);
+}
+
+#[test]
+fn a_stair_step_is_warned_with_its_figures() {
+    let base = frag::report();
+    let mut publisher = frag::Publisher::new();
+    let ((), log) = common::capture_tracing(|| {
+        for rss in [100u64, 100, 160, 160, 160, 160] {
+            let mut r = base.clone();
+            r.allocator = None;
+            r.process.rss_bytes = Some(rss << 20);
+            r.tracked.allocated_bytes = 40 << 20;
+            let _ = record(|| drop(publisher.publish(&r)));
+        }
+    });
+    assert_eq!(log.matches("frag publishing heap metrics").count(), 1, "{log}");
+    assert!(log.contains("backend=system"), "{log}");
+    assert_eq!(log.matches("stepped up").count(), 1, "{log}");
+    assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
+}
