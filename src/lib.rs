@@ -38,6 +38,12 @@
 //!   lifetime, with a 95% interval. See [`Sampling`] for the rate and its cost; the side table that
 //!   remembers sampled blocks is a fixed 2.1 MiB of static memory.
 //!
+//! ## Publishing
+//!
+//! [`publish`] sends a report through the `metrics` facade to whatever exporter the program
+//! installed; [`Publisher`] does it periodically on its own thread and raises `tracing` warnings
+//! when resident memory steps up without live data to explain it ([`watch`]).
+//!
 //! ## Tuning
 //!
 //! [`tune`] changes what the allocator lets you change, typed and read back: jemalloc's decay, thread

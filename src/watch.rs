@@ -184,8 +184,7 @@ impl Watch {
                 let low = cand.low;
                 self.candidate = None;
                 self.base = Some((low, allocated));
-                if (grown as f64) < c.explained_share * rise as f64
-                    && Self::allowed(&mut self.last_step, at, c.window)
+                if (grown as f64) < c.explained_share * rise as f64 && Self::allowed(&mut self.last_step, at, c.window)
                 {
                     alerts.push(Alert::StairStep {
                         rss_from: base_rss,
@@ -247,7 +246,12 @@ mod tests {
         let alerts = run(WatchConfig::default(), &series);
         assert_eq!(
             alerts,
-            vec![Alert::StairStep { rss_from: 100 * MIB, rss_to: 130 * MIB, allocated_from: 40 * MIB, allocated_to: 40 * MIB }]
+            vec![Alert::StairStep {
+                rss_from: 100 * MIB,
+                rss_to: 130 * MIB,
+                allocated_from: 40 * MIB,
+                allocated_to: 40 * MIB
+            }]
         );
     }
 
@@ -256,7 +260,9 @@ mod tests {
         let series = [(100, 40), (130, 40), (130, 40), (130, 40), (170, 41), (170, 41), (171, 40), (171, 40)];
         let alerts = run(WatchConfig::default().window(Duration::ZERO), &series);
         assert_eq!(alerts.len(), 2, "{alerts:?}");
-        assert!(matches!(alerts[1], Alert::StairStep { rss_from, rss_to, .. } if rss_from == 130 * MIB && rss_to == 170 * MIB));
+        assert!(
+            matches!(alerts[1], Alert::StairStep { rss_from, rss_to, .. } if rss_from == 130 * MIB && rss_to == 170 * MIB)
+        );
     }
 
     #[test]

@@ -51,7 +51,10 @@ fn published_series_equal_the_report() {
     let series = record(|| frag::publish(&report));
 
     let t = &report.tracked;
-    assert_eq!(get(&series, "frag_allocations_total", &[]), (MetricKind::Counter, Some(Unit::Count), t.allocations as f64));
+    assert_eq!(
+        get(&series, "frag_allocations_total", &[]),
+        (MetricKind::Counter, Some(Unit::Count), t.allocations as f64)
+    );
     assert_eq!(get(&series, "frag_deallocations_total", &[]).2, t.deallocations as f64);
     assert_eq!(
         get(&series, "frag_tracked_allocated_bytes", &[]),
@@ -116,7 +119,8 @@ fn publisher_prefix_labels_and_capped_thread_series() {
         .collect();
     names.iter().for_each(|_| ready_rx.recv().unwrap());
 
-    let mut publisher = frag::Publisher::new().prefix("svc_heap_").label("service", "test").per_thread(true).thread_cap(3);
+    let mut publisher =
+        frag::Publisher::new().prefix("svc_heap_").label("service", "test").per_thread(true).thread_cap(3);
     let report = frag::report();
     let series = record(|| drop(publisher.publish(&report)));
     drop(done_tx);
@@ -124,7 +128,11 @@ fn publisher_prefix_labels_and_capped_thread_series() {
 
     let allocations = get(&series, "svc_heap_allocations_total", &[("service", "test")]);
     assert_eq!(allocations.2, report.tracked.allocations as f64);
-    assert!(series.keys().all(|(n, labels)| n.starts_with("svc_heap_") && labels.contains(&("service".into(), "test".into()))));
+    assert!(
+        series
+            .keys()
+            .all(|(n, labels)| n.starts_with("svc_heap_") && labels.contains(&("service".into(), "test".into())))
+    );
     let thread_names: Vec<String> = series
         .keys()
         .filter(|(n, _)| n == "svc_heap_thread_allocations")
@@ -155,4 +163,33 @@ fn a_stair_step_is_warned_with_its_figures() {
     assert!(log.contains("backend=system"), "{log}");
     assert_eq!(log.matches("stepped up").count(), 1, "{log}");
     assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
+}
+
+#[test]
+fn the_grafana_dashboard_queries_only_published_metrics() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/dashboards/grafana.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let keep: Vec<Vec<u8>> = (0..10).map(|_| vec![0u8; 100]).collect();
+    let report = frag::report();
+    let mut publisher = frag::Publisher::new().per_thread(true);
+    let names = publisher.metric_names();
+    // What this backend publishes is a subset of the catalogue.
+    let emitted: Vec<String> = record(|| drop(publisher.publish(&report))).into_keys().map(|(n, _)| n).collect();
+    assert!(emitted.iter().all(|n| names.contains(n)), "{emitted:?}");
+    assert!(emitted.iter().any(|n| n == "frag_thread_allocated_bytes"));
+    let published = names;
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in
+                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|t| t.starts_with("frag_"))
+            {
+                assert!(published.iter().any(|p| p == name), "{name} is not published");
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 15, "{queried}");
+    drop(keep);
 }

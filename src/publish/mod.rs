@@ -182,6 +182,14 @@ impl Publisher {
         self
     }
 
+    /// Every metric name this publisher can emit, with its prefix. Which ones appear depends on the
+    /// backend (jemalloc has `allocator_resident_bytes`, glibc `allocator_free_bytes`, ...) and on
+    /// [`per_thread`](Self::per_thread).
+    #[must_use]
+    pub fn metric_names(&self) -> Vec<String> {
+        names::TABLE.iter().map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix)).collect()
+    }
+
     /// Takes a report, publishes it and raises alerts; returns the report. For calling from a task
     /// of your own at your own interval (it reads `/proc`: from async code, prefer
     /// `spawn_blocking`).
@@ -212,7 +220,8 @@ impl Publisher {
         emit(names, &self.labels, report, self.threads);
         let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes);
         let Some(rss) = rss else { return Vec::new() };
-        let alerts = self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
+        let alerts =
+            self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
         for alert in &alerts {
             match *alert {
                 Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(

@@ -97,7 +97,8 @@ fn thread_samples(report: &Report, cap: usize, out: &mut Vec<Sample>) {
             _ => row.name.clone().unwrap_or_else(|| "unnamed".to_owned()),
         };
         let sums = by_name.entry(name).or_default();
-        for (s, v) in sums.iter_mut().zip([row.allocations, row.allocated_bytes, row.freed_bytes, row.freed_elsewhere]) {
+        for (s, v) in sums.iter_mut().zip([row.allocations, row.allocated_bytes, row.freed_bytes, row.freed_elsewhere])
+        {
             *s += v;
         }
     }
