@@ -12,21 +12,8 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
-
-#[cfg(all(not(feature = "jemalloc"), feature = "mimalloc"))]
-#[global_allocator]
-static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
-
-#[cfg(all(not(feature = "jemalloc"), not(feature = "mimalloc"), feature = "snmalloc"))]
-#[global_allocator]
-static A: frag::Tracked<snmalloc_rs::SnMalloc> = frag::Tracked::new(snmalloc_rs::SnMalloc);
-
-#[cfg(not(any(feature = "jemalloc", feature = "mimalloc", feature = "snmalloc")))]
-#[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+#[path = "support/global_allocator.rs"]
+mod global_allocator;
 
 const HANDLERS: u64 = 4;
 const RUN_FOR: Duration = Duration::from_secs(3);
