@@ -15,12 +15,16 @@ pub(crate) struct Sample {
 }
 
 fn push(out: &mut Vec<Sample>, metric: Metric, value: u64) {
-    out.push(Sample { metric, labels: Vec::new(), value: value as f64 });
+    push_opt(out, metric, Some(value));
 }
 
 fn push_opt(out: &mut Vec<Sample>, metric: Metric, value: Option<u64>) {
-    if let Some(v) = value {
-        push(out, metric, v);
+    push_ratio(out, metric, value.map(|v| v as f64));
+}
+
+fn push_ratio(out: &mut Vec<Sample>, metric: Metric, value: Option<f64>) {
+    if let Some(value) = value {
+        out.push(Sample { metric, labels: Vec::new(), value });
     }
 }
 
@@ -55,20 +59,14 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
     push_opt(&mut out, Metric::ProcessPss, report.process.pss_bytes);
     push_opt(&mut out, Metric::ProcessAnon, report.process.anon_bytes);
     let f = &report.fragmentation;
-    if let Some(r) = f.ratio {
-        out.push(Sample { metric: Metric::FragmentationRatio, labels: Vec::new(), value: r });
-    }
-    if let Some(r) = f.process_ratio {
-        out.push(Sample { metric: Metric::ProcessFragmentationRatio, labels: Vec::new(), value: r });
-    }
+    push_ratio(&mut out, Metric::FragmentationRatio, f.ratio);
+    push_ratio(&mut out, Metric::ProcessFragmentationRatio, f.process_ratio);
     push(&mut out, Metric::InternalFragmentation, f.internal_bytes);
     if let Some(o) = &report.origin {
         push(&mut out, Metric::CrossThreadFrees, o.cross_thread_frees);
         push(&mut out, Metric::CrossThreadFreedBytes, o.cross_thread_bytes);
         push(&mut out, Metric::SampledFrees, o.frees);
-        if let Some(r) = o.cross_thread_free_ratio {
-            out.push(Sample { metric: Metric::CrossThreadRatio, labels: Vec::new(), value: r });
-        }
+        push_ratio(&mut out, Metric::CrossThreadRatio, o.cross_thread_free_ratio);
     }
     for c in &report.size_classes {
         let labels = vec![("class", class_label(c.max_size))];

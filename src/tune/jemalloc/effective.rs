@@ -1,7 +1,7 @@
 //! What jemalloc is actually using, read back: start-up options and the run-time state.
 
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
-use super::mallctl::{ArenaKey, Key};
+use super::mallctl::{self, Key};
 use super::{DecayKind, conf_env_var, decay_from, require};
 use crate::tune::{Decay, TuneError};
 
@@ -46,10 +46,6 @@ pub struct Effective {
     pub thread_tcache_max: usize,
 }
 
-fn ctl<T>(name: &str, r: tikv_jemalloc_ctl::Result<T>) -> Result<T, TuneError> {
-    r.map_err(|e| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() })
-}
-
 fn opt_decay(key: &'static [u8], knob: &str) -> Result<Decay, TuneError> {
     decay_from(knob, Key::<isize>::new(key).read()?)
 }
@@ -58,13 +54,13 @@ fn read_opts() -> Result<JemallocConfig, TuneError> {
     use tikv_jemalloc_ctl::opt;
     let text = |key: &'static [u8]| Key::<*const core::ffi::c_char>::new(key).read_str();
     Ok(JemallocConfig {
-        background_thread: Some(ctl("opt.background_thread", opt::background_thread::read())?),
+        background_thread: Some(mallctl::typed("opt.background_thread", opt::background_thread::read())?),
         max_background_threads: Some(Key::<usize>::new(b"opt.max_background_threads\0").read()?),
         dirty_decay: Some(opt_decay(b"opt.dirty_decay_ms\0", "opt.dirty_decay_ms")?),
         muzzy_decay: Some(opt_decay(b"opt.muzzy_decay_ms\0", "opt.muzzy_decay_ms")?),
-        tcache: Some(ctl("opt.tcache", opt::tcache::read())?),
-        tcache_max: Some(ctl("opt.tcache_max", opt::tcache_max::read())?),
-        narenas: Some(ctl("opt.narenas", opt::narenas::read())?),
+        tcache: Some(mallctl::typed("opt.tcache", opt::tcache::read())?),
+        tcache_max: Some(mallctl::typed("opt.tcache_max", opt::tcache_max::read())?),
+        narenas: Some(mallctl::typed("opt.narenas", opt::narenas::read())?),
         retain: Some(Key::<bool>::new(b"opt.retain\0").read()?),
         oversize_threshold: Some(Key::<usize>::new(b"opt.oversize_threshold\0").read()?),
         percpu_arena: PercpuArena::parse(text(b"opt.percpu_arena\0")?),
@@ -95,26 +91,26 @@ fn read_opts() -> Result<JemallocConfig, TuneError> {
 /// ```
 pub fn effective() -> Result<Effective, TuneError> {
     require()?;
-    let narenas = ctl("arenas.narenas", tikv_jemalloc_ctl::arenas::narenas::read())?;
-    let initialized = ArenaKey::<bool>::new(b"arena.0.initialized\0")?;
+    let (narenas, initialised) = mallctl::arenas()?;
     let (dirty, muzzy) = (DecayKind::Dirty.arena_key()?, DecayKind::Muzzy.arena_key()?);
-    let mut arenas = Vec::new();
-    for index in 0..narenas as usize {
-        if initialized.read(index)? {
-            arenas.push(ArenaDecay {
-                index,
-                dirty: decay_from("arena.<i>.dirty_decay_ms", dirty.read(index)?)?,
-                muzzy: decay_from("arena.<i>.muzzy_decay_ms", muzzy.read(index)?)?,
-            });
-        }
+    let mut arenas = Vec::with_capacity(initialised.len());
+    for index in initialised {
+        arenas.push(ArenaDecay {
+            index,
+            dirty: decay_from("arena.<i>.dirty_decay_ms", dirty.read(index)?)?,
+            muzzy: decay_from("arena.<i>.muzzy_decay_ms", muzzy.read(index)?)?,
+        });
     }
     Ok(Effective {
         // tikv-jemalloc-ctl keeps the C string's NUL in the `str`.
-        version: ctl("version", tikv_jemalloc_ctl::version::read())?.trim_end_matches('\0'),
+        version: mallctl::typed("version", tikv_jemalloc_ctl::version::read())?.trim_end_matches('\0'),
         conf_env_var: conf_env_var(),
         opt: read_opts()?,
-        background_thread: ctl("background_thread", tikv_jemalloc_ctl::background_thread::read())?,
-        max_background_threads: ctl("max_background_threads", tikv_jemalloc_ctl::max_background_threads::read())?,
+        background_thread: mallctl::typed("background_thread", tikv_jemalloc_ctl::background_thread::read())?,
+        max_background_threads: mallctl::typed(
+            "max_background_threads",
+            tikv_jemalloc_ctl::max_background_threads::read(),
+        )?,
         narenas,
         default_dirty_decay: decay_from("arenas.dirty_decay_ms", DecayKind::Dirty.defaults_key().read()?)?,
         default_muzzy_decay: decay_from("arenas.muzzy_decay_ms", DecayKind::Muzzy.defaults_key().read()?)?,

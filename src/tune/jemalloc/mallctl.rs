@@ -15,6 +15,24 @@ fn failed(name: &[u8], e: tikv_jemalloc_ctl::Error) -> TuneError {
     TuneError::Mallctl { name: name_of(name), message: e.to_string() }
 }
 
+/// A result of one of tikv-jemalloc-ctl's typed keys, with the key's name on failure.
+pub(crate) fn typed<T>(name: &str, r: tikv_jemalloc_ctl::Result<T>) -> Result<T, TuneError> {
+    r.map_err(|e| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() })
+}
+
+/// The number of arena slots (`arenas.narenas`) and the indices of those initialised.
+pub(crate) fn arenas() -> Result<(u32, Vec<usize>), TuneError> {
+    let narenas = typed("arenas.narenas", tikv_jemalloc_ctl::arenas::narenas::read())?;
+    let initialized = ArenaKey::<bool>::new(b"arena.0.initialized\0")?;
+    let mut live = Vec::new();
+    for i in 0..narenas as usize {
+        if initialized.read(i)? {
+            live.push(i);
+        }
+    }
+    Ok((narenas, live))
+}
+
 /// A key whose value jemalloc stores as `T`.
 ///
 /// Reading with the wrong `T` would misread memory; each key below is paired with the type jemalloc

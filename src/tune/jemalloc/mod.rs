@@ -132,16 +132,13 @@ pub fn set_decay(kind: DecayKind, decay: Decay) -> Result<DecayChange, TuneError
     let defaults = kind.defaults_key();
     defaults.write(ms)?;
     let per_arena = kind.arena_key()?;
-    let initialized = ArenaKey::<bool>::new(b"arena.0.initialized\0")?;
-    let narenas = tikv_jemalloc_ctl::arenas::narenas::read()
-        .map_err(|e| TuneError::Mallctl { name: "arenas.narenas".to_owned(), message: e.to_string() })?
-        as usize;
-    let mut change = DecayChange { decay, arenas_updated: 0, arenas_uninitialised: 0 };
-    for i in 0..narenas {
-        if !initialized.read(i)? {
-            change.arenas_uninitialised += 1;
-            continue;
-        }
+    let (narenas, initialised) = mallctl::arenas()?;
+    let change = DecayChange {
+        decay,
+        arenas_updated: initialised.len(),
+        arenas_uninitialised: narenas as usize - initialised.len(),
+    };
+    for i in initialised {
         per_arena.write(i, ms)?;
         let read = per_arena.read(i)?;
         if read != ms {
@@ -151,7 +148,6 @@ pub fn set_decay(kind: DecayKind, decay: Decay) -> Result<DecayChange, TuneError
                 read: read.to_string(),
             });
         }
-        change.arenas_updated += 1;
     }
     let read = defaults.read()?;
     if read != ms {
@@ -281,10 +277,8 @@ impl Purged {
 }
 
 fn resident() -> Result<u64, TuneError> {
-    let err =
-        |name: &str, e: tikv_jemalloc_ctl::Error| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() };
-    tikv_jemalloc_ctl::epoch::advance().map_err(|e| err("epoch", e))?;
-    tikv_jemalloc_ctl::stats::resident::read().map(|r| r as u64).map_err(|e| err("stats.resident", e))
+    mallctl::typed("epoch", tikv_jemalloc_ctl::epoch::advance())?;
+    mallctl::typed("stats.resident", tikv_jemalloc_ctl::stats::resident::read()).map(|r| r as u64)
 }
 
 fn all_arenas(leaf: &'static [u8]) -> Result<Purged, TuneError> {
@@ -325,8 +319,7 @@ pub fn decay_all() -> Result<Purged, TuneError> {
 /// without background-thread support).
 pub fn set_background_threads(enabled: bool) -> Result<bool, TuneError> {
     require()?;
-    tikv_jemalloc_ctl::background_thread::update(enabled)
-        .map_err(|e| TuneError::Mallctl { name: "background_thread".to_owned(), message: e.to_string() })
+    mallctl::typed("background_thread", tikv_jemalloc_ctl::background_thread::update(enabled))
 }
 
 /// Sets the largest number of background threads (`max_background_threads`, at least 1); returns
@@ -345,8 +338,7 @@ pub fn set_max_background_threads(n: usize) -> Result<usize, TuneError> {
             expected: "at least 1",
         });
     }
-    tikv_jemalloc_ctl::max_background_threads::update(n)
-        .map_err(|e| TuneError::Mallctl { name: "max_background_threads".to_owned(), message: e.to_string() })
+    mallctl::typed("max_background_threads", tikv_jemalloc_ctl::max_background_threads::update(n))
 }
 
 /// The environment variable this build of jemalloc reads its options from: `_RJEM_MALLOC_CONF` for
