@@ -104,7 +104,7 @@ pub use process::ProcessStats;
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats,
-    report, totals,
+    report, size_classes, totals,
 };
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;

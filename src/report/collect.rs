@@ -10,7 +10,7 @@ use crate::stats::class::{self, NUM_CLASSES};
 use crate::stats::live;
 use crate::stats::pool::{self, POOL_SIZE};
 use crate::stats::shard::{Shard, Totals};
-use crate::stats::snapshot::{self, ClassSums};
+use crate::stats::snapshot::{self, ClassSums, add_classes};
 use crate::sync::Ordering;
 
 /// Below this much live data a fragmentation ratio mostly measures the allocator's fixed start-up
@@ -135,15 +135,16 @@ pub fn report() -> Report {
 pub fn totals() -> TrackedStats {
     let mut totals = Totals::default();
     let mut classes = [ClassSums::default(); NUM_CLASSES];
-    let mut visit = |s: &Shard| {
-        totals = totals.plus(s.totals());
-        for (sum, row) in classes.iter_mut().zip(&s.classes) {
-            sum.add(ClassSums::read(row));
-        }
-    };
-    pool::used_slots().iter().for_each(&mut visit);
-    visit(pool::overflow());
+    for shard in all_shards() {
+        totals = totals.plus(shard.totals());
+        add_classes(&mut classes, shard);
+    }
     tracked_stats(totals, &classes, backend::registered())
+}
+
+/// Every shard that may hold counts: the pool's used slots and the overflow shard.
+fn all_shards() -> impl Iterator<Item = &'static Shard> {
+    pool::used_slots().iter().chain(core::iter::once(pool::overflow()))
 }
 
 fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
@@ -230,23 +231,54 @@ fn thread_rows(snap: &snapshot::Snapshot) -> Vec<ThreadRow> {
 }
 
 fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> Vec<SizeClassRow> {
-    classes
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.allocs > 0)
-        .map(|(i, c)| {
-            let (live_blocks, live_bytes, usable_bytes) = c.live(reg.and_then(|r| r.class_usable(i)));
-            SizeClassRow {
-                min_size: class::lower_bound(i) as u64,
-                max_size: class::upper_bound(i).map(|b| b as u64),
-                allocations: c.allocs,
-                deallocations: c.frees,
-                live_blocks,
-                live_bytes,
-                usable_bytes,
-                internal_bytes: usable_bytes.saturating_sub(live_bytes),
-                cross_thread_ratio: origin_section::class_ratio(i),
-            }
-        })
-        .collect()
+    classes.iter().enumerate().filter(|(_, c)| c.allocs > 0).map(|(i, c)| class_row(i, c, reg)).collect()
+}
+
+fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow {
+    let (live_blocks, live_bytes, usable_bytes) = c.live(reg.and_then(|r| r.class_usable(i)));
+    SizeClassRow {
+        min_size: class::lower_bound(i) as u64,
+        max_size: class::upper_bound(i).map(|b| b as u64),
+        allocations: c.allocs,
+        deallocations: c.frees,
+        live_blocks,
+        live_bytes,
+        usable_bytes,
+        internal_bytes: usable_bytes.saturating_sub(live_bytes),
+        cross_thread_ratio: origin_section::class_ratio(i),
+    }
+}
+
+/// Every size class's counters without building a report: allocation-free and lock-free, like
+/// [`totals()`]. Index `i` is class `i` of [`NUM_CLASSES`](crate::NUM_CLASSES), empty classes
+/// included; [`SizeClassRow::contains`] finds the class of a request size.
+///
+/// Made for places where allocating is not an option: an out-of-memory or signal handler that wants
+/// to say which classes hold the heap, a watchdog polling one class, or a test comparing counts
+/// exactly while a report's own allocations would disturb them. The array is about 7 KiB, returned
+/// on the stack.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// let classes = frag::size_classes();
+/// let biggest = classes.iter().max_by_key(|c| c.live_bytes).expect("94 classes");
+/// eprintln!("most live bytes: {}..={:?} B, {} blocks", biggest.min_size, biggest.max_size, biggest.live_blocks);
+/// ```
+#[must_use]
+pub fn size_classes() -> [SizeClassRow; NUM_CLASSES] {
+    let mut classes = [ClassSums::default(); NUM_CLASSES];
+    for shard in all_shards() {
+        add_classes(&mut classes, shard);
+    }
+    let reg = backend::registered();
+    let mut class = 0;
+    classes.map(|sums| {
+        let row = class_row(class, &sums, reg);
+        class += 1;
+        row
+    })
 }

@@ -6,7 +6,7 @@ mod collect;
 mod display;
 mod origin;
 
-pub use collect::{report, totals};
+pub use collect::{report, size_classes, totals};
 
 use crate::backend::AllocatorStats;
 use crate::process::ProcessStats;
@@ -154,6 +154,22 @@ pub struct SizeClassRow {
     /// Estimated share of this class's frees made on another thread than the allocating one; `None`
     /// without sampled frees in the class.
     pub cross_thread_ratio: Option<f64>,
+}
+
+impl SizeClassRow {
+    /// Whether a request of `size` bytes falls in this class.
+    ///
+    /// ```no_run
+    /// # #[global_allocator]
+    /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+    /// let classes = frag::size_classes();
+    /// let row = classes.iter().find(|c| c.contains(4096)).expect("every size has a class");
+    /// println!("4 KiB requests: {} live blocks", row.live_blocks);
+    /// ```
+    #[must_use]
+    pub fn contains(&self, size: u64) -> bool {
+        self.min_size <= size && self.max_size.is_none_or(|max| size <= max)
+    }
 }
 
 /// Where blocks are freed relative to where they were allocated, estimated from sampled blocks.

@@ -81,7 +81,8 @@ impl ClassSums {
     }
 }
 
-fn add_classes(into: &mut [ClassSums; NUM_CLASSES], shard: &Shard) {
+/// Adds one shard's class counters to `into`.
+pub(crate) fn add_classes(into: &mut [ClassSums; NUM_CLASSES], shard: &Shard) {
     for (sum, row) in into.iter_mut().zip(&shard.classes) {
         sum.add(ClassSums::read(row));
     }
