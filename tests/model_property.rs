@@ -142,32 +142,34 @@ fn execute(plan: &Plan, thread_count: usize) -> Observed {
     let tids: Vec<AtomicU64> = (0..thread_count).map(|_| AtomicU64::new(0)).collect();
     let gates: [Barrier; 4] = std::array::from_fn(|_| Barrier::new(thread_count + 1));
     std::thread::scope(|s| {
-        for me in 0..thread_count {
-            let (turn, blocks, tids, gates) = (&turn, &blocks, &tids, &gates);
-            std::thread::Builder::new()
-                .name(format!("model-{me}"))
-                .spawn_scoped(s, move || {
-                    // SAFETY: gettid has no arguments and cannot fail.
-                    tids[me].store(unsafe { libc::syscall(libc::SYS_gettid) } as u64, Ordering::Relaxed);
-                    gates[0].wait();
-                    gates[1].wait();
-                    for (i, (t, step)) in plan.steps.iter().enumerate() {
-                        if *t != me {
-                            continue;
+        let workers: Vec<_> = (0..thread_count)
+            .map(|me| {
+                let (turn, blocks, tids, gates) = (&turn, &blocks, &tids, &gates);
+                std::thread::Builder::new()
+                    .name(format!("model-{me}"))
+                    .spawn_scoped(s, move || {
+                        // SAFETY: gettid has no arguments and cannot fail.
+                        tids[me].store(unsafe { libc::syscall(libc::SYS_gettid) } as u64, Ordering::Relaxed);
+                        gates[0].wait();
+                        gates[1].wait();
+                        for (i, (t, step)) in plan.steps.iter().enumerate() {
+                            if *t != me {
+                                continue;
+                            }
+                            let mut spins = 0u32;
+                            while turn.load(Ordering::Acquire) != i {
+                                spins += 1;
+                                if spins < 64 { std::hint::spin_loop() } else { std::thread::yield_now() }
+                            }
+                            run(step, blocks);
+                            turn.store(i + 1, Ordering::Release);
                         }
-                        let mut spins = 0u32;
-                        while turn.load(Ordering::Acquire) != i {
-                            spins += 1;
-                            if spins < 64 { std::hint::spin_loop() } else { std::thread::yield_now() }
-                        }
-                        run(step, blocks);
-                        turn.store(i + 1, Ordering::Release);
-                    }
-                    gates[2].wait();
-                    gates[3].wait();
-                })
-                .expect("spawn");
-        }
+                        gates[2].wait();
+                        gates[3].wait();
+                    })
+                    .expect("spawn")
+            })
+            .collect();
         gates[0].wait();
         let before_report = frag::report();
         let before = (frag::totals(), frag::size_classes());
@@ -187,6 +189,11 @@ fn execute(plan: &Plan, thread_count: usize) -> Observed {
             })
             .collect();
         gates[3].wait();
+        // Joined explicitly: the scope alone only waits for the closures, and a thread still tearing
+        // down (freeing its own state) would disturb the next case's window.
+        for w in workers {
+            w.join().expect("worker");
+        }
         Observed { before, after, rows, blocks: blocks.iter().map(|b| b.load(Ordering::Relaxed)).collect() }
     })
 }

@@ -94,6 +94,7 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             sampler::seed(&shard.hot.rng, index_of(shard).unwrap_or(0), generation);
             shard.meta.state.store(LIVE, Ordering::Release);
             exit_hook::install(shard);
+            fork_hook::install();
             guard::set_slot(shard as *const Shard as usize);
             shard
         }
@@ -215,6 +216,11 @@ mod exit_hook {
         }
     }
 
+    /// In a forked child: a key creation the parent had in flight will never finish here.
+    pub(super) fn after_fork_in_child() {
+        let _ = KEY.compare_exchange(BUSY, UNINIT, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// Arranges for `shard` to be released when the calling thread exits. Without a key (the process
     /// ran out of them) the slot simply stays with its thread's figures; totals are unaffected.
     pub(super) fn install(shard: &'static Shard) {
@@ -225,10 +231,68 @@ mod exit_hook {
     }
 }
 
+/// In a child process just after `fork()`: only the forking thread exists there. Every other slot
+/// whose owner was alive in the parent is released (its figures stay, as retired), a slot caught
+/// mid-claim is freed, and the forking thread's slot takes the child's thread id. Runs
+/// single-threaded, before the child's first instruction after `fork` returns.
+fn after_fork_in_child() {
+    let me = owned();
+    for shard in used_slots() {
+        if me.is_some_and(|m| core::ptr::eq(m, shard)) {
+            shard.meta.tid.store(os::thread_id(), Ordering::Relaxed);
+            continue;
+        }
+        match shard.meta.state.load(Ordering::Relaxed) {
+            LIVE => {
+                // Its owner is gone, so this thread may act as the owner one last time.
+                shard.publish_all();
+                shard.meta.state.store(RELEASED, Ordering::Release);
+                RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+            }
+            TAKING => {
+                shard.set_base(shard.totals());
+                shard.meta.state.store(RELEASED, Ordering::Release);
+                RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+    exit_hook::after_fork_in_child();
+}
+
+#[cfg(unix)]
+mod fork_hook {
+    //! A `pthread_atfork` child handler, registered once, on the first shard claim. glibc's
+    //! `pthread_atfork` never calls back into Rust's allocator, so registering it from the claim slow
+    //! path cannot re-enter `Tracked`.
+
+    use crate::sync::{AtomicBool, Ordering};
+
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn child() {
+        super::after_fork_in_child();
+    }
+
+    pub(super) fn install() {
+        if !REGISTERED.swap(true, Ordering::AcqRel) {
+            // SAFETY: `child` has the handler ABI and stays valid for the life of the process. A
+            // failure (ENOMEM) leaves forked children with the parent's view of its threads.
+            unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod fork_hook {
+    pub(super) fn install() {}
+}
+
 #[cfg(not(unix))]
 mod exit_hook {
     //! No portable thread-exit hook that avoids Rust's allocator: slots stay with their thread.
     pub(super) fn install(_: &'static super::Shard) {}
+    pub(super) fn after_fork_in_child() {}
 }
 
 mod os {

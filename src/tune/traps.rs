@@ -3,7 +3,7 @@
 //! system settings known to hurt fragmented heaps.
 
 use core::fmt;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::{self, Kind};
 
@@ -267,19 +267,36 @@ fn thp_mode(text: &str) -> Option<&str> {
     Some(&text[start..end])
 }
 
-/// Traps already emitted as `tracing` warnings, by their text.
-static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Traps already emitted as `tracing` warnings, by a hash of their text. Lock-free on purpose: a
+/// process that forks while another thread is in here would leave a held lock to its child, whose
+/// next report would wait for it forever.
+static WARNED: [AtomicU64; WARNED_CAPACITY] = [const { AtomicU64::new(0) }; WARNED_CAPACITY];
+const WARNED_CAPACITY: usize = 64;
+
+/// Whether `text` is seen here for the first time (always `true` once `WARNED` is full: repeated
+/// warnings are better than silence).
+fn first_time(text: &str) -> bool {
+    // FNV-1a, with the low bit set so that no text hashes to the empty marker 0.
+    let hash =
+        text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)) | 1;
+    for slot in &WARNED {
+        match slot.compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(seen) if seen == hash => return false,
+            Err(_) => {}
+        }
+    }
+    true
+}
 
 /// [`check`], emitting each trap not seen before as a `tracing` warning. Called by `report()`
 /// (outside the allocator, under its reentrancy guard).
 pub(crate) fn check_and_warn() -> Vec<Trap> {
     let traps = check();
-    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for trap in &traps {
         let text = trap.to_string();
-        if !warned.contains(&text) {
+        if first_time(&text) {
             tracing::warn!(target: "frag", trap = ?trap, "allocator configuration: {text}");
-            warned.push(text);
         }
     }
     traps
@@ -291,6 +308,13 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn each_text_is_new_once() {
+        assert!(first_time("a trap seen by this test only"));
+        assert!(!first_time("a trap seen by this test only"));
+        assert!(first_time("another trap seen by this test only"));
     }
 
     #[test]

@@ -274,8 +274,8 @@ pub fn is_child() -> bool {
 
 /// Runs the test `name` of this test binary in a new process with `env` set (environment variables
 /// read at start-up, such as allocator options, can only be tested this way); panics with its
-/// output if it fails.
-pub fn run_child(name: &str, env: &[(&str, &str)]) {
+/// output if it fails, else returns that output (stdout, then stderr).
+pub fn run_child(name: &str, env: &[(&str, &str)]) -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).env("FRAG_TEST_CHILD", "1");
@@ -286,6 +286,7 @@ pub fn run_child(name: &str, env: &[(&str, &str)]) {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "child test {name} failed:\n{text}");
     assert!(text.contains("1 passed"), "child test {name} did not run:\n{text}");
+    text
 }
 
 /// Runs `f` with a `tracing` subscriber that records every event as text; returns the text.
@@ -308,3 +309,11 @@ pub fn capture_tracing<T>(f: impl FnOnce() -> T) -> (T, String) {
     let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     (value, text)
 }
+
+/// `n` divided by `FRAG_TEST_SCALE` (default 1, at least 1): CI's memcheck run sets it to shrink the
+/// heaviest loops, which run 20-50 times slower under valgrind.
+pub fn scaled(n: usize) -> usize {
+    let divisor = std::env::var("FRAG_TEST_SCALE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+    (n / divisor.max(1)).max(1)
+}
+
