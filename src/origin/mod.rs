@@ -55,7 +55,7 @@ pub enum Sampling {
     EveryBlock,
     /// About one block of `n` among small blocks; a block of `s` bytes is sampled with probability
     /// `1 - exp(-(s + 8 KiB) / (n × 8 KiB))`, so large blocks, which hold most bytes, more often.
-    /// `n` is rounded up to a power of two; 1 is the same as `EveryBlock`.
+    /// `n` is rounded up to a power of two (at most 2^31); 1 is the same as `EveryBlock`.
     OneIn(u32),
 }
 
@@ -71,7 +71,11 @@ impl Sampling {
             Self::Off => Ok(None),
             Self::EveryBlock => Ok(Some(0)),
             Self::OneIn(0) => Err(SamplingError::Zero),
-            Self::OneIn(n) => Ok(Some(n.next_power_of_two().trailing_zeros())),
+            // Above 2^31 there is no power of two in a u32: the rarest rate is one in 2^31.
+            Self::OneIn(n) => match n.checked_next_power_of_two() {
+                Some(p) => Ok(Some(p.trailing_zeros())),
+                None => Ok(Some(31)),
+            },
         }
     }
 

@@ -316,4 +316,3 @@ pub fn scaled(n: usize) -> usize {
     let divisor = std::env::var("FRAG_TEST_SCALE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
     (n / divisor.max(1)).max(1)
 }
-

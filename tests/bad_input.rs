@@ -1,0 +1,167 @@
+//! Bad input everywhere gets a typed error, never a panic: generated `malloc_conf` strings (valid
+//! ones round-trip), every sampling rate, tuning values out of range, and knobs of an allocator that
+//! is not the wrapped one.
+
+use proptest::prelude::*;
+
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Any `OneIn(n)` is accepted and rounded up to a power of two (up to 2^31); `OneIn(0)` is the
+    /// one typed error.
+    #[test]
+    fn every_sampling_rate_is_accepted_or_a_typed_error(n in prop_oneof![any::<u32>(), 0u32..=4096, (1u32 << 31)..=u32::MAX]) {
+        match frag::set_sampling(frag::Sampling::OneIn(n)) {
+            Err(frag::SamplingError::Zero) => prop_assert_eq!(n, 0),
+            Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+            Ok(effective) => {
+                let expected = match u64::from(n).next_power_of_two().min(1 << 31) {
+                    1 => frag::Sampling::EveryBlock,
+                    p => frag::Sampling::OneIn(p as u32),
+                };
+                prop_assert_eq!(effective, expected);
+                prop_assert_eq!(frag::sampling(), expected);
+            }
+        }
+    }
+}
+
+#[cfg(feature = "jemalloc")]
+mod conf {
+    use frag::tune::jemalloc::{ConfError, JemallocConfig};
+    use proptest::prelude::*;
+
+    /// Strings shaped like `malloc_conf`: known and unknown keys, numbers in every base jemalloc
+    /// reads, signs, booleans, words, stray separators.
+    fn conf_like() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            prop::sample::select(vec![
+                "background_thread",
+                "max_background_threads",
+                "dirty_decay_ms",
+                "muzzy_decay_ms",
+                "tcache",
+                "tcache_max",
+                "narenas",
+                "retain",
+                "oversize_threshold",
+                "percpu_arena",
+                "thp",
+                "metadata_thp",
+                "abort_conf",
+                "prof",
+                "junk",
+                "lg_extent_max_active_fit",
+            ])
+            .prop_map(str::to_owned),
+            "[a-z_]{0,14}",
+        ];
+        let value = prop_oneof![
+            prop::sample::select(vec![
+                "true", "false", "default", "percpu", "phycpu", "disabled", "always", "never", "auto", "-1", "0",
+            ])
+            .prop_map(str::to_owned),
+            "-?[0-9]{1,22}",
+            "0[xX][0-9a-fA-F]{0,18}",
+            "0[0-7]{0,24}",
+            "[ -~]{0,8}",
+        ];
+        let pair = prop_oneof![
+            8 => (key, value).prop_map(|(k, v)| format!("{k}:{v}")),
+            1 => "[ -~]{0,12}",
+        ];
+        prop::collection::vec(pair, 0..8).prop_map(|pairs| pairs.join(","))
+    }
+
+    fn check(s: &str) -> Result<(), TestCaseError> {
+        let (lenient, errors) = JemallocConfig::parse_lenient(s);
+        let strict = s.parse::<JemallocConfig>();
+        match (&strict, errors.first()) {
+            (Ok(c), None) => prop_assert_eq!(c, &lenient),
+            (Err(e), Some(first)) => prop_assert_eq!(e, first),
+            (Ok(_), Some(e)) => prop_assert!(false, "strict parse accepted what lenient rejected: {e}"),
+            (Err(e), None) => prop_assert!(false, "strict parse failed with no lenient error: {e}"),
+        }
+        for e in &errors {
+            prop_assert!(!e.to_string().is_empty());
+            if let ConfError::UnknownKey { key, did_you_mean: Some(k) } = e {
+                prop_assert_ne!(key.as_str(), *k, "a suggestion differs from what was written");
+            }
+        }
+        // What was accepted renders to a string that parses back to the same options.
+        if let Ok(rendered) = lenient.render() {
+            let again = rendered.as_str().parse::<JemallocConfig>();
+            prop_assert_eq!(again, Ok(lenient), "{} rendered as {}", s, rendered.as_str());
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        #[test]
+        fn conf_like_strings_parse_or_fail_typed(s in conf_like()) {
+            check(&s)?;
+        }
+
+        #[test]
+        fn arbitrary_strings_parse_or_fail_typed(s in any::<String>()) {
+            check(&s)?;
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod glibc {
+    use frag::tune::TuneError;
+    use frag::tune::glibc::{self, Mallopt};
+    use proptest::prelude::*;
+
+    const I32_MAX: u64 = i32::MAX as u64;
+
+    proptest! {
+        /// Values outside the documented ranges never reach `mallopt`: each is an `InvalidValue`
+        /// naming the knob and the accepted range.
+        #[test]
+        fn out_of_range_mallopt_values_are_typed_errors(v in (I32_MAX + 1)..=u64::from(u32::MAX), big in (32u64 << 20) + 1..=I32_MAX) {
+            let options = [
+                Mallopt::TrimThreshold(v as usize),
+                Mallopt::TopPad(v as usize),
+                Mallopt::MmapThreshold(big as usize),
+                Mallopt::MmapMax(v as u32),
+                Mallopt::ArenaMax(v as u32),
+                Mallopt::ArenaMax(0),
+            ];
+            for option in options {
+                match glibc::set(option) {
+                    Err(TuneError::InvalidValue { expected, .. }) => prop_assert!(!expected.is_empty()),
+                    other => prop_assert!(false, "{option:?} gave {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// Knobs of allocators other than the wrapped one (`System`) are refused, typed, without side effects.
+#[test]
+fn knobs_of_other_allocators_are_wrong_backend() {
+    #[cfg(feature = "jemalloc")]
+    {
+        use frag::tune::jemalloc;
+        let wrong = |r: Result<(), frag::tune::TuneError>| matches!(r, Err(frag::tune::TuneError::WrongBackend { .. }));
+        assert!(wrong(jemalloc::set_thread_tcache_max(4096).map(drop)));
+        assert!(wrong(jemalloc::purge_all().map(drop)));
+        assert!(wrong(jemalloc::set_background_threads(true).map(drop)));
+    }
+    #[cfg(feature = "mimalloc")]
+    {
+        use frag::tune::mimalloc::{self, MimallocOption};
+        let r = mimalloc::set(MimallocOption::ArenaEagerCommit(mimalloc::EagerCommit::Never));
+        assert!(matches!(r, Err(frag::tune::TuneError::WrongBackend { .. })), "{r:?}");
+    }
+    // Backend-neutral calls work for glibc.
+    assert!(frag::tune::release_free_memory().is_ok());
+}
