@@ -1,7 +1,9 @@
 //! Atomics and cache padding used by the shard pool.
 //!
-//! Everything the allocation path touches goes through this module so that the concurrency-heavy parts
-//! can be swapped for `loom` types in model-checking builds later without touching the callers.
+//! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
+//! slot registry and the origin side table) take their atomics, and the two macros below, from
+//! `crate::sync` only: the loom models in `tests/loom_*.rs` include those files with a `sync` module of
+//! their own that supplies loom's types, whose constructors cannot be `const`.
 
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
@@ -34,3 +36,21 @@ impl<T> core::ops::Deref for CachePadded<T> {
         &self.0
     }
 }
+
+/// Declares a constructor of a type made of atomics: `const` here, so that it can initialise a
+/// `static`; the loom models' `sync` declares it non-`const`.
+macro_rules! atomics_ctor {
+    ($(#[$m:meta])* $v:vis fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
+        $(#[$m])* $v const fn $name($($arg: $ty),*) -> $ret $body
+    };
+}
+
+/// `[init; n]` for a non-`Copy` `init` (atomics): a `const` repeat here; the loom models' `sync`
+/// calls `init` once per element.
+macro_rules! atomic_array {
+    ($init:expr; $n:expr) => {
+        [const { $init }; $n]
+    };
+}
+
+pub(crate) use {atomic_array, atomics_ctor};

@@ -16,15 +16,18 @@
 //!
 //! Memory: 32 bytes per entry plus one filter byte per slot, static and zero-initialised (resident
 //! only where touched): [`CAPACITY`] × 33 B ≈ 2.1 MiB.
+//!
+//! The table is generic over its capacity so that `tests/loom_table.rs` can model-check the protocol
+//! on a table of four slots, where every probe sequence wraps and collides.
 
-use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Ordering, atomic_array, atomics_ctor};
 
 /// Number of entries. At the default rate (about one small block in 1024, see `origin`) a full table
 /// stands for roughly 64 Ki sampled live blocks: tens of GiB of small blocks, or about 512 GiB of
 /// blocks of 8 MiB and more.
 pub(crate) const CAPACITY: usize = 1 << 16;
-const MASK: usize = CAPACITY - 1;
-/// Longest run of slots an entry may be placed in, counted from its home slot.
+/// Longest run of slots an entry may be placed in, counted from its home slot (fewer in a table
+/// smaller than that).
 pub(crate) const MAX_PROBE: usize = 32;
 
 const EMPTY: usize = 0;
@@ -77,34 +80,40 @@ struct Slot {
     born: AtomicU64,
 }
 
-/// The table. One static instance serves the process (`origin::TABLE`); tests build their own.
-pub(crate) struct Table {
-    slots: [Slot; CAPACITY],
-    filter: [AtomicU8; CAPACITY],
+impl Slot {
+    atomics_ctor! {
+        fn empty() -> Self {
+            Self { key: AtomicUsize::new(EMPTY), who: AtomicU64::new(0), size: AtomicU64::new(0), born: AtomicU64::new(0) }
+        }
+    }
+}
+
+/// The table, of `N` slots (a power of two). One static instance serves the process
+/// (`origin::TABLE`); tests build their own.
+pub(crate) struct Table<const N: usize = CAPACITY> {
+    slots: [Slot; N],
+    filter: [AtomicU8; N],
     dropped: AtomicU64,
 }
 
-/// Home slot of an address: Fibonacci hashing, which mixes the (always zero) low bits of aligned
-/// addresses into the high bits it keeps.
-#[inline(always)]
-fn home(ptr: usize) -> usize {
-    ((ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CAPACITY.trailing_zeros())) as usize
-}
+impl<const N: usize> Table<N> {
+    const MASK: usize = {
+        assert!(N.is_power_of_two() && N >= 2);
+        N - 1
+    };
+    const PROBE: usize = if N < MAX_PROBE { N } else { MAX_PROBE };
 
-impl Table {
-    pub(crate) const fn new() -> Self {
-        Self {
-            slots: [const {
-                Slot {
-                    key: AtomicUsize::new(EMPTY),
-                    who: AtomicU64::new(0),
-                    size: AtomicU64::new(0),
-                    born: AtomicU64::new(0),
-                }
-            }; CAPACITY],
-            filter: [const { AtomicU8::new(0) }; CAPACITY],
-            dropped: AtomicU64::new(0),
+    atomics_ctor! {
+        pub(crate) fn new() -> Self {
+            Self { slots: atomic_array![Slot::empty(); N], filter: atomic_array![AtomicU8::new(0); N], dropped: AtomicU64::new(0) }
         }
+    }
+
+    /// Home slot of an address: Fibonacci hashing, which mixes the (always zero) low bits of aligned
+    /// addresses into the high bits it keeps.
+    #[inline(always)]
+    pub(crate) fn home(ptr: usize) -> usize {
+        ((ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - N.trailing_zeros())) as usize & Self::MASK
     }
 
     /// Whether `ptr` may be in the table: one relaxed byte load. `false` is definite.
@@ -113,7 +122,7 @@ impl Table {
     /// the pointer through some synchronisation after that, so a relaxed load sees the raised byte.
     #[inline(always)]
     pub(crate) fn may_contain(&self, ptr: *mut u8) -> bool {
-        self.filter.get(home(ptr as usize)).is_some_and(|f| f.load(Ordering::Relaxed) != 0)
+        self.filter.get(Self::home(ptr as usize)).is_some_and(|f| f.load(Ordering::Relaxed) != 0)
     }
 
     /// Records a sampled block. `false` (and a counted drop) when its neighbourhood is full.
@@ -122,10 +131,10 @@ impl Table {
         if key <= TOMB {
             return false;
         }
-        let h = home(key);
+        let h = Self::home(key);
         let (who, size) = entry.pack();
-        for i in 0..MAX_PROBE {
-            let Some(slot) = self.slots.get((h + i) & MASK) else { break };
+        for i in 0..Self::PROBE {
+            let Some(slot) = self.slots.get((h + i) & Self::MASK) else { break };
             let k = slot.key.load(Ordering::Relaxed);
             if (k == EMPTY || k == TOMB)
                 && slot.key.compare_exchange(k, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
@@ -148,12 +157,12 @@ impl Table {
     /// block (is freeing or reallocating it) may call this.
     pub(crate) fn remove(&self, ptr: *mut u8) -> Option<Entry> {
         let key = ptr as usize;
-        let h = home(key);
+        let h = Self::home(key);
         if !self.may_contain(ptr) {
             return None;
         }
-        for i in 0..MAX_PROBE {
-            let slot = self.slots.get((h + i) & MASK)?;
+        for i in 0..Self::PROBE {
+            let slot = self.slots.get((h + i) & Self::MASK)?;
             match slot.key.load(Ordering::Acquire) {
                 k if k == key => {
                     let e = Entry::unpack(
@@ -184,9 +193,15 @@ impl Table {
     pub(crate) fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.key.load(Ordering::Relaxed) > TOMB).count()
     }
+
+    /// Whether every filter byte is back to zero.
+    #[cfg(test)]
+    pub(crate) fn filter_is_clear(&self) -> bool {
+        self.filter.iter().all(|f| f.load(Ordering::Relaxed) == 0)
+    }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::collections::HashMap;
@@ -236,8 +251,9 @@ mod tests {
     fn full_neighbourhood_drops_and_counts() {
         let t = table();
         // Find MAX_PROBE + 1 addresses sharing a home slot.
-        let target = home(0x1000);
-        let same: Vec<usize> = (1..).map(|i| i * 16).filter(|&a| home(a) == target).take(MAX_PROBE + 1).collect();
+        let target = Table::<CAPACITY>::home(0x1000);
+        let same: Vec<usize> =
+            (1..).map(|i| i * 16).filter(|&a| Table::<CAPACITY>::home(a) == target).take(MAX_PROBE + 1).collect();
         for &a in &same[..MAX_PROBE] {
             assert!(t.insert(a as *mut u8, entry(1, 8)));
         }
@@ -284,6 +300,6 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(t.len(), 0);
-        assert!(t.filter.iter().all(|f| f.load(Ordering::Relaxed) == 0));
+        assert!(t.filter_is_clear());
     }
 }

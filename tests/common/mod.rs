@@ -316,3 +316,9 @@ pub fn scaled(n: usize) -> usize {
     let divisor = std::env::var("FRAG_TEST_SCALE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
     (n / divisor.max(1)).max(1)
 }
+
+/// Whether the suite runs under valgrind's memcheck (`.ci/run` sets `FRAG_MEMCHECK`). Its allocator
+/// replaces glibc's and keeps freed blocks in a quarantine, so resident-memory bounds do not apply.
+pub fn under_memcheck() -> bool {
+    std::env::var_os("FRAG_MEMCHECK").is_some()
+}
