@@ -12,24 +12,17 @@
 
 use crate::guard::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
 use crate::origin::sampler;
+use crate::stats::registry::{Claimable, Registry, TAKING};
+pub(crate) use crate::stats::registry::{LIVE, RELEASED};
 use crate::stats::shard::Shard;
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU8, AtomicU64, Ordering};
 
 /// Number of per-thread shards. Each is about 7 KiB of zeroed static memory (3.4 MiB in all, virtual)
 /// that only becomes resident once a thread claims it.
 pub const POOL_SIZE: usize = 512;
 
-// Slot states; a never-used slot is all zeroes (state 0).
-pub(crate) const LIVE: u8 = 1;
-pub(crate) const RELEASED: u8 = 2;
-const TAKING: u8 = 3;
-
-static POOL: [Shard; POOL_SIZE] = [const { Shard::new() }; POOL_SIZE];
+static POOL: Registry<Shard, POOL_SIZE> = Registry::new([const { Shard::new() }; POOL_SIZE]);
 static OVERFLOW: Shard = Shard::new();
-/// Slots `0..HIGH_WATER` have been used at least once; the rest are untouched.
-static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
-/// Released slots waiting for a new owner; lets a claim skip the scan when there are none.
-static RELEASED_SLOTS: AtomicUsize = AtomicUsize::new(0);
 /// Threads that found no free slot and write to the overflow shard.
 static UNSLOTTED_THREADS: AtomicU64 = AtomicU64::new(0);
 
@@ -62,9 +55,14 @@ pub(crate) fn me() -> Me {
     }
 }
 
+impl Claimable for Shard {
+    fn state(&self) -> &AtomicU8 {
+        &self.meta.state
+    }
+}
+
 fn index_of(shard: &Shard) -> Option<usize> {
-    let offset = (shard as *const Shard as usize).checked_sub(POOL.as_ptr() as usize)?;
-    Some(offset / core::mem::size_of::<Shard>()).filter(|&i| i < POOL_SIZE)
+    POOL.index_of(shard)
 }
 
 /// Slot `index`, if it is still held by the owner that had generation `generation` (low 16 bits).
@@ -84,7 +82,7 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
     }
     guard::set_slot(CLAIMING);
     register();
-    match take_slot() {
+    match POOL.take() {
         Some(shard) => {
             let base = shard.totals();
             shard.set_base(base);
@@ -92,7 +90,7 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             shard.set_name(os::thread_name());
             let generation = shard.meta.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             sampler::seed(&shard.hot.rng, index_of(shard).unwrap_or(0), generation);
-            shard.meta.state.store(LIVE, Ordering::Release);
+            POOL.publish(shard);
             exit_hook::install(shard);
             fork_hook::install();
             guard::set_slot(shard as *const Shard as usize);
@@ -106,43 +104,6 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
     }
 }
 
-/// Finds a slot and marks it `TAKING`: a released one first (keeps resident memory compact), else a
-/// never-used one.
-fn take_slot() -> Option<&'static Shard> {
-    if let Some(s) = reuse_released() {
-        return Some(s);
-    }
-    let mut hw = HIGH_WATER.load(Ordering::Relaxed);
-    while hw < POOL_SIZE {
-        match HIGH_WATER.compare_exchange_weak(hw, hw + 1, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => {
-                let shard = POOL.get(hw)?;
-                shard.meta.state.store(TAKING, Ordering::Relaxed);
-                return Some(shard);
-            }
-            Err(now) => hw = now,
-        }
-    }
-    // The pool is exhausted; a slot may have been released while we looked.
-    reuse_released()
-}
-
-fn reuse_released() -> Option<&'static Shard> {
-    if RELEASED_SLOTS.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
-    let hw = HIGH_WATER.load(Ordering::Acquire).min(POOL_SIZE);
-    POOL.get(..hw)?.iter().find(|s| {
-        // Acquire pairs with the Release in `release`: the previous owner's last counter stores are
-        // visible before we read them as our base.
-        let won = s.meta.state.compare_exchange(RELEASED, TAKING, Ordering::Acquire, Ordering::Relaxed).is_ok();
-        if won {
-            RELEASED_SLOTS.fetch_sub(1, Ordering::Relaxed);
-        }
-        won
-    })
-}
-
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.
 fn release(shard: &'static Shard) {
     shard.publish_all();
@@ -151,14 +112,12 @@ fn release(shard: &'static Shard) {
     shard.set_name(os::thread_name());
     // From here on this thread's allocations go to the overflow shard; it must not touch `shard` again.
     guard::set_slot(EXITED);
-    shard.meta.state.store(RELEASED, Ordering::Release);
-    RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+    POOL.release(shard);
 }
 
 /// Reading side: the slots used so far and the overflow shard. Allocation-free.
 pub(crate) fn used_slots() -> &'static [Shard] {
-    let hw = HIGH_WATER.load(Ordering::Acquire).min(POOL_SIZE);
-    POOL.get(..hw).unwrap_or(&[])
+    POOL.used()
 }
 
 pub(crate) fn overflow() -> &'static Shard {
@@ -246,13 +205,11 @@ fn after_fork_in_child() {
             LIVE => {
                 // Its owner is gone, so this thread may act as the owner one last time.
                 shard.publish_all();
-                shard.meta.state.store(RELEASED, Ordering::Release);
-                RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+                POOL.release(shard);
             }
             TAKING => {
                 shard.set_base(shard.totals());
-                shard.meta.state.store(RELEASED, Ordering::Release);
-                RELEASED_SLOTS.fetch_add(1, Ordering::Relaxed);
+                POOL.release(shard);
             }
             _ => {}
         }

@@ -34,6 +34,12 @@ mod sync {
 #[path = "../../../src/origin/table.rs"]
 mod table;
 
+#[allow(dead_code)]
+#[path = "../../../src/stats/registry.rs"]
+mod registry;
+
+#[cfg(test)]
+mod pool_model;
 #[cfg(test)]
 mod table_model;
 
