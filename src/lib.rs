@@ -67,7 +67,11 @@
 //! - origin sampling and live-byte publishing run on a cold path, when a per-thread countdown of
 //!   bytes runs out; a free reads one filter byte to know whether its block was sampled;
 //! - everything that allocates ([`report()`], formatting) runs outside the allocator, under a
-//!   reentrancy guard.
+//!   reentrancy guard; [`totals()`] and [`size_classes()`] read the counters without allocating;
+//! - a child forked from a multi-threaded process keeps counting: its other threads' shards are
+//!   released in the child, and `report()` takes no lock the child could inherit locked.
+//!
+//! `docs/RELIABILITY.md` in the repository lists each guarantee with the test that proves it.
 //!
 //! ## In libraries
 //!
