@@ -222,6 +222,30 @@ static MIMALLOC: Tracked<mimalloc::MiMalloc> = Tracked::new(mimalloc::MiMalloc);
 #[cfg(feature = "snmalloc")]
 static SNMALLOC: Tracked<snmalloc_rs::SnMalloc> = Tracked::new(snmalloc_rs::SnMalloc);
 
+/// The backend `Select` picks with `FRAG_ALLOCATOR` unset, as a fixed type.
+#[cfg(feature = "jemalloc")]
+type DefaultBackend = tikv_jemallocator::Jemalloc;
+#[cfg(feature = "jemalloc")]
+const DEFAULT_BACKEND: DefaultBackend = tikv_jemallocator::Jemalloc;
+#[cfg(not(feature = "jemalloc"))]
+type DefaultBackend = System;
+#[cfg(not(feature = "jemalloc"))]
+const DEFAULT_BACKEND: DefaultBackend = System;
+
+/// `Select`'s run-time dispatch against the fixed backend it picks.
+fn compare_select(c: &mut Criterion) {
+    let select = frag::Select::new();
+    let name = select.backend().name();
+    let mut g = c.benchmark_group(format!("select/{name}/64B/1t"));
+    g.bench_function(BenchmarkId::from_parameter("fixed"), |b| {
+        b.iter_custom(|iters| pairs::<DefaultBackend, 64>(&DEFAULT_BACKEND, 1, iters))
+    });
+    g.bench_function(BenchmarkId::from_parameter("select"), |b| {
+        b.iter_custom(|iters| pairs::<frag::Select, 64>(&select, 1, iters))
+    });
+    g.finish();
+}
+
 fn backends() -> Vec<&'static str> {
     let mut v = vec!["system"];
     if cfg!(feature = "jemalloc") {
@@ -285,6 +309,7 @@ fn main() {
     compare(&mut c, "mimalloc", &mimalloc::MiMalloc, &MIMALLOC);
     #[cfg(feature = "snmalloc")]
     compare(&mut c, "snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
+    compare_select(&mut c);
     c.final_summary();
     summary();
     // The paired table runs only when benchmarking for real (not under `cargo test --benches`).
@@ -299,5 +324,14 @@ fn main() {
         paired_table("mimalloc", &mimalloc::MiMalloc, &MIMALLOC);
         #[cfg(feature = "snmalloc")]
         paired_table("snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
+        let select = frag::Select::new();
+        println!("\nSelect dispatch (\"bare\" = the fixed backend, \"tracked\" column = Select)\n");
+        paired_row(
+            &format!("select ({})", select.backend()),
+            "pair 64 B",
+            1,
+            || pairs::<DefaultBackend, 64>(&DEFAULT_BACKEND, 1, PAIRED_ITERS),
+            || pairs::<frag::Select, 64>(&select, 1, PAIRED_ITERS),
+        );
     }
 }

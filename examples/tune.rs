@@ -22,25 +22,13 @@ use frag::tune::jemalloc::{self, DecayKind};
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
-/// xorshift64: deterministic, allocation-free.
-fn next(rng: &mut u64) -> u64 {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    *rng
-}
+#[path = "support/measure.rs"]
+mod measure;
+use measure::{minor_faults, next};
 
 fn resident_mib() -> f64 {
     let report = frag::report();
     report.allocator.and_then(|a| a.resident).unwrap_or(0) as f64 / (1 << 20) as f64
-}
-
-fn minor_faults() -> u64 {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    usage.ru_minflt as u64
 }
 
 /// One handler thread of the server pattern: buffers of 64 B–16 KiB, most short-lived, a window of

@@ -23,6 +23,8 @@
 //!
 //! `Tracked<A>` works with any `GlobalAlloc`. It knows `System` (glibc), jemalloc, mimalloc and
 //! snmalloc by type; a custom allocator can supply usable sizes and statistics through a [`Probe`].
+//! [`Select`] picks one of the compiled-in backends at start-up from the `FRAG_ALLOCATOR` environment
+//! variable, so one binary can compare allocators without a rebuild.
 //!
 //! ## What is measured
 //!
@@ -102,6 +104,7 @@ mod tracked;
 pub mod tune;
 pub mod watch;
 
+pub use backend::select::{Backend, SELECT_ENV, Select};
 pub use backend::{AllocatorStats, Probe};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::ProcessStats;

@@ -16,6 +16,7 @@ use crate::sync::{AtomicU8, Ordering};
 pub(crate) mod jemalloc;
 #[cfg(feature = "mimalloc")]
 pub(crate) mod mimalloc;
+pub(crate) mod select;
 #[cfg(feature = "snmalloc")]
 pub(crate) mod snmalloc;
 mod stats;
@@ -40,9 +41,13 @@ pub(crate) enum Kind {
 
 /// Matches `A` against the known backends. Every comparison is between two compile-time constants,
 /// so after monomorphisation this folds to a single value and costs nothing on the allocation path.
+/// For [`Select`](select::Select) it is the backend the process chose: one relaxed load.
 #[inline(always)]
 pub(crate) fn kind_of<A: 'static>() -> Kind {
     let id = TypeId::of::<A>();
+    if id == TypeId::of::<select::Select>() {
+        return select::chosen_kind();
+    }
     if id == TypeId::of::<std::alloc::System>() {
         return Kind::System;
     }

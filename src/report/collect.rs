@@ -62,6 +62,9 @@ pub fn report() -> Report {
         }
         (None, _) => None,
     };
+    if let Some(w) = select_warning() {
+        warnings.push(w);
+    }
     let process = ProcessStats::read();
     let fragmentation = fragmentation(&tracked, allocator.as_ref(), &process);
     if tracked.usable_bytes < MEANINGFUL_LIVE_BYTES && fragmentation.ratio.is_some() {
@@ -140,6 +143,27 @@ pub fn totals() -> TrackedStats {
         add_classes(&mut classes, shard);
     }
     tracked_stats(totals, &classes, backend::registered())
+}
+
+/// A warning when `FRAG_ALLOCATOR` named no backend of this build and `Select` fell back.
+fn select_warning() -> Option<String> {
+    use crate::backend::select::{EnvStatus, SELECT_ENV};
+    let status = crate::backend::select::env_status()?;
+    let value = std::env::var(SELECT_ENV).unwrap_or_default();
+    let used = reg_name();
+    match status {
+        EnvStatus::Fine => None,
+        EnvStatus::Unknown => Some(format!(
+            "{SELECT_ENV}={value:?} names no allocator (system, jemalloc, mimalloc, snmalloc): using {used}"
+        )),
+        EnvStatus::NotCompiled => Some(format!(
+            "{SELECT_ENV}={value:?}: that allocator's feature is not compiled into this build: using {used}"
+        )),
+    }
+}
+
+fn reg_name() -> &'static str {
+    backend::registered().map_or("the default", |r| r.name())
 }
 
 /// Every shard that may hold counts: the pool's used slots and the overflow shard.

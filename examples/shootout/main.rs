@@ -1,0 +1,156 @@
+//! The reference experiments on every backend compiled in, in one command: each workload runs in a
+//! child process per backend (this binary again, with `FRAG_ALLOCATOR` set, so `frag::Select` picks
+//! the allocator), every figure comes from the child's own `frag::report()` and `getrusage`, and the
+//! parent prints comparison tables and writes `results.json`, `results.csv` and one SVG timeline per
+//! backend under `target/shootout/`.
+//!
+//! ```sh
+//! cargo run --release --all-features --example shootout            # about 2 minutes on 2 cores
+//! cargo run --release --all-features --example shootout -- --quick # under a minute
+//! ```
+//!
+//! Workloads: (1) 10,000 blocks alternating 64 B / 4 KiB, small ones freed, then all; (2) the
+//! async-server pattern (timeline pictured); (3) four threads with 5,000 live blocks each; (4)
+//! thread-per-core against work-stealing freeing; (5) channel messages of 8 B to 32 KiB, with
+//! jemalloc's `tcache_max` at 16384 and 4096 too; (6) jemalloc's dirty-decay sweep; (7) glibc's
+//! heap pinned by its top block, then trimmed.
+
+#[path = "../support/measure.rs"]
+mod measure;
+mod output;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use frag::{Backend, SELECT_ENV, Select};
+use serde_json::{Value, json};
+use workloads::Scale;
+
+#[global_allocator]
+static A: frag::Tracked<Select> = frag::Tracked::new(Select::new());
+
+/// One child run: a workload with a variant on a backend.
+#[derive(Clone)]
+pub struct Plan {
+    pub workload: &'static str,
+    pub variant: String,
+    pub backend: Backend,
+}
+
+fn plans() -> Vec<Plan> {
+    let mut v = Vec::new();
+    let mut add = |workload: &'static str, variant: &str, backend: Backend| {
+        v.push(Plan { workload, variant: variant.to_owned(), backend });
+    };
+    for &b in Backend::ALL {
+        add("alternating", "", b);
+        add("server", "", b);
+        add("threads", "", b);
+        add("cross", "thread-per-core", b);
+        add("cross", "work-stealing", b);
+        add("channel", "", b);
+    }
+    #[cfg(feature = "jemalloc")]
+    {
+        add("channel", "tcache_max=16384", Backend::Jemalloc);
+        add("channel", "tcache_max=4096", Backend::Jemalloc);
+        for ms in ["0", "1000", "10000"] {
+            add("decay", ms, Backend::Jemalloc);
+        }
+    }
+    add("brk", "", Backend::System);
+    v
+}
+
+/// `target/shootout`, next to this binary's own `target/<profile>/examples/`.
+fn out_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let target = exe.ancestors().nth(3).map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    target.join("shootout")
+}
+
+fn child(args: &[String]) -> i32 {
+    let (Some(workload), Some(variant)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: shootout --child WORKLOAD VARIANT [--quick]");
+        return 2;
+    };
+    let scale = Scale { quick: args.iter().any(|a| a == "--quick") };
+    let Some(outcome) = workloads::run(workload, variant, scale) else {
+        eprintln!("shootout: unknown workload {workload}");
+        return 2;
+    };
+    let report = frag::report();
+    let rows: Vec<Value> =
+        outcome.rows.iter().map(|r| json!({ "case": r.case, "figures": workloads::figures(r) })).collect();
+    let line = json!({
+        "backend": report.backend,
+        "warnings": report.warnings,
+        "rows": rows,
+        "timeline": outcome.timeline,
+    });
+    println!("{line}");
+    0
+}
+
+fn run_child(plan: &Plan, quick: bool) -> Result<Value, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["--child", plan.workload, &plan.variant]).env(SELECT_ENV, plan.backend.name());
+    if quick {
+        cmd.arg("--quick");
+    }
+    let start = Instant::now();
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("{}\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let mut v: Value = serde_json::from_str(last).map_err(|e| format!("{e}: {last}"))?;
+    if v["backend"] != plan.backend.name() {
+        return Err(format!("asked for {}, the child ran on {}", plan.backend, v["backend"]));
+    }
+    v["workload"] = json!(plan.workload);
+    v["variant"] = json!(plan.variant);
+    v["seconds"] = json!(start.elapsed().as_secs_f64());
+    Ok(v)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        std::process::exit(child(&args[i + 1..]));
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let start = Instant::now();
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for plan in plans() {
+        eprint!("{:<12} {:<9} {:<17}", plan.workload, plan.backend.name(), plan.variant);
+        match run_child(&plan, quick) {
+            Ok(v) => {
+                eprintln!(" {:5.1} s", v["seconds"].as_f64().unwrap_or(0.0));
+                runs.push(v);
+            }
+            Err(e) => {
+                eprintln!(" FAILED");
+                failures.push(format!("{} on {} ({}): {e}", plan.workload, plan.backend, plan.variant));
+            }
+        }
+    }
+    let dir = out_dir();
+    match output::write_all(&dir, &runs, quick, start.elapsed().as_secs_f64()) {
+        Ok(files) => {
+            output::print_tables(&runs);
+            println!("\nwrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+        }
+        Err(e) => failures.push(format!("writing {}: {e}", dir.display())),
+    }
+    println!("total {:.0} s", start.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        eprintln!("\n{}", failures.join("\n"));
+        std::process::exit(1);
+    }
+}

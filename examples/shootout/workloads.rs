@@ -1,0 +1,372 @@
+//! The workloads, run in a child process on the backend `FRAG_ALLOCATOR` chose. Each returns rows of
+//! named figures; every row carries the process RSS and the fragmentation ratio from `frag::report()`
+//! at the moment it describes.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::measure::{MIB, minor_faults, next, peak_rss};
+
+/// One measured case: a label and its figures, in the order they were taken.
+pub struct Row {
+    pub case: String,
+    pub figures: Vec<(&'static str, f64)>,
+}
+
+/// What a child sends back.
+pub struct Outcome {
+    pub rows: Vec<Row>,
+    /// (seconds, process RSS MiB, tracked allocated MiB) samples, for the timeline picture.
+    pub timeline: Vec<(f64, f64, f64)>,
+}
+
+/// Sizes of the run: the default or `--quick`.
+#[derive(Clone, Copy)]
+pub struct Scale {
+    pub quick: bool,
+}
+
+impl Scale {
+    fn pick<T>(self, full: T, quick: T) -> T {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// Below this much live data the fragmentation ratio mostly measures the allocator's fixed overhead
+/// (the report warns); the tables leave it out there and the RSS column tells the story.
+const MEANINGFUL_LIVE: u64 = 8 << 20;
+
+/// RSS and fragmentation ratio (allocator's figures where it has them, else the process's) now.
+fn observed(case: impl Into<String>, mut figures: Vec<(&'static str, f64)>) -> Row {
+    let r = frag::report();
+    let ratio = if r.tracked.allocated_bytes >= MEANINGFUL_LIVE { r.fragmentation.ratio } else { None };
+    figures.push(("rss_mib", r.process.rss_bytes.unwrap_or(0) as f64 / MIB));
+    figures.push(("frag_ratio", ratio.unwrap_or(f64::NAN)));
+    Row { case: case.into(), figures }
+}
+
+/// The allocator's resident bytes where it reports them (jemalloc), else its committed (mimalloc) or
+/// mapped (snmalloc) bytes, in MiB.
+fn allocator_mib(r: &frag::Report) -> f64 {
+    r.allocator.as_ref().and_then(|a| a.resident.or(a.committed).or(a.mapped)).map_or(f64::NAN, |b| b as f64 / MIB)
+}
+
+fn tracked_mib() -> f64 {
+    frag::totals().allocated_bytes as f64 / MIB
+}
+
+fn touch(mut v: Vec<u8>) -> Vec<u8> {
+    for b in v.iter_mut().step_by(4096) {
+        *b = 1;
+    }
+    v
+}
+
+/// Light allocator activity for `wait` (a thousand small blocks every 10 ms): allocators that purge
+/// lazily (jemalloc without background threads advances decay on its allocation ticks) purge as they
+/// run, the way a quiet service still allocates.
+fn idle(wait: Duration) {
+    let end = Instant::now() + wait;
+    while Instant::now() < end {
+        for _ in 0..1000 {
+            std::hint::black_box(vec![0u8; 256]);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// 1. 10,000 blocks alternating 64 B and 4 KiB; the small ones freed; then all.
+pub fn alternating(_: Scale) -> Outcome {
+    let mut blocks: Vec<Option<Vec<u8>>> =
+        (0..10_000).map(|i| Some(touch(vec![7u8; if i % 2 == 0 { 64 } else { 4096 }]))).collect();
+    let mut rows = vec![observed("allocated", vec![("live_mib", tracked_mib())])];
+    for b in blocks.iter_mut().step_by(2) {
+        *b = None;
+    }
+    rows.push(observed("small ones freed", vec![("live_mib", tracked_mib())]));
+    drop(blocks);
+    rows.push(observed("all freed", vec![("live_mib", tracked_mib())]));
+    Outcome { rows, timeline: Vec::new() }
+}
+
+/// 2. The async-server pattern: per iteration 2–5 buffers of 128 B–16 KiB; 70% die at the end of the
+///    iteration, 30% live on in a window of long-lived buffers replaced at random.
+pub fn server(scale: Scale) -> Outcome {
+    let iterations = scale.pick(500_000, 100_000);
+    let window = 20_000;
+    let mut rng = 0x5eed_u64;
+    let mut long: Vec<Vec<u8>> = Vec::with_capacity(window);
+    let start = Instant::now();
+    let mut timeline = Vec::new();
+    let sample_every = iterations / 100;
+    for i in 0..iterations {
+        let n = 2 + (next(&mut rng) % 4) as usize;
+        let mut short = Vec::with_capacity(n);
+        for _ in 0..n {
+            let size = 128 + (next(&mut rng) % (16 * 1024 - 128)) as usize;
+            let buf = touch(vec![1u8; size]);
+            if next(&mut rng) % 10 < 3 {
+                if long.len() < window {
+                    long.push(buf);
+                } else {
+                    let k = (next(&mut rng) % window as u64) as usize;
+                    long[k] = buf;
+                }
+            } else {
+                short.push(buf);
+            }
+        }
+        drop(short);
+        if i % sample_every == 0 {
+            let rss = frag::report().process.rss_bytes.unwrap_or(0) as f64 / MIB;
+            timeline.push((start.elapsed().as_secs_f64(), rss, tracked_mib()));
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let report = frag::report();
+    let resident = allocator_mib(&report);
+    let mut rows = vec![observed(
+        "under load",
+        vec![
+            ("live_blocks", report.tracked.live_blocks as f64),
+            ("allocated_mib", report.tracked.allocated_bytes as f64 / MIB),
+            ("allocator_mib", resident),
+            ("seconds", elapsed),
+        ],
+    )];
+    drop(long);
+    rows.push(observed(
+        "after drop",
+        vec![("allocated_mib", tracked_mib()), ("allocator_mib", allocator_mib(&frag::report()))],
+    ));
+    let t = start.elapsed().as_secs_f64();
+    timeline.push((t, frag::report().process.rss_bytes.unwrap_or(0) as f64 / MIB, tracked_mib()));
+    let wait = scale.pick(Duration::from_secs(11), Duration::from_secs(1));
+    idle(wait);
+    rows.push(observed(
+        format!("after {} s idle", wait.as_secs()),
+        vec![("allocated_mib", tracked_mib()), ("allocator_mib", allocator_mib(&frag::report()))],
+    ));
+    timeline.push((
+        start.elapsed().as_secs_f64(),
+        frag::report().process.rss_bytes.unwrap_or(0) as f64 / MIB,
+        tracked_mib(),
+    ));
+    Outcome { rows, timeline }
+}
+
+/// 3. Four threads, each keeping 5,000 live blocks of 128 B–8 KiB and replacing them at random.
+pub fn threads(scale: Scale) -> Outcome {
+    const THREADS: u64 = 4;
+    let rounds = scale.pick(400_000, 60_000);
+    let before = frag::report().process.rss_bytes.unwrap_or(0) as f64 / MIB;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = 0x1234_5678 ^ (t + 1);
+                let size = |rng: &mut u64| 128 + (next(rng) % (8 * 1024 - 128)) as usize;
+                let mut live: Vec<Vec<u8>> = (0..5_000).map(|_| touch(vec![0u8; size(&mut rng)])).collect();
+                for _ in 0..rounds {
+                    let k = (next(&mut rng) % 5_000) as usize;
+                    live[k] = touch(vec![0u8; size(&mut rng)]);
+                }
+                live
+            })
+        })
+        .collect();
+    let kept: Vec<_> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let seconds = start.elapsed().as_secs_f64();
+    let peak = peak_rss() as f64 / MIB;
+    let allocs_per_s = (THREADS * (rounds + 5_000)) as f64 / seconds;
+    let under_load = observed("under load", vec![("peak_rss_mib", peak), ("allocs_per_s", allocs_per_s)]);
+    drop(kept);
+    let after = frag::report().process.rss_bytes.unwrap_or(0) as f64 / MIB;
+    let returned = if peak > before { 100.0 * (peak - after) / (peak - before) } else { f64::NAN };
+    let after_drop = observed("after drop", vec![("returned_pct", returned.clamp(0.0, 100.0))]);
+    Outcome { rows: vec![under_load, after_drop], timeline: Vec::new() }
+}
+
+/// 4. Thread-per-core (every block freed by the thread that allocated it) against work-stealing
+///    (every block freed by the next thread), same work: peak and final RSS, and the cross-thread share
+///    origin tracking sees.
+pub fn cross(scale: Scale, variant: &str) -> Outcome {
+    const THREADS: usize = 4;
+    let batches = scale.pick(400, 80);
+    let handoff = variant == "work-stealing";
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::sync_channel::<Vec<Vec<u8>>>(4)).unzip();
+    let start = Instant::now();
+    let handles: Vec<_> = receivers
+        .into_iter()
+        .enumerate()
+        .map(|(t, rx)| {
+            let tx = senders[(t + 1) % THREADS].clone();
+            std::thread::spawn(move || {
+                let mut rng = 0xc0ffee ^ t as u64;
+                // Both variants keep the same number of batches alive (the channel's 4 plus the one
+                // being filled), so only who frees them differs.
+                let mut own: std::collections::VecDeque<Vec<Vec<u8>>> = std::collections::VecDeque::new();
+                for _ in 0..batches {
+                    let batch: Vec<Vec<u8>> = (0..256).map(|_| touch(vec![0u8; 64 << (next(&mut rng) % 10)])).collect();
+                    if handoff {
+                        if tx.send(batch).is_err() {
+                            break;
+                        }
+                        // Free what the previous thread handed over.
+                        while let Ok(b) = rx.try_recv() {
+                            drop(b);
+                        }
+                    } else {
+                        own.push_back(batch);
+                        if own.len() > 4 {
+                            drop(own.pop_front());
+                        }
+                    }
+                }
+                drop(own);
+                drop(tx);
+                rx.iter().for_each(drop);
+            })
+        })
+        .collect();
+    drop(senders);
+    for h in handles {
+        h.join().ok();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let report = frag::report();
+    let cross_ratio = report.origin.as_ref().and_then(|o| o.cross_thread_free_ratio).unwrap_or(f64::NAN);
+    let row = observed(
+        variant,
+        vec![("peak_rss_mib", peak_rss() as f64 / MIB), ("cross_thread_ratio", cross_ratio), ("seconds", seconds)],
+    );
+    Outcome { rows: vec![row], timeline: Vec::new() }
+}
+
+/// 5. Messages of one size through a bounded channel between two threads: µs and minor page faults
+///    per 1,000 messages. `variant` may set jemalloc's `thread.tcache.max` on both threads.
+pub fn channel(scale: Scale, variant: &str) -> Outcome {
+    let tcache: Option<usize> = variant.strip_prefix("tcache_max=").and_then(|v| v.parse().ok());
+    let set_tcache = move || {
+        #[cfg(feature = "jemalloc")]
+        if let Some(bytes) = tcache {
+            if let Err(e) = frag::tune::jemalloc::set_thread_tcache_max(bytes) {
+                eprintln!("shootout: tcache_max={bytes}: {e}");
+            }
+        }
+        #[cfg(not(feature = "jemalloc"))]
+        let _ = tcache;
+    };
+    let messages = scale.pick(100_000, 20_000);
+    let mut rows = Vec::new();
+    for size in [8usize, 64, 512, 4096, 16 << 10, 32 << 10] {
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
+        let consumer = std::thread::spawn(move || {
+            set_tcache();
+            rx.iter().map(|m| m.len()).sum::<usize>()
+        });
+        set_tcache();
+        let faults = minor_faults();
+        let start = Instant::now();
+        for i in 0..messages {
+            let mut m = vec![0u8; size];
+            m[0] = i as u8;
+            if tx.send(m).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let received = consumer.join().unwrap_or(0);
+        let us_per_1000 = start.elapsed().as_secs_f64() * 1e6 / messages as f64 * 1000.0;
+        let faults_per_1000 = (minor_faults() - faults) as f64 / messages as f64 * 1000.0;
+        debug_assert_eq!(received, size * messages);
+        rows.push(observed(
+            format!("{size} B"),
+            vec![("us_per_1000", us_per_1000), ("minor_faults_per_1000", faults_per_1000)],
+        ));
+    }
+    Outcome { rows, timeline: Vec::new() }
+}
+
+/// 6. jemalloc's dirty decay (`variant` = milliseconds) on a burst of the server pattern: resident
+///    memory under load, after the drop, and after the decay time (light activity, then the decay
+///    applied to every arena).
+pub fn decay(scale: Scale, variant: &str) -> Outcome {
+    #[cfg(feature = "jemalloc")]
+    {
+        use frag::tune::Decay;
+        use frag::tune::jemalloc::{self, DecayKind};
+        let ms: u64 = variant.parse().unwrap_or(10_000);
+        let setting = if ms == 0 { Decay::Immediate } else { Decay::After(Duration::from_millis(ms)) };
+        if let Err(e) = jemalloc::set_decay(DecayKind::Dirty, setting) {
+            eprintln!("shootout: dirty_decay_ms={ms}: {e}");
+        }
+        let resident = || frag::report().allocator.and_then(|a| a.resident).map_or(f64::NAN, |r| r as f64 / MIB);
+        let mut rng = 0xdeca_u64;
+        let iterations = scale.pick(200_000, 50_000);
+        let mut live: Vec<Vec<u8>> = Vec::with_capacity(8192);
+        for _ in 0..iterations {
+            let buf = touch(vec![1u8; 128 + (next(&mut rng) % (16 << 10)) as usize]);
+            if live.len() < 8192 {
+                live.push(buf);
+            } else {
+                let k = (next(&mut rng) % 8192) as usize;
+                live[k] = buf;
+            }
+        }
+        let mut rows = vec![observed("under load", vec![("allocator_resident_mib", resident())])];
+        drop(live);
+        rows.push(observed("after drop", vec![("allocator_resident_mib", resident())]));
+        idle(Duration::from_millis(ms.min(scale.pick(10_000, 1_000)) + 500));
+        // Without background threads jemalloc applies decay only when an arena is ticked; apply it
+        // now, as a background thread would have.
+        if let Err(e) = jemalloc::decay_all() {
+            eprintln!("shootout: decay: {e}");
+        }
+        rows.push(observed("after decay", vec![("allocator_resident_mib", resident())]));
+        Outcome { rows, timeline: Vec::new() }
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    {
+        let _ = (scale, variant);
+        Outcome { rows: Vec::new(), timeline: Vec::new() }
+    }
+}
+
+/// 7. glibc's heap pinned by its top block: many small blocks, one more allocated last, all freed but
+///    that one; RSS stays until `malloc_trim` returns the pages below it.
+pub fn brk(scale: Scale) -> Outcome {
+    let n = scale.pick(200_000, 50_000);
+    let blocks: Vec<Vec<u8>> = (0..n).map(|_| touch(vec![3u8; 1000])).collect();
+    let pin = touch(vec![4u8; 1000]);
+    let mut rows = vec![observed("allocated", vec![("live_mib", tracked_mib())])];
+    drop(blocks);
+    rows.push(observed("freed below a live top block", vec![("live_mib", tracked_mib())]));
+    let released = frag::tune::release_free_memory();
+    let trimmed = released.map_or(f64::NAN, |r| {
+        r.rss_before.zip(r.rss_after).map_or(f64::NAN, |(b, a)| b.saturating_sub(a) as f64 / MIB)
+    });
+    rows.push(observed("after release_free_memory", vec![("live_mib", tracked_mib()), ("released_mib", trimmed)]));
+    drop(pin);
+    Outcome { rows, timeline: Vec::new() }
+}
+
+/// Runs workload `name` (with `variant`).
+pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
+    Some(match name {
+        "alternating" => alternating(scale),
+        "server" => server(scale),
+        "threads" => threads(scale),
+        "cross" => cross(scale, variant),
+        "channel" => channel(scale, variant),
+        "decay" => decay(scale, variant),
+        "brk" => brk(scale),
+        _ => return None,
+    })
+}
+
+/// The figures of a row, keyed by name (for JSON).
+pub fn figures(row: &Row) -> BTreeMap<&'static str, f64> {
+    row.figures.iter().copied().collect()
+}

@@ -1,0 +1,316 @@
+//! `Select`: the backend picked once per process, at its first allocation, from `FRAG_ALLOCATOR`.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ffi::CStr;
+use core::fmt;
+
+use super::Kind;
+use crate::sync::{AtomicU8, Ordering};
+
+/// The environment variable [`Select`] reads.
+pub const SELECT_ENV: &str = "FRAG_ALLOCATOR";
+const SELECT_ENV_C: &CStr = c"FRAG_ALLOCATOR";
+
+/// An allocator [`Select`] can dispatch to (those compiled in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `std::alloc::System` (glibc malloc on Linux). `FRAG_ALLOCATOR=system` (or `glibc`).
+    System,
+    /// `tikv_jemallocator::Jemalloc`. `FRAG_ALLOCATOR=jemalloc`.
+    #[cfg(feature = "jemalloc")]
+    Jemalloc,
+    /// `mimalloc::MiMalloc`. `FRAG_ALLOCATOR=mimalloc`.
+    #[cfg(feature = "mimalloc")]
+    Mimalloc,
+    /// `snmalloc_rs::SnMalloc`. `FRAG_ALLOCATOR=snmalloc`.
+    #[cfg(feature = "snmalloc")]
+    Snmalloc,
+}
+
+impl Backend {
+    /// Every backend compiled in, in a stable order.
+    pub const ALL: &'static [Backend] = &[
+        Backend::System,
+        #[cfg(feature = "jemalloc")]
+        Backend::Jemalloc,
+        #[cfg(feature = "mimalloc")]
+        Backend::Mimalloc,
+        #[cfg(feature = "snmalloc")]
+        Backend::Snmalloc,
+    ];
+
+    /// jemalloc when compiled in (the crate's headline backend), else `System`.
+    pub const DEFAULT: Backend = {
+        #[cfg(feature = "jemalloc")]
+        let b = Backend::Jemalloc;
+        #[cfg(not(feature = "jemalloc"))]
+        let b = Backend::System;
+        b
+    };
+
+    /// The name `FRAG_ALLOCATOR` takes and reports show.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            #[cfg(feature = "jemalloc")]
+            Self::Jemalloc => "jemalloc",
+            #[cfg(feature = "mimalloc")]
+            Self::Mimalloc => "mimalloc",
+            #[cfg(feature = "snmalloc")]
+            Self::Snmalloc => "snmalloc",
+        }
+    }
+
+    fn code(self) -> u8 {
+        Self::ALL.iter().position(|b| *b == self).map_or(0, |i| i as u8 + 1)
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            Self::System => Kind::System,
+            #[cfg(feature = "jemalloc")]
+            Self::Jemalloc => Kind::Jemalloc,
+            #[cfg(feature = "mimalloc")]
+            Self::Mimalloc => Kind::Mimalloc,
+            #[cfg(feature = "snmalloc")]
+            Self::Snmalloc => Kind::Snmalloc,
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What reading `FRAG_ALLOCATOR` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EnvStatus {
+    /// Unset, empty, or a backend that is compiled in.
+    Fine,
+    /// A name no backend has: the default was used.
+    Unknown,
+    /// A known backend this build does not include (its feature is off): the default was used.
+    NotCompiled,
+}
+
+/// The backend chosen for this process: 0 until the first allocation decides it.
+static CHOICE: AtomicU8 = AtomicU8::new(0);
+static STATUS: AtomicU8 = AtomicU8::new(0);
+
+/// A `GlobalAlloc` that dispatches to the backend named by the `FRAG_ALLOCATOR` environment variable
+/// (`system`, `jemalloc`, `mimalloc`, `snmalloc`: those compiled in), read once at the process's first
+/// allocation (without allocating) and fixed for the life of the process.
+///
+/// One binary can then compare allocators without a rebuild, in a benchmark or a production canary.
+/// An unset or empty variable means the default backend; an unknown name, or a backend whose feature
+/// is not compiled in, also falls back to the default, and [`report()`](crate::report) says so in its
+/// warnings. Each call costs one relaxed load and a predictable branch over the fixed backend
+/// (`benches/overhead.rs`, group `select`).
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<frag::Select> = frag::Tracked::new(frag::Select::new());
+///
+/// fn main() {
+///     // FRAG_ALLOCATOR=mimalloc ./service
+///     println!("allocator: {}", frag::Select::new().backend());
+///     println!("{}", frag::report());
+/// }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Select {
+    default: Backend,
+}
+
+impl Select {
+    /// A `Select` whose default (when `FRAG_ALLOCATOR` is unset or invalid) is [`Backend::DEFAULT`].
+    #[must_use]
+    pub const fn new() -> Self {
+        Self { default: Backend::DEFAULT }
+    }
+
+    /// A `Select` with another default backend.
+    #[must_use]
+    pub const fn with_default(default: Backend) -> Self {
+        Self { default }
+    }
+
+    /// The backend this process uses, deciding it now if nothing was allocated yet.
+    #[inline]
+    #[must_use]
+    pub fn backend(&self) -> Backend {
+        match Backend::from_code(CHOICE.load(Ordering::Relaxed)) {
+            Some(b) => b,
+            None => self.decide(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn decide(&self) -> Backend {
+        let (wanted, status) = from_env(self.default);
+        // The first decision wins; every thread reads the same variable, so they agree anyway.
+        match CHOICE.compare_exchange(0, wanted.code(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                STATUS.store(status as u8, Ordering::Relaxed);
+                wanted
+            }
+            Err(code) => Backend::from_code(code).unwrap_or(wanted),
+        }
+    }
+}
+
+impl Default for Select {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Reads `FRAG_ALLOCATOR` with `getenv`: no allocation, so it can run inside the first allocation.
+fn from_env(default: Backend) -> (Backend, EnvStatus) {
+    // SAFETY: the name is a valid C string; `getenv` returns null or a pointer into the environment,
+    // which nothing in this process modifies while it starts up.
+    let value = unsafe { libc::getenv(SELECT_ENV_C.as_ptr()) };
+    if value.is_null() {
+        return (default, EnvStatus::Fine);
+    }
+    // SAFETY: a non-null `getenv` result is a NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(value) }.to_bytes();
+    parse(bytes).map_or((default, EnvStatus::Unknown), |parsed| match parsed {
+        Some(b) => (b, EnvStatus::Fine),
+        None if bytes.is_empty() => (default, EnvStatus::Fine),
+        None => (default, EnvStatus::NotCompiled),
+    })
+}
+
+/// `Ok(Some(b))` for a backend compiled in, `Ok(None)` for a known one that is not (or the empty
+/// string), `Err` for an unknown name. Case-insensitive.
+fn parse(bytes: &[u8]) -> Result<Option<Backend>, ()> {
+    let is = |name: &str| bytes.eq_ignore_ascii_case(name.as_bytes());
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    if is("system") || is("glibc") || is("libc") {
+        return Ok(Some(Backend::System));
+    }
+    if let Some(b) = Backend::ALL.iter().find(|b| is(b.name())) {
+        return Ok(Some(*b));
+    }
+    if is("jemalloc") || is("mimalloc") || is("snmalloc") { Ok(None) } else { Err(()) }
+}
+
+/// The chosen backend's kind, for `backend::kind_of`. Before the first allocation (which cannot
+/// happen on the paths that ask), the default.
+pub(crate) fn chosen_kind() -> Kind {
+    Select::new().backend().kind()
+}
+
+/// What reading the variable found, once the backend is chosen; `None` if no `Select` allocated.
+pub(crate) fn env_status() -> Option<EnvStatus> {
+    if CHOICE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    Some(match STATUS.load(Ordering::Relaxed) {
+        1 => EnvStatus::Unknown,
+        2 => EnvStatus::NotCompiled,
+        _ => EnvStatus::Fine,
+    })
+}
+
+// SAFETY: every method forwards to the one backend chosen for the process, which never changes once
+// chosen (before the first block exists), so every block is freed or reallocated by the allocator that
+// handed it out; each backend's guarantees carry over unchanged.
+unsafe impl GlobalAlloc for Select {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.backend() {
+                Backend::System => std::alloc::System.alloc(layout),
+                #[cfg(feature = "jemalloc")]
+                Backend::Jemalloc => tikv_jemallocator::Jemalloc.alloc(layout),
+                #[cfg(feature = "mimalloc")]
+                Backend::Mimalloc => ::mimalloc::MiMalloc.alloc(layout),
+                #[cfg(feature = "snmalloc")]
+                Backend::Snmalloc => snmalloc_rs::SnMalloc.alloc(layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.backend() {
+                Backend::System => std::alloc::System.alloc_zeroed(layout),
+                #[cfg(feature = "jemalloc")]
+                Backend::Jemalloc => tikv_jemallocator::Jemalloc.alloc_zeroed(layout),
+                #[cfg(feature = "mimalloc")]
+                Backend::Mimalloc => ::mimalloc::MiMalloc.alloc_zeroed(layout),
+                #[cfg(feature = "snmalloc")]
+                Backend::Snmalloc => snmalloc_rs::SnMalloc.alloc_zeroed(layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
+        unsafe {
+            match self.backend() {
+                Backend::System => std::alloc::System.dealloc(ptr, layout),
+                #[cfg(feature = "jemalloc")]
+                Backend::Jemalloc => tikv_jemallocator::Jemalloc.dealloc(ptr, layout),
+                #[cfg(feature = "mimalloc")]
+                Backend::Mimalloc => ::mimalloc::MiMalloc.dealloc(ptr, layout),
+                #[cfg(feature = "snmalloc")]
+                Backend::Snmalloc => snmalloc_rs::SnMalloc.dealloc(ptr, layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
+        unsafe {
+            match self.backend() {
+                Backend::System => std::alloc::System.realloc(ptr, layout, new_size),
+                #[cfg(feature = "jemalloc")]
+                Backend::Jemalloc => tikv_jemallocator::Jemalloc.realloc(ptr, layout, new_size),
+                #[cfg(feature = "mimalloc")]
+                Backend::Mimalloc => ::mimalloc::MiMalloc.realloc(ptr, layout, new_size),
+                #[cfg(feature = "snmalloc")]
+                Backend::Snmalloc => snmalloc_rs::SnMalloc.realloc(ptr, layout, new_size),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_case_insensitively() {
+        assert_eq!(parse(b"System"), Ok(Some(Backend::System)));
+        assert_eq!(parse(b"glibc"), Ok(Some(Backend::System)));
+        assert_eq!(parse(b""), Ok(None));
+        assert_eq!(parse(b"tcmalloc"), Err(()));
+        for b in Backend::ALL {
+            assert_eq!(parse(b.name().to_uppercase().as_bytes()), Ok(Some(*b)));
+            assert_eq!(Backend::from_code(b.code()), Some(*b));
+        }
+        #[cfg(not(feature = "mimalloc"))]
+        assert_eq!(parse(b"mimalloc"), Ok(None), "known but not compiled in");
+    }
+}
