@@ -166,35 +166,51 @@ fn median_ns(id: &str) -> Option<f64> {
     v["median"]["point_estimate"].as_f64()
 }
 
-/// Ranks `backends` by `time` (fastest first) as "a < b < c".
-fn ranking(backends: &[Backend], time: impl Fn(Backend) -> Option<f64>) -> String {
-    let mut v: Vec<(f64, &str)> = backends.iter().filter_map(|b| Some((time(*b)?, b.name()))).collect();
+/// Ranks `backends` by `time` (fastest first) as "a < b ≈ c": `≈` where two neighbours are closer
+/// than the larger of their round-to-round spreads (max / min over rounds), i.e. within the noise.
+fn ranking(backends: &[Backend], time: impl Fn(Backend) -> Option<(f64, f64)>) -> String {
+    let mut v: Vec<(f64, f64, &str)> =
+        backends.iter().filter_map(|b| time(*b).map(|(t, spread)| (t, spread, b.name()))).collect();
     v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    v.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(" < ")
+    let mut out = String::new();
+    for (i, (t, spread, name)) in v.iter().enumerate() {
+        if let Some((prev_t, prev_spread, _)) = i.checked_sub(1).and_then(|j| v.get(j)) {
+            out.push_str(if t / prev_t > spread.max(*prev_spread) { " < " } else { " ≈ " });
+        }
+        out.push_str(name);
+    }
+    out
 }
 
 /// Criterion medians per (case, backend, mode), one per round.
 type Medians = std::collections::BTreeMap<(String, &'static str, &'static str), Vec<f64>>;
 
-fn median(v: &[f64]) -> Option<f64> {
+/// The median of the rounds and their spread (slowest / fastest round).
+fn median(v: &[f64]) -> Option<(f64, f64)> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
+    let (first, last) = (v.first()?, v.last()?);
+    Some((*v.get(v.len() / 2)?, last / first))
 }
 
 fn summary(medians: &Medians, rounds: usize) {
     println!(
         "\nworkloads: Tracked<X> vs bare X, each in its own process; median over {rounds} alternating rounds of criterion's medians\n"
     );
-    println!("| case | backend | bare µs | tracked µs | ratio |");
-    println!("|---|---|---|---|---|");
+    println!("| case | backend | bare µs | tracked µs | ratio | spread bare | spread tracked |");
+    println!("|---|---|---|---|---|---|---|");
     let mut rankings = Vec::new();
     for case in case_names() {
         let time =
             |b: Backend, mode: &'static str| medians.get(&(case.clone(), b.name(), mode)).and_then(|v| median(v));
         for &b in Backend::ALL {
-            if let (Some(bare), Some(tracked)) = (time(b, "bare"), time(b, "tracked")) {
-                println!("| {case} | {b} | {:.1} | {:.1} | {:.3} |", bare / 1e3, tracked / 1e3, tracked / bare);
+            if let (Some((bare, sb)), Some((tracked, st))) = (time(b, "bare"), time(b, "tracked")) {
+                println!(
+                    "| {case} | {b} | {:.1} | {:.1} | {:.3} | {sb:.2} | {st:.2} |",
+                    bare / 1e3,
+                    tracked / 1e3,
+                    tracked / bare
+                );
             }
         }
         rankings.push(format!(
@@ -203,7 +219,8 @@ fn summary(medians: &Medians, rounds: usize) {
             ranking(Backend::ALL, |b| time(b, "tracked"))
         ));
     }
-    println!("\n| case | fastest first, bare | fastest first, tracked |\n|---|---|---|");
+    println!("\nspread = slowest / fastest round; in rankings `≈` joins neighbours closer than their spread\n");
+    println!("| case | fastest first, bare | fastest first, tracked |\n|---|---|---|");
     println!("{}", rankings.join("\n"));
 }
 

@@ -104,8 +104,8 @@ mod tracked;
 pub mod tune;
 pub mod watch;
 
-pub use backend::select::{Backend, SELECT_ENV, Select};
-pub use backend::{AllocatorStats, Probe};
+pub use backend::select::{SELECT_ENV, Select};
+pub use backend::{AllocatorStats, Backend, Probe};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::ProcessStats;
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};

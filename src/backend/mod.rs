@@ -14,6 +14,7 @@ use crate::sync::{AtomicU8, Ordering};
 
 #[cfg(feature = "jemalloc")]
 pub(crate) mod jemalloc;
+mod known;
 #[cfg(feature = "mimalloc")]
 pub(crate) mod mimalloc;
 pub(crate) mod select;
@@ -23,18 +24,14 @@ mod stats;
 pub(crate) mod system;
 pub(crate) mod usable;
 
+pub use known::Backend;
 pub use stats::AllocatorStats;
 
-/// The allocators this crate knows by type.
+/// The wrapped allocator as the crate sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    System,
-    #[cfg(feature = "jemalloc")]
-    Jemalloc,
-    #[cfg(feature = "mimalloc")]
-    Mimalloc,
-    #[cfg(feature = "snmalloc")]
-    Snmalloc,
+    /// One it knows by type.
+    Known(Backend),
     /// Anything else: a user's allocator, possibly with a [`Probe`].
     Other,
 }
@@ -49,19 +46,19 @@ pub(crate) fn kind_of<A: 'static>() -> Kind {
         return select::chosen_kind();
     }
     if id == TypeId::of::<std::alloc::System>() {
-        return Kind::System;
+        return Kind::Known(Backend::System);
     }
     #[cfg(feature = "jemalloc")]
     if id == TypeId::of::<tikv_jemallocator::Jemalloc>() {
-        return Kind::Jemalloc;
+        return Kind::Known(Backend::Jemalloc);
     }
     #[cfg(feature = "mimalloc")]
     if id == TypeId::of::<::mimalloc::MiMalloc>() {
-        return Kind::Mimalloc;
+        return Kind::Known(Backend::Mimalloc);
     }
     #[cfg(feature = "snmalloc")]
     if id == TypeId::of::<snmalloc_rs::SnMalloc>() {
-        return Kind::Snmalloc;
+        return Kind::Known(Backend::Snmalloc);
     }
     Kind::Other
 }
@@ -145,13 +142,7 @@ impl Registration {
     /// The report's `backend` string.
     pub(crate) fn name(&self) -> &'static str {
         match self.kind {
-            Kind::System => "system",
-            #[cfg(feature = "jemalloc")]
-            Kind::Jemalloc => "jemalloc",
-            #[cfg(feature = "mimalloc")]
-            Kind::Mimalloc => "mimalloc",
-            #[cfg(feature = "snmalloc")]
-            Kind::Snmalloc => "snmalloc",
+            Kind::Known(b) => b.name(),
             Kind::Other => self.probe.map_or(self.type_name, |p| p.name()),
         }
     }
@@ -159,13 +150,13 @@ impl Registration {
     /// How usable sizes are obtained, in words for the report.
     pub(crate) fn usable_source(&self) -> &'static str {
         match self.kind {
-            Kind::System => system::USABLE_SOURCE,
+            Kind::Known(Backend::System) => system::USABLE_SOURCE,
             #[cfg(feature = "jemalloc")]
-            Kind::Jemalloc => jemalloc::USABLE_SOURCE,
+            Kind::Known(Backend::Jemalloc) => jemalloc::USABLE_SOURCE,
             #[cfg(feature = "mimalloc")]
-            Kind::Mimalloc => mimalloc::USABLE_SOURCE,
+            Kind::Known(Backend::Mimalloc) => mimalloc::USABLE_SOURCE,
             #[cfg(feature = "snmalloc")]
-            Kind::Snmalloc => snmalloc::USABLE_SOURCE,
+            Kind::Known(Backend::Snmalloc) => snmalloc::USABLE_SOURCE,
             Kind::Other if self.probe.is_some() => {
                 "the allocator's Probe::usable_size (requested size where it returns None)"
             }
@@ -180,9 +171,11 @@ impl Registration {
         let _ = largest;
         match self.kind {
             #[cfg(feature = "jemalloc")]
-            Kind::Jemalloc => (largest <= jemalloc::UNIFORM_MAX).then(|| jemalloc::class_usable(largest) as u64),
+            Kind::Known(Backend::Jemalloc) => {
+                (largest <= jemalloc::UNIFORM_MAX).then(|| jemalloc::class_usable(largest) as u64)
+            }
             #[cfg(feature = "snmalloc")]
-            Kind::Snmalloc => snmalloc::class_usable(class),
+            Kind::Known(Backend::Snmalloc) => snmalloc::class_usable(class),
             _ => None,
         }
     }
@@ -191,13 +184,13 @@ impl Registration {
     /// report never initialises an allocator the program does not use.
     pub(crate) fn stats(&self) -> Result<Option<AllocatorStats>, String> {
         match self.kind {
-            Kind::System => Ok(system::stats()),
+            Kind::Known(Backend::System) => Ok(system::stats()),
             #[cfg(feature = "jemalloc")]
-            Kind::Jemalloc => jemalloc::stats().map(Some),
+            Kind::Known(Backend::Jemalloc) => jemalloc::stats().map(Some),
             #[cfg(feature = "mimalloc")]
-            Kind::Mimalloc => Ok(Some(mimalloc::stats())),
+            Kind::Known(Backend::Mimalloc) => Ok(Some(mimalloc::stats())),
             #[cfg(feature = "snmalloc")]
-            Kind::Snmalloc => Ok(Some(snmalloc::stats())),
+            Kind::Known(Backend::Snmalloc) => Ok(Some(snmalloc::stats())),
             Kind::Other => Ok(self.probe.and_then(|p| p.stats())),
         }
     }

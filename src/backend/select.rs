@@ -1,94 +1,13 @@
 //! `Select`: the backend picked once per process, at its first allocation, from `FRAG_ALLOCATOR`.
 
+use super::{Backend, Kind};
+use crate::sync::{AtomicU8, Ordering};
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::CStr;
-use core::fmt;
-
-use super::Kind;
-use crate::sync::{AtomicU8, Ordering};
 
 /// The environment variable [`Select`] reads.
 pub const SELECT_ENV: &str = "FRAG_ALLOCATOR";
 const SELECT_ENV_C: &CStr = c"FRAG_ALLOCATOR";
-
-/// An allocator [`Select`] can dispatch to (those compiled in).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Backend {
-    /// `std::alloc::System` (glibc malloc on Linux). `FRAG_ALLOCATOR=system` (or `glibc`).
-    System,
-    /// `tikv_jemallocator::Jemalloc`. `FRAG_ALLOCATOR=jemalloc`.
-    #[cfg(feature = "jemalloc")]
-    Jemalloc,
-    /// `mimalloc::MiMalloc`. `FRAG_ALLOCATOR=mimalloc`.
-    #[cfg(feature = "mimalloc")]
-    Mimalloc,
-    /// `snmalloc_rs::SnMalloc`. `FRAG_ALLOCATOR=snmalloc`.
-    #[cfg(feature = "snmalloc")]
-    Snmalloc,
-}
-
-impl Backend {
-    /// Every backend compiled in, in a stable order.
-    pub const ALL: &'static [Backend] = &[
-        Backend::System,
-        #[cfg(feature = "jemalloc")]
-        Backend::Jemalloc,
-        #[cfg(feature = "mimalloc")]
-        Backend::Mimalloc,
-        #[cfg(feature = "snmalloc")]
-        Backend::Snmalloc,
-    ];
-
-    /// jemalloc when compiled in (the crate's headline backend), else `System`.
-    pub const DEFAULT: Backend = {
-        #[cfg(feature = "jemalloc")]
-        let b = Backend::Jemalloc;
-        #[cfg(not(feature = "jemalloc"))]
-        let b = Backend::System;
-        b
-    };
-
-    /// The name `FRAG_ALLOCATOR` takes and reports show.
-    #[must_use]
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::System => "system",
-            #[cfg(feature = "jemalloc")]
-            Self::Jemalloc => "jemalloc",
-            #[cfg(feature = "mimalloc")]
-            Self::Mimalloc => "mimalloc",
-            #[cfg(feature = "snmalloc")]
-            Self::Snmalloc => "snmalloc",
-        }
-    }
-
-    fn code(self) -> u8 {
-        Self::ALL.iter().position(|b| *b == self).map_or(0, |i| i as u8 + 1)
-    }
-
-    fn from_code(code: u8) -> Option<Self> {
-        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
-    }
-
-    pub(crate) fn kind(self) -> Kind {
-        match self {
-            Self::System => Kind::System,
-            #[cfg(feature = "jemalloc")]
-            Self::Jemalloc => Kind::Jemalloc,
-            #[cfg(feature = "mimalloc")]
-            Self::Mimalloc => Kind::Mimalloc,
-            #[cfg(feature = "snmalloc")]
-            Self::Snmalloc => Kind::Snmalloc,
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What reading `FRAG_ALLOCATOR` found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,7 +131,7 @@ fn parse(bytes: &[u8]) -> Result<Option<Backend>, ()> {
 /// The chosen backend's kind, for `backend::kind_of`. Before the first allocation (which cannot
 /// happen on the paths that ask), the default.
 pub(crate) fn chosen_kind() -> Kind {
-    Select::new().backend().kind()
+    Kind::Known(Select::new().backend())
 }
 
 /// What reading the variable found, once the backend is chosen; `None` if no `Select` allocated.
@@ -227,6 +146,33 @@ pub(crate) fn env_status() -> Option<EnvStatus> {
     })
 }
 
+/// Evaluates `$call` with `$a` bound to the chosen backend's allocator (a unit value).
+macro_rules! dispatch {
+    ($select:expr, $a:ident => $call:expr) => {
+        match $select.backend() {
+            Backend::System => {
+                let $a = std::alloc::System;
+                $call
+            }
+            #[cfg(feature = "jemalloc")]
+            Backend::Jemalloc => {
+                let $a = tikv_jemallocator::Jemalloc;
+                $call
+            }
+            #[cfg(feature = "mimalloc")]
+            Backend::Mimalloc => {
+                let $a = ::mimalloc::MiMalloc;
+                $call
+            }
+            #[cfg(feature = "snmalloc")]
+            Backend::Snmalloc => {
+                let $a = snmalloc_rs::SnMalloc;
+                $call
+            }
+        }
+    };
+}
+
 // SAFETY: every method forwards to the one backend chosen for the process, which never changes once
 // chosen (before the first block exists), so every block is freed or reallocated by the allocator that
 // handed it out; each backend's guarantees carry over unchanged.
@@ -234,65 +180,25 @@ unsafe impl GlobalAlloc for Select {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            match self.backend() {
-                Backend::System => std::alloc::System.alloc(layout),
-                #[cfg(feature = "jemalloc")]
-                Backend::Jemalloc => tikv_jemallocator::Jemalloc.alloc(layout),
-                #[cfg(feature = "mimalloc")]
-                Backend::Mimalloc => ::mimalloc::MiMalloc.alloc(layout),
-                #[cfg(feature = "snmalloc")]
-                Backend::Snmalloc => snmalloc_rs::SnMalloc.alloc(layout),
-            }
-        }
+        dispatch!(self, a => unsafe { a.alloc(layout) })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            match self.backend() {
-                Backend::System => std::alloc::System.alloc_zeroed(layout),
-                #[cfg(feature = "jemalloc")]
-                Backend::Jemalloc => tikv_jemallocator::Jemalloc.alloc_zeroed(layout),
-                #[cfg(feature = "mimalloc")]
-                Backend::Mimalloc => ::mimalloc::MiMalloc.alloc_zeroed(layout),
-                #[cfg(feature = "snmalloc")]
-                Backend::Snmalloc => snmalloc_rs::SnMalloc.alloc_zeroed(layout),
-            }
-        }
+        dispatch!(self, a => unsafe { a.alloc_zeroed(layout) })
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
-        unsafe {
-            match self.backend() {
-                Backend::System => std::alloc::System.dealloc(ptr, layout),
-                #[cfg(feature = "jemalloc")]
-                Backend::Jemalloc => tikv_jemallocator::Jemalloc.dealloc(ptr, layout),
-                #[cfg(feature = "mimalloc")]
-                Backend::Mimalloc => ::mimalloc::MiMalloc.dealloc(ptr, layout),
-                #[cfg(feature = "snmalloc")]
-                Backend::Snmalloc => snmalloc_rs::SnMalloc.dealloc(ptr, layout),
-            }
-        }
+        dispatch!(self, a => unsafe { a.dealloc(ptr, layout) })
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
-        unsafe {
-            match self.backend() {
-                Backend::System => std::alloc::System.realloc(ptr, layout, new_size),
-                #[cfg(feature = "jemalloc")]
-                Backend::Jemalloc => tikv_jemallocator::Jemalloc.realloc(ptr, layout, new_size),
-                #[cfg(feature = "mimalloc")]
-                Backend::Mimalloc => ::mimalloc::MiMalloc.realloc(ptr, layout, new_size),
-                #[cfg(feature = "snmalloc")]
-                Backend::Snmalloc => snmalloc_rs::SnMalloc.realloc(ptr, layout, new_size),
-            }
-        }
+        dispatch!(self, a => unsafe { a.realloc(ptr, layout, new_size) })
     }
 }
 

@@ -20,7 +20,7 @@
 
 use core::alloc::Layout;
 
-use super::{Kind, Probe, kind_of};
+use super::{Backend, Kind, Probe, kind_of};
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
@@ -49,20 +49,20 @@ pub(crate) fn is_plain(layout: Layout, max: usize) -> bool {
 #[inline(always)]
 pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
     match kind_of::<A>() {
-        Kind::System => super::system::usable(ptr, layout),
+        Kind::Known(Backend::System) => super::system::usable(ptr, layout),
         #[cfg(feature = "jemalloc")]
-        Kind::Jemalloc if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
+        Kind::Known(Backend::Jemalloc) if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
         #[cfg(feature = "jemalloc")]
-        Kind::Jemalloc => Usable::Explicit(super::jemalloc::usable(layout)),
+        Kind::Known(Backend::Jemalloc) => Usable::Explicit(super::jemalloc::usable(layout)),
         #[cfg(feature = "mimalloc")]
-        Kind::Mimalloc => Usable::Explicit(super::mimalloc::usable_at(ptr)),
+        Kind::Known(Backend::Mimalloc) => Usable::Explicit(super::mimalloc::usable_at(ptr)),
         #[cfg(feature = "snmalloc")]
-        Kind::Snmalloc if is_plain(layout, super::snmalloc::UNIFORM_MAX) => {
+        Kind::Known(Backend::Snmalloc) if is_plain(layout, super::snmalloc::UNIFORM_MAX) => {
             super::snmalloc::learn_class(ptr, layout.size());
             Usable::Uniform
         }
         #[cfg(feature = "snmalloc")]
-        Kind::Snmalloc => Usable::Explicit(super::snmalloc::usable_at(ptr)),
+        Kind::Known(Backend::Snmalloc) => Usable::Explicit(super::snmalloc::usable_at(ptr)),
         Kind::Other => match probe {
             Some(p) => Usable::Explicit(p.usable_size(ptr, layout).unwrap_or(layout.size())),
             None => Usable::Requested,
@@ -76,13 +76,13 @@ pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, la
 #[inline(always)]
 pub(crate) fn needs_block<A: 'static>(probe: Option<&'static dyn Probe>, layout: Layout) -> bool {
     match kind_of::<A>() {
-        Kind::System => super::system::needs_block(layout),
+        Kind::Known(Backend::System) => super::system::needs_block(layout),
         #[cfg(feature = "jemalloc")]
-        Kind::Jemalloc => false,
+        Kind::Known(Backend::Jemalloc) => false,
         #[cfg(feature = "mimalloc")]
-        Kind::Mimalloc => true,
+        Kind::Known(Backend::Mimalloc) => true,
         #[cfg(feature = "snmalloc")]
-        Kind::Snmalloc => !is_plain(layout, super::snmalloc::UNIFORM_MAX),
+        Kind::Known(Backend::Snmalloc) => !is_plain(layout, super::snmalloc::UNIFORM_MAX),
         Kind::Other => probe.is_some(),
     }
 }
@@ -92,13 +92,13 @@ pub(crate) fn needs_block<A: 'static>(probe: Option<&'static dyn Probe>, layout:
 pub(crate) fn of_layout<A: 'static>(layout: Layout) -> Usable {
     match kind_of::<A>() {
         // Without a block, `system::usable` only applies the chunk rule (see `needs_block`).
-        Kind::System => super::system::usable(core::ptr::null_mut(), layout),
+        Kind::Known(Backend::System) => super::system::usable(core::ptr::null_mut(), layout),
         #[cfg(feature = "jemalloc")]
-        Kind::Jemalloc if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
+        Kind::Known(Backend::Jemalloc) if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
         #[cfg(feature = "jemalloc")]
-        Kind::Jemalloc => Usable::Explicit(super::jemalloc::usable(layout)),
+        Kind::Known(Backend::Jemalloc) => Usable::Explicit(super::jemalloc::usable(layout)),
         #[cfg(feature = "snmalloc")]
-        Kind::Snmalloc => Usable::Uniform,
+        Kind::Known(Backend::Snmalloc) => Usable::Uniform,
         _ => Usable::Requested,
     }
 }

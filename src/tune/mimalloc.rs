@@ -11,7 +11,7 @@ use libmimalloc_sys as sys;
 
 use super::decay::DECAY_EXPECTED;
 use super::{Decay, Released, TuneError};
-use crate::backend::Kind;
+use crate::backend::{Backend, Kind};
 
 const NAME: &str = "mimalloc";
 
@@ -201,7 +201,7 @@ impl MimallocOption {
 }
 
 fn require() -> Result<Major, TuneError> {
-    super::require(Kind::Mimalloc, NAME)?;
+    super::require(Kind::Known(Backend::Mimalloc), NAME)?;
     Ok(major())
 }
 

@@ -33,7 +33,7 @@ pub use error::TuneError;
 pub(crate) use traps::check_and_warn;
 pub use traps::{Trap, check};
 
-use crate::backend::{self, Kind};
+use crate::backend::{self, Backend, Kind};
 
 /// Fails with [`TuneError::WrongBackend`] unless the registered allocator is `kind`.
 pub(crate) fn require(kind: Kind, wanted: &'static str) -> Result<(), TuneError> {
@@ -95,7 +95,7 @@ fn unsupported(knob: &'static str, hint: &'static str) -> TuneError {
 pub fn release_free_memory() -> Result<Released, TuneError> {
     match backend::registered().map(|r| r.kind) {
         #[cfg(feature = "jemalloc")]
-        Some(Kind::Jemalloc) => {
+        Some(Kind::Known(Backend::Jemalloc)) => {
             let mut result = Ok(());
             let released = Released::around(|| {
                 // A disabled thread cache cannot be flushed; purging still works.
@@ -105,9 +105,9 @@ pub fn release_free_memory() -> Result<Released, TuneError> {
             result.map(|()| released)
         }
         #[cfg(feature = "mimalloc")]
-        Some(Kind::Mimalloc) => mimalloc::collect(true),
+        Some(Kind::Known(Backend::Mimalloc)) => mimalloc::collect(true),
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        Some(Kind::System) => glibc::trim(),
+        Some(Kind::Known(Backend::System)) => glibc::trim(),
         _ => Err(unsupported("release_free_memory", "it returns memory to the OS on its own schedule")),
     }
 }
@@ -131,10 +131,10 @@ pub fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
     }
     match backend::registered().map(|r| r.kind) {
         #[cfg(feature = "jemalloc")]
-        Some(Kind::Jemalloc) => jemalloc::set_decay(jemalloc::DecayKind::Dirty, decay).map(drop),
+        Some(Kind::Known(Backend::Jemalloc)) => jemalloc::set_decay(jemalloc::DecayKind::Dirty, decay).map(drop),
         #[cfg(feature = "mimalloc")]
-        Some(Kind::Mimalloc) => mimalloc::set(mimalloc::MimallocOption::PurgeDelay(decay)).map(drop),
-        Some(Kind::System) => Err(unsupported(
+        Some(Kind::Known(Backend::Mimalloc)) => mimalloc::set(mimalloc::MimallocOption::PurgeDelay(decay)).map(drop),
+        Some(Kind::Known(Backend::System)) => Err(unsupported(
             "purge delay",
             "glibc returns memory by trimming the top of its heap: see tune::glibc::Mallopt::TrimThreshold",
         )),
@@ -146,10 +146,16 @@ pub fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
 pub(crate) fn effective_config() -> String {
     match backend::registered().map(|r| r.kind) {
         #[cfg(feature = "jemalloc")]
-        Some(Kind::Jemalloc) => jemalloc::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string()),
+        Some(Kind::Known(Backend::Jemalloc)) => {
+            jemalloc::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
+        }
         #[cfg(feature = "mimalloc")]
-        Some(Kind::Mimalloc) => mimalloc::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}")),
-        Some(Kind::System) => "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned(),
+        Some(Kind::Known(Backend::Mimalloc)) => {
+            mimalloc::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+        }
+        Some(Kind::Known(Backend::System)) => {
+            "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned()
+        }
         Some(_) => "no tunable configuration".to_owned(),
         None => "no Tracked allocator".to_owned(),
     }

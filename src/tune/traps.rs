@@ -5,7 +5,7 @@
 use core::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{self, Kind};
+use crate::backend::{self, Backend, Kind};
 
 /// A configuration problem found by [`check`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub fn check() -> Vec<Trap> {
 pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Trap> {
     let mut traps = Vec::new();
     let backend = match kind {
-        Some(Kind::System) => "glibc",
+        Some(Kind::Known(Backend::System)) => "glibc",
         Some(_) => backend::registered().map_or("a custom allocator", |r| r.name()),
         None => "no Tracked allocator",
     };
@@ -162,7 +162,7 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
                 });
             }
         } else if GLIBC_VARS.contains(&name.as_str()) || name == "GLIBC_TUNABLES" && value.contains("glibc.malloc.") {
-            if kind != Some(Kind::System) {
+            if kind != Some(Kind::Known(Backend::System)) {
                 traps.push(Trap::IgnoredEnvVar {
                     name: name.clone(),
                     read_by: "glibc malloc",
@@ -179,7 +179,7 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
 
 #[cfg(feature = "jemalloc")]
 fn is_jemalloc_kind(k: Kind) -> bool {
-    k == Kind::Jemalloc
+    k == Kind::Known(Backend::Jemalloc)
 }
 #[cfg(not(feature = "jemalloc"))]
 fn is_jemalloc_kind(_: Kind) -> bool {
@@ -188,7 +188,7 @@ fn is_jemalloc_kind(_: Kind) -> bool {
 
 #[cfg(feature = "mimalloc")]
 fn is_mimalloc_kind(k: Kind) -> bool {
-    k == Kind::Mimalloc
+    k == Kind::Known(Backend::Mimalloc)
 }
 #[cfg(not(feature = "mimalloc"))]
 fn is_mimalloc_kind(_: Kind) -> bool {
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn variables_of_other_allocators_are_ignored() {
         let traps = env_traps(
-            Some(Kind::System),
+            Some(Kind::Known(Backend::System)),
             &env(&[("MALLOC_CONF", "x"), ("MIMALLOC_PURGE_DELAY", "0"), ("MALLOC_ARENA_MAX", "2"), ("PATH", "/")]),
         );
         assert_eq!(traps.len(), 2, "{traps:?}");
@@ -337,7 +337,10 @@ mod tests {
 
     #[test]
     fn glibc_variables_need_their_trailing_underscore() {
-        let traps = env_traps(Some(Kind::System), &env(&[("MALLOC_TRIM_THRESHOLD", "0"), ("MALLOC_TOP_PAD_", "0")]));
+        let traps = env_traps(
+            Some(Kind::Known(Backend::System)),
+            &env(&[("MALLOC_TRIM_THRESHOLD", "0"), ("MALLOC_TOP_PAD_", "0")]),
+        );
         assert_eq!(
             traps,
             vec![Trap::MisspeltEnvVar {

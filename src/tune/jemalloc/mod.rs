@@ -38,12 +38,12 @@ pub use parse::ConfError;
 use self::mallctl::{ArenaKey, Key};
 use super::decay::DECAY_EXPECTED;
 use super::{Decay, TuneError};
-use crate::backend::Kind;
+use crate::backend::{Backend, Kind};
 
 pub(crate) const NAME: &str = "jemalloc";
 
 fn require() -> Result<(), TuneError> {
-    super::require(Kind::Jemalloc, NAME)
+    super::require(Kind::Known(Backend::Jemalloc), NAME)
 }
 
 /// Which of jemalloc's two page-purging delays a call is about.
