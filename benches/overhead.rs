@@ -232,7 +232,12 @@ type DefaultBackend = System;
 #[cfg(not(feature = "jemalloc"))]
 const DEFAULT_BACKEND: DefaultBackend = System;
 
-/// `Select`'s run-time dispatch against the fixed backend it picks.
+static TRACKED_DEFAULT: Tracked<DefaultBackend> = Tracked::new(DEFAULT_BACKEND);
+static TRACKED_SELECT: Tracked<frag::Select> = Tracked::new(frag::Select::new());
+
+/// `Select`'s run-time dispatch against the fixed backend it picks, bare and inside `Tracked` (where
+/// the backend's kind is a run-time value too). Run without `FRAG_ALLOCATOR`, so both sides are the
+/// same allocator.
 fn compare_select(c: &mut Criterion) {
     let select = frag::Select::new();
     let name = select.backend().name();
@@ -242,6 +247,12 @@ fn compare_select(c: &mut Criterion) {
     });
     g.bench_function(BenchmarkId::from_parameter("select"), |b| {
         b.iter_custom(|iters| pairs::<frag::Select, 64>(&select, 1, iters))
+    });
+    g.bench_function(BenchmarkId::from_parameter("tracked-fixed"), |b| {
+        b.iter_custom(|iters| pairs::<Tracked<DefaultBackend>, 64>(&TRACKED_DEFAULT, 1, iters))
+    });
+    g.bench_function(BenchmarkId::from_parameter("tracked-select"), |b| {
+        b.iter_custom(|iters| pairs::<Tracked<frag::Select>, 64>(&TRACKED_SELECT, 1, iters))
     });
     g.finish();
 }
@@ -332,6 +343,13 @@ fn main() {
             1,
             || pairs::<DefaultBackend, 64>(&DEFAULT_BACKEND, 1, PAIRED_ITERS),
             || pairs::<frag::Select, 64>(&select, 1, PAIRED_ITERS),
+        );
+        paired_row(
+            &format!("Tracked<Select> vs Tracked<{}>", select.backend()),
+            "pair 64 B",
+            1,
+            || pairs::<Tracked<DefaultBackend>, 64>(&TRACKED_DEFAULT, 1, PAIRED_ITERS),
+            || pairs::<Tracked<frag::Select>, 64>(&TRACKED_SELECT, 1, PAIRED_ITERS),
         );
     }
 }

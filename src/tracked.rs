@@ -14,7 +14,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use crate::backend::usable::{self, Usable};
-use crate::backend::{self, Probe, Registration, kind_of};
+use crate::backend::{self, Kind, Probe, Registration, kind_of};
 use crate::origin::{self, Sampling};
 use crate::stats::class::class_of;
 use crate::stats::pool;
@@ -95,9 +95,10 @@ impl<A: 'static> Tracked<A> {
         }
     }
 
+    /// The usable size of the live block `ptr`; `kind` is `kind_of::<A>()`.
     #[inline(always)]
-    fn usable(&self, ptr: *mut u8, layout: Layout) -> Usable {
-        usable::of::<A>(self.probe, ptr, layout)
+    fn usable(&self, kind: Kind, ptr: *mut u8, layout: Layout) -> Usable {
+        usable::of(kind, self.probe, ptr, layout)
     }
 
     /// The shard for a thread without one of its own yet (or ever): see `pool::slow`.
@@ -111,7 +112,9 @@ impl<A: 'static> Tracked<A> {
     /// hot path needs no stack frame of its own beyond what the inner allocator's call needs.
     #[inline(always)]
     fn on_alloc(&self, ptr: *mut u8, layout: Layout) -> *mut u8 {
-        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(ptr, layout));
+        // After the inner call: for `Select`, the first allocation is what picks the backend.
+        let kind = kind_of::<A>();
+        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(kind, ptr, layout));
         match pool::owned() {
             Some(s) if s.on_alloc::<Owner>(class, size, usable) => alloc_event(s, ptr, size),
             Some(_) => ptr,
@@ -154,10 +157,11 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
     unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
         // A usable size that needs the block is read while it is still live; any other is computed
         // after the inner call, so nothing but the layout is kept across it.
-        let early = usable::needs_block::<A>(self.probe, layout).then(|| self.usable(ptr, layout));
+        let kind = kind_of::<A>();
+        let early = usable::needs_block(kind, self.probe, layout).then(|| self.usable(kind, ptr, layout));
         // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
         unsafe { self.inner.dealloc(ptr, layout) };
-        let usable = early.unwrap_or_else(|| usable::of_layout::<A>(layout));
+        let usable = early.unwrap_or_else(|| usable::of_layout(kind, layout));
         let (class, size) = (class_of(layout.size()), layout.size());
         match pool::owned() {
             Some(s) if s.on_dealloc::<Owner>(class, size, usable) => origin::event::<Owner>(s, None),
@@ -217,7 +221,8 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let early = usable::needs_block::<A>(self.probe, layout).then(|| self.usable(ptr, layout));
+        let kind = kind_of::<A>();
+        let early = usable::needs_block(kind, self.probe, layout).then(|| self.usable(kind, ptr, layout));
         // A sampled block's entry is taken out while the allocator may recycle its address.
         let entry = if origin::may_be_sampled(ptr) { origin::take(ptr) } else { None };
         // SAFETY: forwarded with the caller's guarantees about `ptr`, `layout` and `new_size`.
@@ -232,11 +237,11 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         if let Some(e) = entry {
             origin::put_back(new_ptr, e, new_size);
         }
-        let old = (class_of(layout.size()), layout.size(), early.unwrap_or_else(|| usable::of_layout::<A>(layout)));
+        let old = (class_of(layout.size()), layout.size(), early.unwrap_or_else(|| usable::of_layout(kind, layout)));
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        let new = (class_of(new_size), new_size, self.usable(new_ptr, new_layout));
+        let new = (class_of(new_size), new_size, self.usable(kind, new_ptr, new_layout));
         match pool::owned() {
             Some(s) => {
                 if s.on_realloc::<Owner>(old, new) {

@@ -16,18 +16,19 @@ use core::fmt;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum Backend {
     /// `std::alloc::System` (glibc malloc on Linux). `FRAG_ALLOCATOR=system` (or `glibc`).
-    System,
+    System = 1,
     /// `tikv_jemallocator::Jemalloc`. `FRAG_ALLOCATOR=jemalloc`.
     #[cfg(feature = "jemalloc")]
-    Jemalloc,
+    Jemalloc = 2,
     /// `mimalloc::MiMalloc`. `FRAG_ALLOCATOR=mimalloc`.
     #[cfg(feature = "mimalloc")]
-    Mimalloc,
+    Mimalloc = 3,
     /// `snmalloc_rs::SnMalloc`. `FRAG_ALLOCATOR=snmalloc`.
     #[cfg(feature = "snmalloc")]
-    Snmalloc,
+    Snmalloc = 4,
 }
 
 impl Backend {
@@ -65,14 +66,25 @@ impl Backend {
         }
     }
 
-    /// 1-based index into [`Self::ALL`], so that 0 can mean "not chosen yet".
-    pub(crate) fn code(self) -> u8 {
-        Self::ALL.iter().position(|b| *b == self).map_or(0, |i| i as u8 + 1)
+    /// A non-zero code for an atomic, so that 0 can mean "not chosen yet".
+    #[inline(always)]
+    pub(crate) const fn code(self) -> u8 {
+        self as u8
     }
 
-    /// The inverse of [`Self::code`].
-    pub(crate) fn from_code(code: u8) -> Option<Self> {
-        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    /// The inverse of [`Self::code`]: a range check on the allocation path, not a table lookup.
+    #[inline(always)]
+    pub(crate) const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::System),
+            #[cfg(feature = "jemalloc")]
+            2 => Some(Self::Jemalloc),
+            #[cfg(feature = "mimalloc")]
+            3 => Some(Self::Mimalloc),
+            #[cfg(feature = "snmalloc")]
+            4 => Some(Self::Snmalloc),
+            _ => None,
+        }
     }
 }
 

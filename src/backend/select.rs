@@ -65,7 +65,7 @@ impl Select {
     }
 
     /// The backend this process uses, deciding it now if nothing was allocated yet.
-    #[inline]
+    #[inline(always)]
     #[must_use]
     pub fn backend(&self) -> Backend {
         match Backend::from_code(CHOICE.load(Ordering::Relaxed)) {
@@ -128,10 +128,12 @@ fn parse(bytes: &[u8]) -> Result<Option<Backend>, ()> {
     if is("jemalloc") || is("mimalloc") || is("snmalloc") { Ok(None) } else { Err(()) }
 }
 
-/// The chosen backend's kind, for `backend::kind_of`. Before the first allocation (which cannot
-/// happen on the paths that ask), the default.
+/// The chosen backend's kind, for `backend::kind_of`: one relaxed load, and no decision. Every path
+/// that asks runs after the process's first allocation through `Select` has chosen (a block
+/// exists), so the fallback to the default backend is never taken.
+#[inline(always)]
 pub(crate) fn chosen_kind() -> Kind {
-    Kind::Known(Select::new().backend())
+    Kind::Known(Backend::from_code(CHOICE.load(Ordering::Relaxed)).unwrap_or(Backend::DEFAULT))
 }
 
 /// What reading the variable found, once the backend is chosen; `None` if no `Select` allocated.
@@ -177,25 +179,25 @@ macro_rules! dispatch {
 // chosen (before the first block exists), so every block is freed or reallocated by the allocator that
 // handed it out; each backend's guarantees carry over unchanged.
 unsafe impl GlobalAlloc for Select {
-    #[inline]
+    #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
         dispatch!(self, a => unsafe { a.alloc(layout) })
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
         dispatch!(self, a => unsafe { a.alloc_zeroed(layout) })
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
         dispatch!(self, a => unsafe { a.dealloc(ptr, layout) })
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
         dispatch!(self, a => unsafe { a.realloc(ptr, layout, new_size) })

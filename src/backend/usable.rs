@@ -20,7 +20,7 @@
 
 use core::alloc::Layout;
 
-use super::{Backend, Kind, Probe, kind_of};
+use super::{Backend, Kind, Probe};
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
@@ -44,11 +44,14 @@ pub(crate) fn is_plain(layout: Layout, max: usize) -> bool {
     layout.size() <= max && layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
 }
 
-/// How to account for the usable size of the live block `ptr`, allocated with `layout` by an `A`.
-/// Called on the allocation path: allocation-free, lock-free, panic-free for every backend.
+/// How to account for the usable size of the live block `ptr`, allocated with `layout` by a `kind`
+/// allocator. Called on the allocation path: allocation-free, lock-free, panic-free for every backend.
+///
+/// `kind` is `kind_of::<A>()`, read once per call into `Tracked`: a constant that folds every match
+/// here, or for `Select` one load shared by all of them.
 #[inline(always)]
-pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
-    match kind_of::<A>() {
+pub(crate) fn of(kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
+    match kind {
         Kind::Known(Backend::System) => super::system::usable(ptr, layout),
         #[cfg(feature = "jemalloc")]
         Kind::Known(Backend::Jemalloc) if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
@@ -74,8 +77,8 @@ pub(crate) fn of<A: 'static>(probe: Option<&'static dyn Probe>, ptr: *mut u8, la
 /// does not, `dealloc` computes the usable size after the inner call, so nothing has to be kept in
 /// registers across it.
 #[inline(always)]
-pub(crate) fn needs_block<A: 'static>(probe: Option<&'static dyn Probe>, layout: Layout) -> bool {
-    match kind_of::<A>() {
+pub(crate) fn needs_block(kind: Kind, probe: Option<&'static dyn Probe>, layout: Layout) -> bool {
+    match kind {
         Kind::Known(Backend::System) => super::system::needs_block(layout),
         #[cfg(feature = "jemalloc")]
         Kind::Known(Backend::Jemalloc) => false,
@@ -89,8 +92,8 @@ pub(crate) fn needs_block<A: 'static>(probe: Option<&'static dyn Probe>, layout:
 
 /// [`of`] for a layout where [`needs_block`] is false (the block may be gone already).
 #[inline(always)]
-pub(crate) fn of_layout<A: 'static>(layout: Layout) -> Usable {
-    match kind_of::<A>() {
+pub(crate) fn of_layout(kind: Kind, layout: Layout) -> Usable {
+    match kind {
         // Without a block, `system::usable` only applies the chunk rule (see `needs_block`).
         Kind::Known(Backend::System) => super::system::usable(core::ptr::null_mut(), layout),
         #[cfg(feature = "jemalloc")]
