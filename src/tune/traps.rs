@@ -130,7 +130,7 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
         Some(_) => backend::registered().map_or("a custom allocator", |r| r.name()),
         None => "no Tracked allocator",
     };
-    let is_jemalloc = jemalloc_var().is_some() && matches!(kind, Some(k) if is_jemalloc_kind(k));
+    let is_jemalloc = jemalloc_var().is_some() && is_backend(kind, "jemalloc");
     for (name, value) in vars {
         if JEMALLOC_VARS.contains(&name.as_str()) {
             match jemalloc_var() {
@@ -149,7 +149,7 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
                 }),
             }
         } else if let Some(option) = name.strip_prefix("MIMALLOC_") {
-            if kind.is_some_and(is_mimalloc_kind) {
+            if is_backend(kind, "mimalloc") {
                 if !mimalloc_option(option) {
                     traps.push(Trap::MisspeltEnvVar { name: name.clone(), did_you_mean: None });
                 }
@@ -177,22 +177,10 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
     traps
 }
 
-#[cfg(feature = "jemalloc")]
-fn is_jemalloc_kind(k: Kind) -> bool {
-    k == Kind::Known(Backend::Jemalloc)
-}
-#[cfg(not(feature = "jemalloc"))]
-fn is_jemalloc_kind(_: Kind) -> bool {
-    false
-}
-
-#[cfg(feature = "mimalloc")]
-fn is_mimalloc_kind(k: Kind) -> bool {
-    k == Kind::Known(Backend::Mimalloc)
-}
-#[cfg(not(feature = "mimalloc"))]
-fn is_mimalloc_kind(_: Kind) -> bool {
-    false
+/// Whether `kind` is the backend named `name` (matched by name: the variant exists only when its
+/// feature is on).
+fn is_backend(kind: Option<Kind>, name: &str) -> bool {
+    matches!(kind, Some(Kind::Known(b)) if b.name() == name)
 }
 
 #[cfg(feature = "mimalloc")]
