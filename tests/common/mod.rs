@@ -158,6 +158,7 @@ pub fn usable_mismatches(layouts: &[Layout], real: impl Fn(*mut u8) -> usize) ->
     for &layout in layouts {
         // Another thread (the test harness starting up) may allocate meanwhile: a measurement counts
         // only if exactly our one allocation and our one free happened between the readings.
+        let mut tries = 0u32;
         let (grown, shrunk, truth) = loop {
             let t0 = frag::totals();
             // SAFETY: non-zero size, valid alignment; freed below with the same layout.
@@ -173,10 +174,21 @@ pub fn usable_mismatches(layouts: &[Layout], real: impl Fn(*mut u8) -> usize) ->
                 && t1.deallocations == t0.deallocations
                 && t2.allocations == t1.allocations
                 && t2.deallocations == t1.deallocations + 1
-                && t2.reallocations == t0.reallocations;
-            if alone {
-                break (t1.usable_bytes - t0.usable_bytes, t1.usable_bytes - t2.usable_bytes, truth);
+                && t2.reallocations == t0.reallocations
+                && t1.live_blocks == t0.live_blocks + 1
+                && t2.live_blocks == t0.live_blocks
+                && t1.allocated_bytes == t0.allocated_bytes + layout.size() as u64
+                && t2.allocated_bytes == t0.allocated_bytes;
+            // `totals()` reads per-thread counters one by one, so a reading taken while another thread
+            // allocates can be torn (its counts from before, its bytes from after): every figure has
+            // to show exactly our block, and the differences may not even be positive otherwise.
+            let grown = t1.usable_bytes.checked_sub(t0.usable_bytes);
+            let shrunk = t1.usable_bytes.checked_sub(t2.usable_bytes);
+            if let (true, Some(grown), Some(shrunk)) = (alone, grown, shrunk) {
+                break (grown, shrunk, truth);
             }
+            tries += 1;
+            assert!(tries < 10_000, "{layout:?}: never measured alone ({t0:?}, {t1:?}, {t2:?})");
             std::thread::yield_now();
         };
         assert_eq!(grown, shrunk, "a block's usable size is the same at allocation and at free: {layout:?}");
