@@ -5,13 +5,13 @@
 //! backend under `target/shootout/`.
 //!
 //! ```sh
-//! cargo run --release --all-features --example shootout            # about 2 minutes on 2 cores
+//! cargo run --release --all-features --example shootout            # about 65 s on 2 cores
 //! cargo run --release --all-features --example shootout -- --quick # under a minute
 //! ```
 //!
 //! Workloads: (1) 10,000 blocks alternating 64 B / 4 KiB, small ones freed, then all; (2) the
 //! async-server pattern (timeline pictured); (3) four threads with 5,000 live blocks each; (4)
-//! thread-per-core against work-stealing freeing; (5) channel messages of 8 B to 32 KiB, with
+//! thread-per-core against work-stealing freeing (5 runs each, median); (5) channel messages of 8 B to 32 KiB, with
 //! jemalloc's `tcache_max` at 16384 and 4096 too; (6) jemalloc's dirty-decay sweep; (7) glibc's
 //! heap pinned by its top block, then trimmed.
 
@@ -39,7 +39,11 @@ pub struct Plan {
     pub backend: Backend,
 }
 
-fn plans() -> Vec<Plan> {
+/// Runs of the cross-thread workload per backend and variant (alternating): its peak RSS depends on
+/// how four threads are scheduled on the machine's cores, and varies by up to 1.6x between runs.
+const CROSS_RUNS: usize = 5;
+
+fn plans(quick: bool) -> Vec<Plan> {
     let mut v = Vec::new();
     let mut add = |workload: &'static str, variant: &str, backend: Backend| {
         v.push(Plan { workload, variant: variant.to_owned(), backend });
@@ -48,8 +52,10 @@ fn plans() -> Vec<Plan> {
         add("alternating", "", b);
         add("server", "", b);
         add("threads", "", b);
-        add("cross", "thread-per-core", b);
-        add("cross", "work-stealing", b);
+        for _ in 0..if quick { 1 } else { CROSS_RUNS } {
+            add("cross", "thread-per-core", b);
+            add("cross", "work-stealing", b);
+        }
         add("channel", "", b);
     }
     #[cfg(feature = "jemalloc")]
@@ -127,7 +133,7 @@ fn main() {
     let start = Instant::now();
     let mut runs = Vec::new();
     let mut failures = Vec::new();
-    for plan in plans() {
+    for plan in plans(quick) {
         eprint!("{:<12} {:<9} {:<17}", plan.workload, plan.backend.name(), plan.variant);
         match run_child(&plan, quick) {
             Ok(v) => {

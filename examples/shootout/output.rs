@@ -68,21 +68,38 @@ pub fn print_tables(runs: &[Value]) {
     }
 }
 
-/// Work-stealing over thread-per-core peak RSS, per backend.
+/// Work-stealing over thread-per-core peak RSS, per backend: the ratio of the medians over the runs,
+/// and the range of the ratios of runs made back to back.
 fn print_cross_ratios(runs: &[&Value]) {
-    let peak = |backend: &str, variant: &str| {
+    let peaks = |backend: &str, variant: &str| -> Vec<f64> {
         runs.iter()
-            .find(|r| r["backend"] == backend && r["variant"] == variant)
-            .and_then(|r| rows(r).next())
-            .and_then(|row| row["figures"]["peak_rss_mib"].as_f64())
+            .filter(|r| r["backend"] == backend && r["variant"] == variant)
+            .filter_map(|r| rows(r).next()?["figures"]["peak_rss_mib"].as_f64())
+            .collect()
+    };
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
     };
     let mut backends: Vec<&str> = runs.iter().filter_map(|r| r["backend"].as_str()).collect();
     backends.dedup();
     let parts: Vec<String> = backends
         .iter()
-        .filter_map(|b| Some(format!("{b} {:.2}x", peak(b, "work-stealing")? / peak(b, "thread-per-core")?)))
+        .filter_map(|b| {
+            let (local, stolen) = (peaks(b, "thread-per-core"), peaks(b, "work-stealing"));
+            let ratio = median(&stolen)? / median(&local)?;
+            let pairs: Vec<f64> = local.iter().zip(&stolen).map(|(l, s)| s / l).collect();
+            Some(if pairs.len() > 1 {
+                let lo = pairs.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = pairs.iter().copied().fold(0.0, f64::max);
+                format!("{b} {ratio:.2}x ({lo:.2}-{hi:.2} over {} runs)", pairs.len())
+            } else {
+                format!("{b} {ratio:.2}x")
+            })
+        })
         .collect();
-    println!("\npeak RSS, work-stealing / thread-per-core: {}", parts.join(", "));
+    println!("\npeak RSS, work-stealing / thread-per-core (medians): {}", parts.join(", "));
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.

@@ -290,8 +290,8 @@ pub fn channel(scale: Scale, variant: &str) -> Outcome {
 }
 
 /// 6. jemalloc's dirty decay (`variant` = milliseconds) on a burst of the server pattern: resident
-///    memory under load, after the drop, and after the decay time (light activity, then the decay
-///    applied to every arena).
+///    memory under load, after the drop, and 2.5 s later (light activity, then the decay applied to
+///    every arena).
 pub fn decay(scale: Scale, variant: &str) -> Outcome {
     #[cfg(feature = "jemalloc")]
     {
@@ -318,13 +318,17 @@ pub fn decay(scale: Scale, variant: &str) -> Outcome {
         let mut rows = vec![observed("under load", vec![("allocator_resident_mib", resident())])];
         drop(live);
         rows.push(observed("after drop", vec![("allocator_resident_mib", resident())]));
-        idle(Duration::from_millis(ms.min(scale.pick(10_000, 1_000)) + 500));
+        // The same wait for every setting, well clear of 1000 ms and well short of 10000 ms (waiting
+        // about as long as the decay time makes the result depend on a tick landing in time).
+        let wait = Duration::from_millis(scale.pick(2_500, 1_500));
+        idle(wait);
         // Without background threads jemalloc applies decay only when an arena is ticked; apply it
         // now, as a background thread would have.
         if let Err(e) = jemalloc::decay_all() {
             eprintln!("shootout: decay: {e}");
         }
-        rows.push(observed("after decay", vec![("allocator_resident_mib", resident())]));
+        let label = format!("{:.1} s later, decay applied", wait.as_secs_f64());
+        rows.push(observed(label, vec![("allocator_resident_mib", resident())]));
         Outcome { rows, timeline: Vec::new() }
     }
     #[cfg(not(feature = "jemalloc"))]
