@@ -1,9 +1,10 @@
 //! `Select`: the backend picked once per process, at its first allocation, from `FRAG_ALLOCATOR`.
 
-use super::{Backend, Kind};
-use crate::sync::{AtomicU8, Ordering};
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::CStr;
+
+use super::{Backend, Kind};
+use crate::sync::{AtomicU8, Ordering};
 
 /// The environment variable [`Select`] reads.
 pub const SELECT_ENV: &str = "FRAG_ALLOCATOR";
