@@ -5,8 +5,9 @@
 //! The global allocator is chosen per process, so `cargo bench --bench workloads` re-runs this binary
 //! once per (backend, mode) with `FRAG_ALLOCATOR` and `FRAG_BENCH_MODE` set, in `FRAG_BENCH_ROUNDS`
 //! (default 3) alternating rounds, lets criterion measure each in its own process, and prints a table
-//! of medians, ratios and rankings from criterion's saved estimates. Under `cargo test --benches` it
-//! runs each case once, in-process.
+//! of medians, ratios, round-to-round spreads and rankings (`≈` where two backends are closer than
+//! their spread) from criterion's saved estimates. Under `cargo test --benches` it runs each case
+//! once, in-process.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
