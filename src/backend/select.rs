@@ -79,12 +79,13 @@ impl Select {
     #[inline(never)]
     fn decide(&self) -> Backend {
         let (wanted, status) = from_env(self.default);
-        // The first decision wins; every thread reads the same variable, so they agree anyway.
+        // Stored before the choice is published, so whoever sees the choice (`env_status` loads it
+        // with Acquire) sees the status too. A racing thread stores the same value: every thread reads
+        // the same variable.
+        STATUS.store(status as u8, Ordering::Relaxed);
+        // The first decision wins; they agree anyway.
         match CHOICE.compare_exchange(0, wanted.code(), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                STATUS.store(status as u8, Ordering::Relaxed);
-                wanted
-            }
+            Ok(_) => wanted,
             Err(code) => Backend::from_code(code).unwrap_or(wanted),
         }
     }

@@ -150,7 +150,7 @@ fn select_warning() -> Option<String> {
     use crate::backend::select::{EnvStatus, SELECT_ENV};
     let status = crate::backend::select::env_status()?;
     let value = std::env::var(SELECT_ENV).unwrap_or_default();
-    let used = reg_name();
+    let used = backend::registered().map_or("the default", |r| r.name());
     match status {
         EnvStatus::Fine => None,
         EnvStatus::Unknown => Some(format!(
@@ -160,10 +160,6 @@ fn select_warning() -> Option<String> {
             "{SELECT_ENV}={value:?}: that allocator's feature is not compiled into this build: using {used}"
         )),
     }
-}
-
-fn reg_name() -> &'static str {
-    backend::registered().map_or("the default", |r| r.name())
 }
 
 /// Every shard that may hold counts: the pool's used slots and the overflow shard.
