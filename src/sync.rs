@@ -2,7 +2,7 @@
 //!
 //! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
 //! slot registry and the origin side table) take their atomics, and the two macros below, from
-//! `crate::sync` only: the loom models in `tests/loom_*.rs` include those files with a `sync` module of
+//! `crate::sync` only: the loom models in `tests/loom/src/` include those files with a `sync` module of
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};

@@ -2,23 +2,40 @@
 //!
 //! Every method forwards to the inner allocator with the caller's layout, unchanged (no headers, no
 //! trailers: changing layouts would move blocks into other size classes and change the very
-//! fragmentation being measured), then records the result in the calling thread's shard. Recording
-//! never allocates, never locks, never panics: one thread-local load, the size class, a count and a
-//! byte total added (plain load + store) into one cache line of the thread's own shard, and the
-//! thread's event countdown decremented; a usable size is looked up per block only where the
-//! backend's classes are not uniform (`backend::usable`). Frees also read one filter byte of the
-//! origin side table. Everything else (sampling, publishing live bytes) happens on the cold path
-//! when the countdown runs out (`origin`).
+//! fragmentation being measured), and records the operation in the calling thread's shard.
+//!
+//! **The allocation-path contract**, enforced here: recording never allocates, never locks, never
+//! panics. Thread-locals are const-initialised, without `Drop`, read with `try_with` (`guard`);
+//! anything that may allocate runs outside these methods, under the reentrancy guard (`report`).
+//!
+//! **The fast path**, taken by a plain request (default alignment, at most 32 KiB) whose address is
+//! not eligible for sampling (`origin::gate`, 63 blocks in 64 at the default rate):
+//! - `alloc`: the inner call, a null check, the gate (a multiply and a compare on the address), the
+//!   thread's shard (one thread-local word), the size class (one table load up to 1 KiB, a short
+//!   computation above), then a count and a byte total added to that class's one cache line (plain
+//!   load + store, no atomic read-modify-write); for backends whose usable size is not uniform per
+//!   class (glibc, mimalloc, a probe) the usable size and a block count too;
+//! - `dealloc`: the same bookkeeping *before* the inner call, which is then a tail call: the free
+//!   path has no stack frame of its own.
+//!
+//! Nothing on the fast path reads memory outside the thread's own shard and a few read-mostly
+//! statics (the gate's key and limit, the class table). Everything else takes the out-of-line cold
+//! path: over-aligned and large requests (usable sizes per block, every such block eligible),
+//! eligible addresses (the sampling countdown, the side table of sampled blocks), a thread without a
+//! shard yet, `realloc`. A failed allocation (null) is never counted.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use crate::backend::usable::{self, Usable};
-use crate::backend::{self, Kind, Probe, Registration, kind_of};
-use crate::origin::{self, Sampling};
-use crate::stats::class::class_of;
+use crate::backend::{self, Probe, Registration, kind_of};
+use crate::origin::{self, Sampling, gate};
+use crate::stats::class::{self, Class};
 use crate::stats::pool;
 use crate::stats::shard::{Anyone, Owner, Shard};
+
+// The fast path finds every class in the table.
+const _: () = assert!(gate::SMALL_MAX <= class::TABLE_MAX);
 
 /// A `GlobalAlloc` that forwards to `A` and counts what passes through.
 ///
@@ -52,7 +69,8 @@ impl<A> Tracked<A> {
     }
 
     /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
-    /// and statistics. For the known backends the probe is only consulted for its name.
+    /// and statistics. For the allocators this crate knows by type (see [`Backend`](crate::Backend))
+    /// the probe is not consulted: their own interfaces are used.
     #[must_use]
     pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
         Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT }
@@ -95,12 +113,6 @@ impl<A: 'static> Tracked<A> {
         }
     }
 
-    /// The usable size of the live block `ptr`; `kind` is `kind_of::<A>()`.
-    #[inline(always)]
-    fn usable(&self, kind: Kind, ptr: *mut u8, layout: Layout) -> Usable {
-        usable::of(kind, self.probe, ptr, layout)
-    }
-
     /// The shard for a thread without one of its own yet (or ever): see `pool::slow`.
     #[cold]
     #[inline(never)]
@@ -108,86 +120,114 @@ impl<A: 'static> Tracked<A> {
         pool::slow(|| backend::register(self.registration()))
     }
 
-    /// Counts the allocation of `ptr` and returns it. Every call it may make is a tail call, so the
-    /// hot path needs no stack frame of its own beyond what the inner allocator's call needs.
-    #[inline(always)]
-    fn on_alloc(&self, ptr: *mut u8, layout: Layout) -> *mut u8 {
-        // After the inner call: for `Select`, the first allocation is what picks the backend.
-        let kind = kind_of::<A>();
-        let (class, size, usable) = (class_of(layout.size()), layout.size(), self.usable(kind, ptr, layout));
-        match pool::owned() {
-            Some(s) if s.on_alloc::<Owner>(class, size, usable) => alloc_event(s, ptr, size),
-            Some(_) => ptr,
-            None => self.slow_alloc(ptr, class, size, usable),
-        }
-    }
-
-    #[cold]
+    /// Counts the allocation of `ptr` (non-null) on the cold path: any layout, any address, any
+    /// thread state. Returns `ptr`.
     #[inline(never)]
-    fn slow_alloc(&self, ptr: *mut u8, class: usize, size: usize, usable: Usable) -> *mut u8 {
-        let s = self.slow_shard();
-        if s.on_alloc::<Anyone>(class, size, usable) {
-            origin::event::<Anyone>(s, Some((ptr, size)));
+    fn record_alloc(&self, ptr: *mut u8, layout: Layout, usable: Usable) -> *mut u8 {
+        let (size, class) = (layout.size(), Class::of(layout.size()));
+        let eligible = gate::eligible(ptr, size);
+        match pool::owned() {
+            Some(s) => {
+                s.count_in::<Owner>(class, size, usable);
+                if eligible {
+                    origin::on_alloc::<Owner>(s, ptr, size);
+                }
+            }
+            None => {
+                let s = self.slow_shard();
+                s.count_in::<Anyone>(class, size, usable);
+                if eligible {
+                    origin::on_alloc::<Anyone>(s, ptr, size);
+                }
+            }
         }
         ptr
     }
 
-    #[cold]
+    /// Counts the free of `ptr` (still live) on the cold path; the caller forwards it afterwards.
     #[inline(never)]
-    fn slow_dealloc(&self, class: usize, size: usize, usable: Usable) {
-        let s = self.slow_shard();
-        if s.on_dealloc::<Anyone>(class, size, usable) {
-            origin::event::<Anyone>(s, None);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn slow_realloc(&self, new_ptr: *mut u8, old: (usize, usize, Usable), new: (usize, usize, Usable), sampled: bool) {
-        let s = self.slow_shard();
-        if s.on_realloc::<Anyone>(old, new) {
-            origin::event::<Anyone>(s, (!sampled).then_some((new_ptr, new.1)));
+    fn record_free(&self, ptr: *mut u8, layout: Layout, usable: Usable) {
+        let (size, class) = (layout.size(), Class::of(layout.size()));
+        let eligible = gate::eligible(ptr, size);
+        match pool::owned() {
+            Some(s) => {
+                s.count_out::<Owner>(class, size, usable);
+                if eligible {
+                    origin::on_free::<Owner>(s, ptr, size);
+                }
+            }
+            None => {
+                let s = self.slow_shard();
+                s.count_out::<Anyone>(class, size, usable);
+                if eligible {
+                    origin::on_free::<Anyone>(s, ptr, size);
+                }
+            }
         }
     }
 }
 
 impl<A: GlobalAlloc + 'static> Tracked<A> {
-    /// Forwards a free and counts it (the block is not sampled, or its entry is settled already).
+    /// `alloc` or `alloc_zeroed`, forwarded.
     #[inline(always)]
-    unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
-        // A usable size that needs the block is read while it is still live; any other is computed
-        // after the inner call, so nothing but the layout is kept across it.
-        let kind = kind_of::<A>();
-        let early = usable::needs_block(kind, self.probe, layout).then(|| self.usable(kind, ptr, layout));
-        // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
-        unsafe { self.inner.dealloc(ptr, layout) };
-        let usable = early.unwrap_or_else(|| usable::of_layout(kind, layout));
-        let (class, size) = (class_of(layout.size()), layout.size());
-        match pool::owned() {
-            Some(s) if s.on_dealloc::<Owner>(class, size, usable) => origin::event::<Owner>(s, None),
-            Some(_) => {}
-            None => self.slow_dealloc(class, size, usable),
+    unsafe fn inner_alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees about `layout`.
+        unsafe { if zeroed { self.inner.alloc_zeroed(layout) } else { self.inner.alloc(layout) } }
+    }
+
+    /// Both allocation entry points: the fast path, or the cold one.
+    #[inline(always)]
+    unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let kind = backend::kind_of_value(&self.inner);
+        let Some(rule) = usable::fast(kind, self.probe, layout) else {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.allocate_cold(layout, zeroed) };
+        };
+        // SAFETY: the caller's guarantees, passed on.
+        let ptr = unsafe { self.inner_alloc(layout, zeroed) };
+        // A null pointer is eligible too (its hash is 0), so this one test also sends a failed
+        // allocation to the cold path, which counts nothing for it.
+        match (gate::eligible_small(ptr), pool::owned()) {
+            (false, Some(s)) => {
+                // SAFETY: the fast path only takes requests of at most SMALL_MAX <= TABLE_MAX bytes.
+                let class = unsafe { Class::of_small(layout.size()) };
+                s.count_in::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout));
+                ptr
+            }
+            _ => self.allocated_cold(ptr, layout, rule),
         }
     }
 
-    /// A free of a block that may be sampled: its entry leaves the side table before its address can
-    /// be handed out again.
-    #[cold]
+    /// A fast-path allocation that needs the cold path after all: a null result, an eligible
+    /// address, or a thread without a shard.
     #[inline(never)]
-    unsafe fn dealloc_sampled(&self, ptr: *mut u8, layout: Layout) {
-        origin::freed(ptr);
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.dealloc_counted(ptr, layout) }
+    fn allocated_cold(&self, ptr: *mut u8, layout: Layout, rule: usable::Rule) -> *mut u8 {
+        if ptr.is_null() {
+            return ptr;
+        }
+        self.record_alloc(ptr, layout, rule.resolve(backend::kind_of_value(&self.inner), self.probe, ptr, layout))
     }
-}
 
-/// The countdown of the calling thread's shard ran out on allocating `ptr`: a tail call that
-/// returns `ptr`.
-#[cold]
-#[inline(never)]
-fn alloc_event(s: &'static Shard, ptr: *mut u8, size: usize) -> *mut u8 {
-    origin::event::<Owner>(s, Some((ptr, size)));
-    ptr
+    /// An allocation off the fast path (over-aligned or large): usable size per block.
+    #[inline(never)]
+    unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let ptr = unsafe { self.inner_alloc(layout, zeroed) };
+        if ptr.is_null() {
+            return ptr;
+        }
+        let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout);
+        self.record_alloc(ptr, layout, usable)
+    }
+
+    /// A free off the fast path: counted (and settled with origin tracking) before the block goes
+    /// back to the allocator.
+    #[inline(never)]
+    unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
+        self.record_free(ptr, layout, usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout));
+        // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
 }
 
 // SAFETY: every method forwards to `A` with exactly the caller's arguments and returns `A`'s result
@@ -196,59 +236,60 @@ fn alloc_event(s: &'static Shard, ptr: *mut u8, size: usize) -> *mut u8 {
 unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees about `layout`.
-        let ptr = unsafe { self.inner.alloc(layout) };
-        if ptr.is_null() { ptr } else { self.on_alloc(ptr, layout) }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, false) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees about `layout`.
-        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
-        if ptr.is_null() { ptr } else { self.on_alloc(ptr, layout) }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, true) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if origin::may_be_sampled(ptr) {
-            // SAFETY: the caller's guarantees, passed on.
-            unsafe { self.dealloc_sampled(ptr, layout) }
-        } else {
-            // SAFETY: the caller's guarantees, passed on.
-            unsafe { self.dealloc_counted(ptr, layout) }
+        let kind = backend::kind_of_value(&self.inner);
+        if let Some(rule) = usable::fast(kind, self.probe, layout) {
+            if let (false, Some(s)) = (gate::eligible_small(ptr), pool::owned()) {
+                // SAFETY: the fast path only takes requests of at most SMALL_MAX <= TABLE_MAX bytes.
+                let class = unsafe { Class::of_small(layout.size()) };
+                s.count_out::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout));
+                // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator
+                // with `layout`.
+                return unsafe { self.inner.dealloc(ptr, layout) };
+            }
         }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.deallocate_cold(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let kind = kind_of::<A>();
-        let early = usable::needs_block(kind, self.probe, layout).then(|| self.usable(kind, ptr, layout));
-        // A sampled block's entry is taken out while the allocator may recycle its address.
-        let entry = if origin::may_be_sampled(ptr) { origin::take(ptr) } else { None };
+        let kind = backend::kind_of_value(&self.inner);
+        let old_usable = usable::of(kind, self.probe, ptr, layout);
+        let moving = origin::Move::start(ptr, layout.size());
         // SAFETY: forwarded with the caller's guarantees about `ptr`, `layout` and `new_size`.
         let new_ptr = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if new_ptr.is_null() {
             // The old block is untouched and still live: nothing happened.
-            if let Some(e) = entry {
-                origin::put_back(ptr, e, layout.size());
-            }
+            moving.failed();
             return new_ptr;
         }
-        if let Some(e) = entry {
-            origin::put_back(new_ptr, e, new_size);
-        }
-        let old = (class_of(layout.size()), layout.size(), early.unwrap_or_else(|| usable::of_layout(kind, layout)));
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        let new = (class_of(new_size), new_size, self.usable(kind, new_ptr, new_layout));
+        let new_usable = usable::of(kind, self.probe, new_ptr, new_layout);
+        let (old, new) = ((layout.size(), old_usable), (new_size, new_usable));
         match pool::owned() {
             Some(s) => {
-                if s.on_realloc::<Owner>(old, new) {
-                    origin::event::<Owner>(s, entry.is_none().then_some((new_ptr, new_size)));
-                }
+                s.count_realloc::<Owner>(old, new);
+                moving.finish::<Owner>(s, new_ptr, new_size);
             }
-            None => self.slow_realloc(new_ptr, old, new, entry.is_some()),
+            None => {
+                let s = self.slow_shard();
+                s.count_realloc::<Anyone>(old, new);
+                moving.finish::<Anyone>(s, new_ptr, new_size);
+            }
         }
         new_ptr
     }

@@ -10,6 +10,7 @@ use core::alloc::Layout;
 use core::any::TypeId;
 use core::cell::UnsafeCell;
 
+use crate::stats::snapshot::ClassUsable;
 use crate::sync::{AtomicU8, Ordering};
 
 #[cfg(feature = "jemalloc")]
@@ -61,6 +62,17 @@ pub(crate) fn kind_of<A: 'static>() -> Kind {
         return Kind::Known(Backend::Snmalloc);
     }
     Kind::Other
+}
+
+/// [`kind_of`] for the allocator value `a`: for [`Select`](select::Select) the backend it chooses,
+/// deciding it now if this is the process's first allocation (the allocation path needs the kind
+/// before the inner call). A constant for every other type.
+#[inline(always)]
+pub(crate) fn kind_of_value<A: 'static>(a: &A) -> Kind {
+    match (a as &dyn core::any::Any).downcast_ref::<select::Select>() {
+        Some(s) => Kind::Known(s.backend()),
+        None => kind_of::<A>(),
+    }
 }
 
 /// Plugs a custom allocator's knowledge into the report.
@@ -164,20 +176,25 @@ impl Registration {
         }
     }
 
-    /// The usable size every default-aligned block of size class `class` gets, for backends whose
-    /// classes are uniform (see `usable`). Allocation-free.
-    pub(crate) fn class_usable(&self, class: usize) -> Option<u64> {
-        let largest = crate::stats::class::upper_bound(class)?;
-        let _ = largest;
-        match self.kind {
+    /// How usable sizes of size class `class` are accounted on this backend (see `usable`): the
+    /// uniform usable size of its plain blocks where the backend's classes are uniform.
+    /// Allocation-free.
+    pub(crate) fn class_usable(&self, class: usize) -> ClassUsable {
+        let _ = class; // used only by the backends with uniform classes
+        let uniform = match self.kind {
+            Kind::Known(Backend::System) if cfg!(all(target_os = "linux", target_env = "gnu")) => {
+                return ClassUsable::Recorded;
+            }
             #[cfg(feature = "jemalloc")]
             Kind::Known(Backend::Jemalloc) => {
-                (largest <= jemalloc::UNIFORM_MAX).then(|| jemalloc::class_usable(largest) as u64)
+                let largest = crate::stats::class::upper_bound(class);
+                largest.filter(|&l| l <= jemalloc::UNIFORM_MAX).map(|l| jemalloc::class_usable(l) as u64)
             }
             #[cfg(feature = "snmalloc")]
             Kind::Known(Backend::Snmalloc) => snmalloc::class_usable(class),
             _ => None,
-        }
+        };
+        uniform.map_or(ClassUsable::Requested, ClassUsable::Uniform)
     }
 
     /// The backend's own statistics. Runs at report time only, and only for the wrapped backend, so a

@@ -7,7 +7,7 @@ mod glibc {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
-    use crate::backend::usable::{Usable, is_plain};
+    use crate::backend::usable::{MIN_ALIGN, Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str = "glibc: per block, chunk-size rule up to 32 KiB (checked against \
         malloc_usable_size in the tests; a block carved from a larger free chunk may be up to 24 bytes bigger), \
@@ -24,24 +24,44 @@ mod glibc {
     /// free, which alone would exceed the overhead budget for small blocks. The rule is what glibc does
     /// for every request below the mmap threshold (128 KiB by default, never lowered by glibc itself).
     #[inline(always)]
-    fn chunk_rule(size: usize) -> usize {
+    const fn chunk_rule(size: usize) -> usize {
         let chunk = (size + 8 + 15) & !15;
         if chunk < 32 { 24 } else { chunk - 8 }
     }
 
-    /// Above the chunk rule's range the usable size comes from the block itself.
+    /// `chunk_rule` of every size up to `RULE_MAX`, indexed by `(size + 7) / 8`: within each 8-byte
+    /// step the rule gives one value (glibc's 16-byte steps start 8 bytes above a multiple of 16, so
+    /// they never split an 8-byte step). Built and checked at compile time.
+    static USABLE_BY_STEP: [u16; RULE_MAX / 8 + 1] = {
+        let mut t = [0u16; RULE_MAX / 8 + 1];
+        let mut i = 1;
+        while i <= RULE_MAX / 8 {
+            let u = chunk_rule(i * 8);
+            assert!(chunk_rule(i * 8 - 7) == u && u <= u16::MAX as usize);
+            t[i] = u as u16;
+            i += 1;
+        }
+        t
+    };
+
+    /// The fast path's rule (see `usable::fast`): requests of at most 32 KiB with at most 16-byte
+    /// alignment, which glibc serves with plain `malloc` (`memalign` falls back to it up to 16), get
+    /// their usable size from a table.
     #[inline(always)]
-    pub(crate) fn needs_block(layout: Layout) -> bool {
-        !is_plain(layout, RULE_MAX)
+    pub(crate) fn fast(layout: Layout) -> Option<Rule> {
+        if layout.align() > MIN_ALIGN {
+            return None;
+        }
+        USABLE_BY_STEP.get(layout.size().wrapping_add(7) >> 3).map(|&u| Rule::Recorded(usize::from(u)))
     }
 
     #[inline(always)]
     pub(crate) fn usable(ptr: *mut u8, layout: Layout) -> Usable {
         if is_plain(layout, RULE_MAX) {
-            Usable::Explicit(chunk_rule(layout.size()))
+            Usable::Recorded(chunk_rule(layout.size()))
         } else {
             // SAFETY: `ptr` is a live block from glibc's malloc family (the caller guarantees it).
-            Usable::Explicit(unsafe { libc::malloc_usable_size(ptr.cast()) })
+            Usable::Recorded(unsafe { libc::malloc_usable_size(ptr.cast()) })
         }
     }
 
@@ -94,14 +114,14 @@ mod glibc {
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
-pub(crate) use glibc::{USABLE_SOURCE, needs_block, stats, usable};
+pub(crate) use glibc::{USABLE_SOURCE, fast, stats, usable};
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
 mod other {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
-    use crate::backend::usable::Usable;
+    use crate::backend::usable::{Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str =
         "not available for this system allocator: usable bytes equal requested bytes";
@@ -111,8 +131,10 @@ mod other {
         Usable::Requested
     }
 
-    pub(crate) fn needs_block(_: Layout) -> bool {
-        false
+    /// Nothing to record: usable bytes are reported as requested bytes.
+    #[inline(always)]
+    pub(crate) fn fast(layout: Layout) -> Option<Rule> {
+        is_plain(layout, crate::origin::gate::SMALL_MAX).then_some(Rule::Uniform)
     }
 
     pub(crate) fn stats() -> Option<AllocatorStats> {
@@ -121,4 +143,4 @@ mod other {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
-pub(crate) use other::{USABLE_SOURCE, needs_block, stats, usable};
+pub(crate) use other::{USABLE_SOURCE, fast, stats, usable};

@@ -21,6 +21,7 @@
 use core::alloc::Layout;
 
 use super::{Backend, Kind, Probe};
+use crate::origin::gate::SMALL_MAX;
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
@@ -31,8 +32,12 @@ pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } 
 pub(crate) enum Usable {
     /// The class's uniform usable size (computed at report time).
     Uniform,
-    /// This many bytes, recorded with the block.
+    /// This many bytes, recorded with the block and counted as an exception to the class's uniform
+    /// size.
     Explicit(usize),
+    /// This many bytes, recorded with the block, on a backend where every block records its usable
+    /// size (glibc): no count of exceptions is kept, the report sums what was recorded.
+    Recorded(usize),
     /// Unknown: the requested size stands in.
     Requested,
 }
@@ -73,35 +78,51 @@ pub(crate) fn of(kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, la
     }
 }
 
-/// Whether [`of`] needs the block itself (its pointer, while it is live) for this layout. When it
-/// does not, `dealloc` computes the usable size after the inner call, so nothing has to be kept in
-/// registers across it.
+/// How the allocation path accounts the usable size of a request on its fast path (see
+/// [`fast`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Rule {
+    /// Nothing recorded per block: the class's uniform usable size, or (for an allocator that says
+    /// nothing) the requested size, stands in at report time.
+    Uniform,
+    /// A usable size that follows from the request alone, on a backend where every block records
+    /// its usable size (see [`Usable::Recorded`]).
+    Recorded(usize),
+    /// A usable size only the block can tell: [`of`] with the block, while it is live.
+    PerBlock,
+}
+
+/// The fast-path rule for `layout` on a `kind` allocator, or `None` when the request takes the cold
+/// path (over-aligned, or larger than [`gate::SMALL_MAX`](crate::origin::gate::SMALL_MAX), where
+/// every block is also eligible for sampling).
+///
+/// The alignment test is the one every backend makes to choose its plain entry point (`malloc`
+/// rather than an aligned one), so after inlining the compiler merges the two.
 #[inline(always)]
-pub(crate) fn needs_block(kind: Kind, probe: Option<&'static dyn Probe>, layout: Layout) -> bool {
+pub(crate) fn fast(kind: Kind, probe: Option<&'static dyn Probe>, layout: Layout) -> Option<Rule> {
+    let plain = || is_plain(layout, SMALL_MAX);
     match kind {
-        Kind::Known(Backend::System) => super::system::needs_block(layout),
+        Kind::Known(Backend::System) => super::system::fast(layout),
         #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) => false,
+        Kind::Known(Backend::Jemalloc) => plain().then_some(Rule::Uniform),
         #[cfg(feature = "mimalloc")]
-        Kind::Known(Backend::Mimalloc) => true,
+        Kind::Known(Backend::Mimalloc) => plain().then_some(Rule::PerBlock),
         #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) => !is_plain(layout, super::snmalloc::UNIFORM_MAX),
-        Kind::Other => probe.is_some(),
+        Kind::Known(Backend::Snmalloc) => plain().then_some(Rule::PerBlock),
+        Kind::Other if probe.is_some() => plain().then_some(Rule::PerBlock),
+        // Nothing to record: the report takes requested bytes as usable.
+        Kind::Other => plain().then_some(Rule::Uniform),
     }
 }
 
-/// [`of`] for a layout where [`needs_block`] is false (the block may be gone already).
-#[inline(always)]
-pub(crate) fn of_layout(kind: Kind, layout: Layout) -> Usable {
-    match kind {
-        // Without a block, `system::usable` only applies the chunk rule (see `needs_block`).
-        Kind::Known(Backend::System) => super::system::usable(core::ptr::null_mut(), layout),
-        #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
-        #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) => Usable::Explicit(super::jemalloc::usable(layout)),
-        #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) => Usable::Uniform,
-        _ => Usable::Requested,
+impl Rule {
+    /// The usable size of the live block `ptr` allocated with `layout`, under this rule.
+    #[inline(always)]
+    pub(crate) fn resolve(self, kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
+        match self {
+            Self::Uniform => Usable::Uniform,
+            Self::Recorded(u) => Usable::Recorded(u),
+            Self::PerBlock => of(kind, probe, ptr, layout),
+        }
     }
 }

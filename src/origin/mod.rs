@@ -18,6 +18,7 @@
 //! A reallocated block keeps its origin: it counts as freed by the thread that finally frees it,
 //! and as allocated by the thread that first allocated it.
 
+pub(crate) mod gate;
 pub(crate) mod sampler;
 pub(crate) mod table;
 pub(crate) mod tally;
@@ -28,7 +29,7 @@ use crate::stats::class::class_of;
 use crate::stats::pool::{self, Me};
 use crate::stats::shard::{Shard, origin_field};
 use crate::sync::{AtomicBool, Ordering};
-use sampler::{Restart, W_ONE};
+use sampler::{Countdown, W_ONE};
 use table::{Entry, Table};
 use tally::Tally;
 
@@ -133,6 +134,7 @@ impl std::error::Error for SamplingError {}
 pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
     let r = s.rate_log2()?;
     EXPLICIT.store(true, Ordering::Relaxed);
+    gate::adapt(r);
     sampler::set_rate_log2(r);
     Ok(Sampling::from_log2(r))
 }
@@ -152,6 +154,7 @@ pub(crate) fn configure(s: Sampling) {
     // rate set at run time before the first allocation of this `Tracked` (when it is not the global
     // allocator) wins.
     if let (Ok(r), false) = (s.rate_log2(), EXPLICIT.load(Ordering::Relaxed)) {
+        gate::adapt(r);
         sampler::set_rate_log2(r);
     }
 }
@@ -164,54 +167,122 @@ fn now_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
-/// Whether `ptr` may be a sampled block: the one check `dealloc` and `realloc` make inline.
-#[inline(always)]
-pub(crate) fn may_be_sampled(ptr: *mut u8) -> bool {
-    TABLE.may_contain(ptr)
-}
-
-/// The countdown of `shard` ran out on an operation by its writer `W`: restart it, and sample the
-/// block just allocated (`Some((ptr, size))`) if sampling is on.
+/// An eligible block (see `gate`) was just allocated at `ptr` and counted in `shard` by its writer
+/// `W`: take its charge off the countdown, and sample it if an event is due.
 #[cold]
 #[inline(never)]
-pub(crate) fn event<W: Restart>(shard: &'static Shard, allocated: Option<(*mut u8, usize)>) {
-    if let (Some(rate), Some((ptr, size))) = (sampler::restart::<W>(shard), allocated) {
-        let me = pool::me();
-        let entry =
-            Entry { tid: me.tid, slot: me.slot, size: size as u64, rate_log2: rate.min(62) as u8, born: now_ns() };
-        if TABLE.insert(ptr, entry) {
-            TALLY.sampled.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn on_alloc<W: Countdown>(shard: &'static Shard, ptr: *mut u8, size: usize) {
+    let (charge, shift) = sampler::charge(size);
+    if let Some(Some(rate)) = sampler::consume::<W>(shard, charge) {
+        sample(ptr, size, sampler::weight(charge, shift, rate));
+    }
+}
+
+/// An eligible block at `ptr` is being freed, before it goes back to the allocator: settle its entry
+/// if it was sampled, and take its charge off the countdown of `shard` (its writer `W`).
+#[cold]
+#[inline(never)]
+pub(crate) fn on_free<W: Countdown>(shard: &'static Shard, ptr: *mut u8, size: usize) {
+    if let Some(e) = TABLE.remove(ptr) {
+        record_free(&pool::me(), e);
+    }
+    let _ = sampler::consume::<W>(shard, sampler::charge(size).0);
+}
+
+/// Puts the block at `ptr` in the side table, with the weight it was sampled at.
+fn sample(ptr: *mut u8, size: usize, weight: f64) {
+    // Before the key is drawn (the first claim draws it) a free could not tell the block is sampled.
+    if !gate::keyed() || !gate::eligible(ptr, size) {
+        return;
+    }
+    let me = pool::me();
+    let entry = Entry { tid: me.tid, slot: me.slot, size: size as u64, weight, born: now_ns() };
+    if TABLE.insert(ptr, entry) {
+        TALLY.sampled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A reallocation, as far as origin tracking is concerned: the old block, and whether it was
+/// eligible; then the new one, once the allocator returned it.
+pub(crate) struct Move {
+    old: *mut u8,
+    old_eligible: bool,
+    entry: Option<Entry>,
+}
+
+impl Move {
+    /// Before the inner `realloc`: a sampled block's entry is taken out while the allocator may
+    /// recycle its address.
+    #[inline(always)]
+    pub(crate) fn start(ptr: *mut u8, size: usize) -> Self {
+        let old_eligible = gate::eligible(ptr, size);
+        Self { old: ptr, old_eligible, entry: if old_eligible { take(ptr) } else { None } }
+    }
+
+    /// The inner `realloc` failed: the old block is untouched, its entry goes back.
+    #[inline(always)]
+    pub(crate) fn failed(self) {
+        if let Some(e) = self.entry {
+            put_back(self.old, e);
+        }
+    }
+
+    /// The block now lives at `ptr` with `size` bytes and was counted in `shard` by `W`.
+    #[inline(always)]
+    pub(crate) fn finish<W: Countdown>(self, shard: &'static Shard, ptr: *mut u8, size: usize) {
+        let new_eligible = gate::eligible(ptr, size);
+        if self.old_eligible || new_eligible || self.entry.is_some() {
+            moved::<W>(shard, self, ptr, size, new_eligible);
         }
     }
 }
 
-/// `ptr` is being freed and may be sampled: settle its entry. Called before the block goes back to
-/// the allocator.
 #[cold]
 #[inline(never)]
-pub(crate) fn freed(ptr: *mut u8) {
-    if let Some(e) = TABLE.remove(ptr) {
-        record_free(&pool::me(), e);
-    }
-}
-
-/// `ptr` is being reallocated and may be sampled: take its entry out for the duration.
-#[cold]
-#[inline(never)]
-pub(crate) fn take(ptr: *mut u8) -> Option<Entry> {
+fn take(ptr: *mut u8) -> Option<Entry> {
     TABLE.remove(ptr)
 }
 
-/// Puts an entry taken by `take` back, under the block's (possibly new) address and size.
 #[cold]
 #[inline(never)]
-pub(crate) fn put_back(ptr: *mut u8, mut e: Entry, size: usize) {
-    e.size = size as u64;
+fn put_back(ptr: *mut u8, e: Entry) {
     TABLE.insert(ptr, e);
 }
 
+/// The cold half of [`Move::finish`]. A sampled block keeps its entry (and its origin) if its new
+/// address is eligible too. Moving to a new small address keeps it with probability `2^-E`, so a
+/// survivor stands for `2^E` times as many blocks: its weight grows by that factor and the estimate
+/// stays unbiased. In place, the address stays eligible: nothing changes.
+#[cold]
+#[inline(never)]
+fn moved<W: Countdown>(shard: &'static Shard, m: Move, ptr: *mut u8, size: usize, new_eligible: bool) {
+    match m.entry {
+        Some(mut e) if new_eligible => {
+            if ptr != m.old {
+                e.weight *= (1u64 << gate::shift_for(size)) as f64;
+            }
+            e.size = size as u64;
+            if !TABLE.insert(ptr, e) {
+                TALLY.lost_in_moves.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Some(_) => {
+            TALLY.lost_in_moves.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {}
+    }
+    if new_eligible {
+        let (charge, shift) = sampler::charge(size);
+        if let Some(Some(rate)) = sampler::consume::<W>(shard, charge) {
+            if m.entry.is_none() {
+                sample(ptr, size, sampler::weight(charge, shift, rate));
+            }
+        }
+    }
+}
+
 fn record_free(me: &Me, e: Entry) {
-    let w_f = sampler::weight(e.size, u32::from(e.rate_log2));
+    let w_f = e.weight;
     let w = ((w_f * W_ONE as f64).round() as u64).max(1);
     let wb = (w_f * e.size as f64 * W_ONE as f64).round() as u64;
     let w2 = (w_f * w_f).round().max(1.0) as u64;

@@ -1,22 +1,26 @@
-//! When to sample, and what a sample weighs.
+//! When to sample, and what a sample weighs. This module is the only owner of a shard's event
+//! countdown (`Shard::hot`): nothing else reads or writes it.
 //!
-//! Every thread keeps a countdown in its shard. Each operation takes its *charge* off it: the block's
-//! size plus a fixed [`OP_CHARGE`]. When the countdown runs out an *event* fires on the cold path
-//! (`origin::event`): the block being allocated, if any, is sampled, the shard's classes are
-//! published to `stats::live` once enough bytes moved, and a new countdown is drawn from an
-//! exponential distribution with mean `period()`.
+//! Every thread keeps a countdown in its shard. Each *eligible* operation (see `gate`: the rare ones
+//! that reach the cold path) takes its *charge* off it: the block's size plus a fixed [`OP_CHARGE`],
+//! scaled by `2^E` for a small block, which stands for the `2^E` operations that were not eligible.
+//! When the countdown runs out an *event* fires (`origin::on_alloc` / `on_free`): the block being
+//! allocated, if any, is sampled, the shard's classes are published to `stats::live` once enough
+//! bytes moved, and a new countdown is drawn from an exponential distribution with mean `period()`.
 //!
 //! Exponential intervals make the events a Poisson process over the stream of charges, so whether a
-//! block is sampled does not depend on what came before it (no aliasing with periodic workloads),
-//! and a block of `s` bytes is sampled with probability `1 - exp(-(s + OP_CHARGE) / period)`. Its
-//! estimates are weighted by the inverse of that. The fixed charge makes small blocks roughly
-//! "one in N" (N = period / OP_CHARGE), while large blocks, which carry most bytes, are sampled in
-//! proportion to their size, as in jemalloc's and tcmalloc's heap profilers.
+//! block is sampled does not depend on what came before it (no aliasing with periodic workloads).
+//! A large block of `s` bytes is sampled with probability `1 - exp(-(s + OP_CHARGE) / period)`, a
+//! small one with `2^-E × (1 - exp(-2^E (s + OP_CHARGE) / period))`, about the same; estimates are
+//! weighted by the inverse. The fixed charge makes small blocks roughly "one in N"
+//! (N = period / OP_CHARGE), while large blocks, which carry most bytes, are sampled in proportion to
+//! their size, as in jemalloc's and tcmalloc's heap profilers.
 //!
 //! The draws come from a per-shard Weyl sequence hashed with SplitMix64, seeded from the slot's
 //! index and generation: allocation-free, lock-free, and reproducible for a given sequence of
 //! operations on a thread.
 
+use super::gate;
 use crate::stats::shard::{Anyone, Owner, Shard, Writer};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -38,9 +42,11 @@ const OFF: u64 = u64::MAX;
 /// log2 of "one in N", or `OFF`. 0 means every block.
 static RATE_LOG2: AtomicU64 = AtomicU64::new(super::DEFAULT_RATE_LOG2);
 
-#[inline(always)]
-pub(crate) fn charge(size: usize) -> u64 {
-    (size as u64).wrapping_add(OP_CHARGE)
+/// What an eligible operation on a block of `size` bytes takes off the countdown, and the `E` it
+/// was scaled with (see the module docs).
+pub(crate) fn charge(size: usize) -> (u64, u32) {
+    let shift = gate::shift_for(size);
+    ((size as u64).saturating_add(OP_CHARGE).saturating_mul(1 << shift), shift)
 }
 
 /// Current rate as log2 of "one in N small blocks"; `None` when sampling is off.
@@ -60,16 +66,18 @@ pub(crate) fn period(log2: u32) -> u64 {
     if log2 == 0 { 0 } else { OP_CHARGE << log2.min(40) }
 }
 
-/// Inverse sampling probability of a block of `size` bytes sampled at rate `2^log2`.
-pub(crate) fn weight(size: u64, log2: u32) -> f64 {
+/// Inverse sampling probability of a block whose operation was charged `charge` with shift `shift`
+/// (see [`charge`]), sampled at rate `2^log2`.
+pub(crate) fn weight(charge: u64, shift: u32, log2: u32) -> f64 {
+    let eligible = (1u64 << shift) as f64;
     let p = period(log2);
     if p == 0 {
-        return 1.0;
+        return eligible;
     }
-    let x = (size.saturating_add(OP_CHARGE)) as f64 / p as f64;
+    let x = charge as f64 / p as f64;
     // 1 - exp(-x), computed without cancellation for small x.
     let prob = -(-x).exp_m1();
-    if prob > 0.0 { 1.0 / prob } else { 1.0 }
+    if prob > 0.0 { eligible / prob } else { eligible }
 }
 
 /// SplitMix64 of the shard's next Weyl value.
@@ -97,24 +105,37 @@ fn draw(shard: &Shard, period: u64) -> i64 {
     x.min(period as f64 * 64.0).min(i64::MAX as f64 / 2.0) as i64
 }
 
-/// Restarts the countdown of a shard whose countdown ran out, and publishes its classes when due.
-/// Returns the rate to sample the block at hand at, or `None` when sampling is off.
-pub(crate) fn restart<W: Restart>(shard: &Shard) -> Option<u32> {
+/// Takes `charge` off the countdown of `shard`; when it runs out, restarts it (publishing the shard's
+/// classes when due) and returns the rate to sample the block at hand at. `None`: no event, or
+/// sampling is off.
+pub(crate) fn consume<W: Countdown>(shard: &Shard, charge: u64) -> Option<Option<u32>> {
+    if !W::consume(shard, charge) {
+        return None;
+    }
     let rate = rate_log2();
     let interval = match rate {
         Some(r) => draw(shard, period(r)),
         None => UNSAMPLED_INTERVAL as i64,
     };
     W::restart(shard, interval);
-    rate
+    Some(rate)
 }
 
-/// How each kind of writer restarts its countdown.
-pub(crate) trait Restart: Writer {
+/// How each kind of writer runs a countdown.
+pub(crate) trait Countdown: Writer {
+    /// Takes `charge` off the countdown; `true` when it ran out.
+    fn consume(shard: &Shard, charge: u64) -> bool;
     fn restart(shard: &Shard, interval: i64);
 }
 
-impl Restart for Owner {
+impl Countdown for Owner {
+    fn consume(shard: &Shard, charge: u64) -> bool {
+        let c = &shard.hot.countdown;
+        let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
+        c.store(left, Ordering::Relaxed);
+        left < 0
+    }
+
     fn restart(shard: &Shard, interval: i64) {
         let hot = &shard.hot;
         let consumed = hot.drawn.load(Ordering::Relaxed).wrapping_sub(hot.countdown.load(Ordering::Relaxed));
@@ -130,7 +151,11 @@ impl Restart for Owner {
     }
 }
 
-impl Restart for Anyone {
+impl Countdown for Anyone {
+    fn consume(shard: &Shard, charge: u64) -> bool {
+        shard.hot.countdown.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64) < 0
+    }
+
     /// The overflow shard publishes live bytes on every operation already; only the countdown moves.
     fn restart(shard: &Shard, interval: i64) {
         shard.hot.countdown.store(interval, Ordering::Relaxed);
@@ -143,13 +168,19 @@ mod tests {
 
     #[test]
     fn weights_are_inverse_probabilities() {
-        assert_eq!(weight(16, 0), 1.0);
+        assert_eq!(weight(16 + OP_CHARGE, 0, 0), 1.0);
+        // Every block sampled, but only one address in 64 eligible: each stands for 64.
+        assert_eq!(weight(16 + OP_CHARGE, 6, 0), 64.0);
         // Small blocks at one in 1024: 1 / (1 - e^-x) = 1/x + 1/2 + O(x) with x = (16 + 8 KiB) / 8 MiB.
         let x = (16.0 + OP_CHARGE as f64) / (OP_CHARGE << 10) as f64;
-        let w = weight(16, 10);
+        let w = weight(16 + OP_CHARGE, 0, 10);
         assert!((w - (1.0 / x + 0.5)).abs() < 0.01, "{w}");
+        // The same block, eligible one time in 64 and charged 64 times as much: the same estimate
+        // to first order (64 / (64 x) = 1 / x), slightly more weight for the larger x.
+        let w64 = weight((16 + OP_CHARGE) << 6, 6, 10);
+        assert!((w64 - (1.0 / x + 32.0)).abs() < 0.5, "{w64}");
         // Blocks much larger than the period: always sampled.
-        assert!((weight(1 << 40, 10) - 1.0).abs() < 1e-9);
+        assert!((weight(1 << 40, 0, 10) - 1.0).abs() < 1e-9);
     }
 
     #[test]

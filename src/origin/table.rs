@@ -14,18 +14,18 @@
 //! - a tombstone never turns back into `EMPTY`, so a lookup may stop at the first `EMPTY` slot;
 //! - a full neighbourhood drops the sample and counts it.
 //!
-//! Memory: 32 bytes per entry plus one filter byte per slot, static and zero-initialised (resident
-//! only where touched): [`CAPACITY`] × 33 B ≈ 2.1 MiB.
+//! Memory: 40 bytes per entry plus one filter byte per slot, static and zero-initialised (resident
+//! only where touched): [`CAPACITY`] × 41 B ≈ 656 KiB.
 //!
-//! The table is generic over its capacity so that `tests/loom_table.rs` can model-check the protocol
+//! The table is generic over its capacity so that the loom model (`tests/loom/src/table_model.rs`) can check the protocol
 //! on a table of four slots, where every probe sequence wraps and collides.
 
 use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Ordering, atomic_array, atomics_ctor};
 
 /// Number of entries. At the default rate (about one small block in 1024, see `origin`) a full table
-/// stands for roughly 64 Ki sampled live blocks: tens of GiB of small blocks, or about 512 GiB of
-/// blocks of 8 MiB and more.
-pub(crate) const CAPACITY: usize = 1 << 16;
+/// stands for roughly 16 Mi live small blocks (a GiB of 64-byte blocks), or about 128 GiB of blocks of
+/// 8 MiB and more; past that, samples are dropped and counted.
+pub(crate) const CAPACITY: usize = 1 << 14;
 /// Longest run of slots an entry may be placed in, counted from its home slot (fewer in a table
 /// smaller than that).
 pub(crate) const MAX_PROBE: usize = 32;
@@ -35,55 +35,60 @@ const BUSY: usize = 1;
 const TOMB: usize = 2;
 
 /// What the table remembers about a sampled block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Entry {
     /// Allocating thread: OS thread id.
     pub(crate) tid: u32,
     /// Allocating thread's pool slot and that slot's generation (low 16 bits), if it had a slot.
     pub(crate) slot: Option<(u16, u16)>,
-    /// Requested size (up to 2^48 - 1; larger sizes are clamped).
+    /// Requested size.
     pub(crate) size: u64,
-    /// log2 of the sampling rate the block was sampled at (see `sampler::weight`).
-    pub(crate) rate_log2: u8,
+    /// The inverse of the probability that the block was sampled (and kept through reallocations):
+    /// what one sample stands for in the estimates.
+    pub(crate) weight: f64,
     /// Monotonic time of the allocation, in nanoseconds.
     pub(crate) born: u64,
 }
 
 const NO_SLOT: u32 = u32::MAX;
-const SIZE_BITS: u32 = 48;
 
 impl Entry {
-    fn pack(self) -> (u64, u64) {
+    fn who(self) -> u64 {
         let slot = self.slot.map_or(NO_SLOT, |(i, g)| (u32::from(i) << 16) | u32::from(g));
-        let who = (u64::from(self.tid) << 32) | u64::from(slot);
-        let size = self.size.min((1 << SIZE_BITS) - 1) | (u64::from(self.rate_log2) << SIZE_BITS);
-        (who, size)
+        (u64::from(self.tid) << 32) | u64::from(slot)
     }
 
-    fn unpack(who: u64, size: u64, born: u64) -> Self {
+    fn unpack(who: u64, size: u64, weight: u64, born: u64) -> Self {
         let slot = who as u32;
         Self {
             tid: (who >> 32) as u32,
             slot: (slot != NO_SLOT).then_some(((slot >> 16) as u16, slot as u16)),
-            size: size & ((1 << SIZE_BITS) - 1),
-            rate_log2: (size >> SIZE_BITS) as u8,
+            size,
+            weight: f64::from_bits(weight),
             born,
         }
     }
 }
 
-#[repr(C, align(32))]
+#[repr(C)]
 struct Slot {
     key: AtomicUsize,
     who: AtomicU64,
     size: AtomicU64,
+    weight: AtomicU64,
     born: AtomicU64,
 }
 
 impl Slot {
     atomics_ctor! {
         fn empty() -> Self {
-            Self { key: AtomicUsize::new(EMPTY), who: AtomicU64::new(0), size: AtomicU64::new(0), born: AtomicU64::new(0) }
+            Self {
+                key: AtomicUsize::new(EMPTY),
+                who: AtomicU64::new(0),
+                size: AtomicU64::new(0),
+                weight: AtomicU64::new(0),
+                born: AtomicU64::new(0),
+            }
         }
     }
 }
@@ -132,7 +137,7 @@ impl<const N: usize> Table<N> {
             return false;
         }
         let h = Self::home(key);
-        let (who, size) = entry.pack();
+        let who = entry.who();
         for i in 0..Self::PROBE {
             let Some(slot) = self.slots.get((h + i) & Self::MASK) else { break };
             let k = slot.key.load(Ordering::Relaxed);
@@ -140,7 +145,8 @@ impl<const N: usize> Table<N> {
                 && slot.key.compare_exchange(k, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 slot.who.store(who, Ordering::Relaxed);
-                slot.size.store(size, Ordering::Relaxed);
+                slot.size.store(entry.size, Ordering::Relaxed);
+                slot.weight.store(entry.weight.to_bits(), Ordering::Relaxed);
                 slot.born.store(entry.born, Ordering::Relaxed);
                 if let Some(f) = self.filter.get(h) {
                     f.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +174,7 @@ impl<const N: usize> Table<N> {
                     let e = Entry::unpack(
                         slot.who.load(Ordering::Relaxed),
                         slot.size.load(Ordering::Relaxed),
+                        slot.weight.load(Ordering::Relaxed),
                         slot.born.load(Ordering::Relaxed),
                     );
                     slot.key.store(TOMB, Ordering::Release);
@@ -208,7 +215,7 @@ mod tests {
     use std::sync::Arc;
 
     fn entry(tid: u32, size: u64) -> Entry {
-        Entry { tid, slot: Some((7, 3)), size, rate_log2: 10, born: 99 }
+        Entry { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99 }
     }
 
     fn table() -> Box<Table> {
@@ -225,12 +232,10 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let e = Entry { tid: 4_000_000, slot: None, size: (1 << 48) - 1, rate_log2: 62, born: u64::MAX };
-        let (who, size) = e.pack();
-        assert_eq!(Entry::unpack(who, size, e.born), e);
+        let e = Entry { tid: 4_000_000, slot: None, size: u64::MAX, weight: 1.0, born: u64::MAX };
+        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born), e);
         let e = entry(1, 12345);
-        let (who, size) = e.pack();
-        assert_eq!(Entry::unpack(who, size, e.born), e);
+        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born), e);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::stats::class::{self, NUM_CLASSES};
 use crate::stats::live;
 use crate::stats::pool::{self, POOL_SIZE};
 use crate::stats::shard::{Shard, Totals};
-use crate::stats::snapshot::{self, ClassSums, add_classes};
+use crate::stats::snapshot::{self, ClassSums, ClassUsable, add_classes};
 use crate::sync::Ordering;
 
 /// Below this much live data a fragmentation ratio mostly measures the allocator's fixed start-up
@@ -170,7 +170,7 @@ fn all_shards() -> impl Iterator<Item = &'static Shard> {
 fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
     let (mut live_blocks, mut allocated_bytes, mut usable_bytes) = (0, 0, 0);
     for (i, c) in classes.iter().enumerate().filter(|(_, c)| c.allocs > 0) {
-        let (blocks, bytes, usable) = c.live(reg.and_then(|r| r.class_usable(i)));
+        let (blocks, bytes, usable) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
         live_blocks += blocks;
         allocated_bytes += bytes;
         usable_bytes += usable;
@@ -255,7 +255,7 @@ fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> 
 }
 
 fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow {
-    let (live_blocks, live_bytes, usable_bytes) = c.live(reg.and_then(|r| r.class_usable(i)));
+    let (live_blocks, live_bytes, usable_bytes) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
     SizeClassRow {
         min_size: class::lower_bound(i) as u64,
         max_size: class::upper_bound(i).map(|b| b as u64),

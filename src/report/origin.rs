@@ -83,7 +83,7 @@ pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>
         sample_rate: rate.map_or(0, |r| 1u32.checked_shl(r).unwrap_or(u32::MAX)),
         sampled_blocks,
         sampled_frees: TALLY.sampled_frees.load(Ordering::Relaxed),
-        dropped_samples: TABLE.dropped(),
+        dropped_samples: TABLE.dropped() + TALLY.lost_in_moves.load(Ordering::Relaxed),
         frees: units(frees_w),
         cross_thread_frees: units(all.remote),
         cross_thread_free_ratio: ratio,
@@ -134,9 +134,11 @@ mod tests {
                 let size = 16 + (i * 37) % 1009;
                 let cross = uniform() < 0.3;
                 truth_cross += usize::from(cross);
-                let sampled = uniform() < -(-((size as u64 + OP_CHARGE) as f64) / p).exp_m1();
+                // Eligible one address in 64, then charged 64 times its size (see `origin::gate`).
+                let charge = (size as u64 + OP_CHARGE) << 6;
+                let sampled = uniform() < 1.0 / 64.0 && uniform() < -(-(charge as f64) / p).exp_m1();
                 if sampled {
-                    let w = weight(size as u64, rate);
+                    let w = weight(charge, 6, rate);
                     w_all += w;
                     w2 += w * w;
                     if cross {

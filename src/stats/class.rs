@@ -1,63 +1,108 @@
-//! Size classes: log-linear buckets of requested sizes, four per power of two.
+//! Size classes: log-linear buckets of requested sizes, four per power of two from 32 bytes.
 //!
-//! Class 0 holds every request of at most 8 bytes. Above that each power-of-two range `(2^k, 2^(k+1)]`
-//! is split into four equal steps, the same spacing jemalloc and mimalloc use for their own classes,
-//! so a class row here lines up with what the allocator actually hands out. The last class holds every
-//! request above 64 MiB.
+//! Class 0 holds every request of at most 8 bytes, classes 1 to 3 the 8-byte steps up to 32 bytes
+//! (no allocator hands out blocks finer than 8 bytes). Above that each power-of-two range
+//! `(2^k, 2^(k+1)]` is split into four equal steps, the same spacing jemalloc and mimalloc use for
+//! their own classes, so a class row here lines up with what the allocator actually hands out. The
+//! last class holds every request above 64 MiB.
+//!
+//! Every class bound up to 32 KiB is a multiple of 8, so the allocation path finds the class of a
+//! request of at most 32 KiB with one load from a table of `(size + 7) / 8` (4 KiB).
 
 /// Number of size classes, including the `≤ 8 B` and the `> 64 MiB` classes.
-pub const NUM_CLASSES: usize = 94;
+pub const NUM_CLASSES: usize = 89;
 
 /// The largest bounded class ends at 64 MiB; anything larger lands in the last class.
 const LAST_BOUNDED: usize = 64 << 20;
 
 /// Requests up to this size find their class in a table (one byte load) instead of computing it.
-const TABLE_MAX: usize = 1024;
+pub(crate) const TABLE_MAX: usize = 32 << 10;
 
-/// `class_of` for every size up to `TABLE_MAX`, built at compile time.
-static SMALL_CLASSES: [u8; TABLE_MAX + 1] = {
-    let mut t = [0u8; TABLE_MAX + 1];
-    let mut size = 0;
-    while size <= TABLE_MAX {
-        t[size] = computed_class(size) as u8;
-        size += 1;
+/// `computed_class` of every multiple of 8 up to `TABLE_MAX`, indexed by `(size + 7) / 8`: a class
+/// bound below `TABLE_MAX` is a multiple of 8, so every size rounds to the same class as its index.
+/// Built (and its entries checked) at compile time.
+static SMALL_CLASSES: [u8; TABLE_MAX / 8 + 1] = {
+    let mut t = [0u8; TABLE_MAX / 8 + 1];
+    let mut i = 0;
+    while i <= TABLE_MAX / 8 {
+        let c = computed_class(i * 8);
+        // The invariant of `Class`, for the table's entries.
+        assert!(c < NUM_CLASSES);
+        // Every size in `(8 (i - 1), 8 i]` has the class of `8 i`: bounds are multiples of 8 here.
+        assert!(i == 0 || computed_class(i * 8 - 7) == c);
+        t[i] = c as u8;
+        i += 1;
     }
     t
 };
 
-/// Index of the class that holds a request of `size` bytes.
-///
-/// Total: every `usize` maps to a valid index. Small sizes (the common case when the size is not a
-/// compile-time constant) take one table load; larger ones a short computation.
-#[inline(always)]
-pub(crate) fn class_of(size: usize) -> usize {
-    match SMALL_CLASSES.get(size) {
-        Some(&c) => c as usize,
-        None => computed_class(size),
+/// A size-class index. Invariant: always below [`NUM_CLASSES`], so that it indexes a shard's class
+/// rows without a bounds check; every constructor below upholds it (the table by the assertion in
+/// its constant initialiser, the computation by its final `min`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Class(u8);
+
+impl Class {
+    /// The class that holds a request of `size` bytes. Total: every `usize` has one.
+    #[inline(always)]
+    pub(crate) fn of(size: usize) -> Self {
+        if size <= TABLE_MAX {
+            // SAFETY: just checked.
+            unsafe { Self::of_small(size) }
+        } else {
+            Self(computed_class(size) as u8)
+        }
+    }
+
+    /// [`Class::of`] for a request of at most [`TABLE_MAX`] bytes: one table load.
+    ///
+    /// # Safety
+    ///
+    /// `size <= TABLE_MAX`.
+    #[inline(always)]
+    pub(crate) unsafe fn of_small(size: usize) -> Self {
+        debug_assert!(size <= TABLE_MAX);
+        // SAFETY: `size <= TABLE_MAX` (the caller's promise), so the index is at most
+        // `TABLE_MAX / 8`, the table's last entry.
+        Self(unsafe { *SMALL_CLASSES.get_unchecked(size.wrapping_add(7) >> 3) })
+    }
+
+    /// The index, below [`NUM_CLASSES`].
+    #[inline(always)]
+    pub(crate) fn index(self) -> usize {
+        usize::from(self.0)
     }
 }
 
+/// Index of the class that holds a request of `size` bytes (below [`NUM_CLASSES`]).
 #[inline(always)]
+pub(crate) fn class_of(size: usize) -> usize {
+    Class::of(size).index()
+}
+
 const fn computed_class(size: usize) -> usize {
     if size <= 8 {
         return 0;
     }
+    if size <= 32 {
+        return (size - 1) / 8;
+    }
     let n = size - 1;
-    // n >= 8, so k >= 3 and the shift below is at least 1.
+    // n >= 32, so k >= 5 and the shift below is at least 3.
     let k = (usize::BITS - 1 - n.leading_zeros()) as usize;
     let sub = (n >> (k - 2)) & 3;
-    let idx = 1 + (k - 3) * 4 + sub;
+    let idx = 4 + (k - 5) * 4 + sub;
     if idx < NUM_CLASSES - 1 { idx } else { NUM_CLASSES - 1 }
 }
 
 /// Largest request size in class `idx`, or `None` for the open-ended last class.
 pub(crate) fn upper_bound(idx: usize) -> Option<usize> {
     match idx {
-        0 => Some(8),
         i if i >= NUM_CLASSES - 1 => None,
+        i if i < 4 => Some(8 * (i + 1)),
         i => {
-            let k = (i - 1) / 4 + 3;
-            let sub = (i - 1) % 4;
+            let k = (i - 4) / 4 + 5;
+            let sub = (i - 4) % 4;
             Some((1usize << k) + (sub + 1) * (1usize << (k - 2)))
         }
     }
@@ -93,7 +138,7 @@ mod tests {
     #[test]
     fn jemalloc_like_steps() {
         let bounds: Vec<usize> = (0..14).filter_map(upper_bound).collect();
-        assert_eq!(bounds, [8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80]);
+        assert_eq!(bounds, [8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192]);
         assert_eq!(class_of(160), class_of(129));
         assert_ne!(class_of(161), class_of(160));
     }
@@ -102,6 +147,24 @@ mod tests {
     fn table_matches_the_computation() {
         for size in 0..=TABLE_MAX + 1 {
             assert_eq!(class_of(size), computed_class(size), "size {size}");
+        }
+    }
+
+    /// The documented rule, written out independently: 8-byte steps to 32 B, then four equal steps
+    /// per power of two, the last bounded class ending at 64 MiB.
+    #[test]
+    fn the_documented_rule() {
+        let mut bounds = vec![8usize, 16, 24, 32];
+        let mut k = 32usize;
+        while k < LAST_BOUNDED {
+            bounds.extend((1..=4).map(|i| k + i * k / 4));
+            k *= 2;
+        }
+        assert_eq!(bounds.len(), NUM_CLASSES - 1);
+        for (i, b) in bounds.iter().enumerate() {
+            assert_eq!(upper_bound(i), Some(*b), "class {i}");
+            assert_eq!(class_of(*b), i);
+            assert_eq!(class_of(b + 1), i + 1);
         }
     }
 

@@ -81,6 +81,8 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
         return &OVERFLOW;
     }
     guard::set_slot(CLAIMING);
+    // Before this thread can sample anything (see `origin::gate`).
+    crate::origin::gate::draw_key();
     register();
     match POOL.take() {
         Some(shard) => {

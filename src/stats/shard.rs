@@ -6,8 +6,7 @@
 //! freed on another balances out in the totals without any shard going negative.
 
 use crate::backend::usable::Usable;
-use crate::origin::sampler;
-use crate::stats::class::NUM_CLASSES;
+use crate::stats::class::{Class, NUM_CLASSES};
 use crate::stats::live;
 use crate::sync::{AtomicI64, AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
 
@@ -186,7 +185,8 @@ impl Totals {
 /// The owner's per-operation state besides the class counters: one cache line.
 #[derive(Debug)]
 pub(crate) struct Hot {
-    /// Bytes (plus a fixed charge per operation) left until the next event, see `origin::sampler`.
+    /// The event countdown and its bookkeeping: written only by `origin::sampler`.
+    /// Charged bytes left until the next event.
     pub(crate) countdown: AtomicI64,
     /// The interval the countdown last started from.
     pub(crate) drawn: AtomicI64,
@@ -216,9 +216,7 @@ pub(crate) trait Writer {
     fn add(counter: &AtomicU64, v: u64);
     /// Adds `size` to one of class `class`'s requested-bytes counters (`req_in` when `entering`,
     /// else `req_out`).
-    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64);
-    /// Takes `charge` off the shard's event countdown; `true` when it ran out (an event is due).
-    fn consume(shard: &Shard, charge: u64) -> bool;
+    fn bytes(row: &ClassCounters, entering: bool, size: u64);
 }
 
 /// The owning thread: plain load + store.
@@ -233,18 +231,8 @@ impl Writer for Owner {
     }
 
     #[inline(always)]
-    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
-        if let Some(row) = shard.classes.get(class) {
-            owned_add(if entering { &row.req_in } else { &row.req_out }, size);
-        }
-    }
-
-    #[inline(always)]
-    fn consume(shard: &Shard, charge: u64) -> bool {
-        let c = &shard.hot.countdown;
-        let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
-        c.store(left, Ordering::Relaxed);
-        left < 0
+    fn bytes(row: &ClassCounters, entering: bool, size: u64) {
+        owned_add(if entering { &row.req_in } else { &row.req_out }, size);
     }
 }
 
@@ -257,16 +245,9 @@ impl Writer for Anyone {
     /// The overflow shard has no single owner to publish its classes, so it keeps the process-wide
     /// live figure exact directly.
     #[inline]
-    fn bytes(shard: &Shard, class: usize, entering: bool, size: u64) {
-        let Some(row) = shard.classes.get(class) else { return };
-        let counter = if entering { &row.req_in } else { &row.req_out };
-        shared_add(counter, size);
+    fn bytes(row: &ClassCounters, entering: bool, size: u64) {
+        shared_add(if entering { &row.req_in } else { &row.req_out }, size);
         live::flush(if entering { size as i64 } else { (size as i64).wrapping_neg() });
-    }
-
-    #[inline]
-    fn consume(shard: &Shard, charge: u64) -> bool {
-        shard.hot.countdown.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64) < 0
     }
 }
 
@@ -293,52 +274,52 @@ impl Shard {
         }
     }
 
-    /// Counts an allocation; `true` when the shard's event countdown ran out (see `origin::event`).
+    /// The counters of class `class`.
     #[inline(always)]
-    pub(crate) fn on_alloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) -> bool {
-        self.enter::<W>(class, size, usable);
-        W::consume(self, sampler::charge(size))
+    fn row(&self, class: Class) -> &ClassCounters {
+        // SAFETY: a `Class` is below NUM_CLASSES (its invariant, upheld in `stats::class`), the
+        // length of `classes`.
+        unsafe { self.classes.get_unchecked(class.index()) }
     }
 
-    /// Counts a deallocation; `true` when an event is due.
+    /// Counts a block entering class `class` (an allocation, or the new side of a reallocation).
     #[inline(always)]
-    pub(crate) fn on_dealloc<W: Writer>(&self, class: usize, size: usize, usable: Usable) -> bool {
-        self.leave::<W>(class, size, usable);
-        W::consume(self, sampler::charge(size))
-    }
-
-    /// A reallocation moves the block out of its old class and into its new one; `true` when an
-    /// event is due.
-    #[inline(always)]
-    pub(crate) fn on_realloc<W: Writer>(&self, old: (usize, usize, Usable), new: (usize, usize, Usable)) -> bool {
-        W::add(&self.hot.reallocs, 1);
-        self.leave::<W>(old.0, old.1, old.2);
-        self.enter::<W>(new.0, new.1, new.2);
-        W::consume(self, sampler::charge(old.1).wrapping_add(sampler::charge(new.1)))
-    }
-
-    #[inline(always)]
-    fn enter<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
-        if let Some(row) = self.classes.get(class) {
-            W::add(&row.allocs, 1);
-            if let Usable::Explicit(u) = usable {
+    pub(crate) fn count_in<W: Writer>(&self, class: Class, size: usize, usable: Usable) {
+        let row = self.row(class);
+        W::add(&row.allocs, 1);
+        W::bytes(row, true, size as u64);
+        match usable {
+            Usable::Explicit(u) => {
                 W::add(&row.usable_in, u as u64);
                 W::add(&row.explicit_in, 1);
             }
+            Usable::Recorded(u) => W::add(&row.usable_in, u as u64),
+            Usable::Uniform | Usable::Requested => {}
         }
-        W::bytes(self, class, true, size as u64);
     }
 
+    /// Counts a block leaving class `class` (a deallocation, or the old side of a reallocation).
     #[inline(always)]
-    fn leave<W: Writer>(&self, class: usize, size: usize, usable: Usable) {
-        if let Some(row) = self.classes.get(class) {
-            W::add(&row.frees, 1);
-            if let Usable::Explicit(u) = usable {
+    pub(crate) fn count_out<W: Writer>(&self, class: Class, size: usize, usable: Usable) {
+        let row = self.row(class);
+        W::add(&row.frees, 1);
+        W::bytes(row, false, size as u64);
+        match usable {
+            Usable::Explicit(u) => {
                 W::add(&row.usable_out, u as u64);
                 W::add(&row.explicit_out, 1);
             }
+            Usable::Recorded(u) => W::add(&row.usable_out, u as u64),
+            Usable::Uniform | Usable::Requested => {}
         }
-        W::bytes(self, class, false, size as u64);
+    }
+
+    /// A reallocation moves the block out of its old class and into its new one.
+    #[inline]
+    pub(crate) fn count_realloc<W: Writer>(&self, old: (usize, Usable), new: (usize, Usable)) {
+        W::add(&self.hot.reallocs, 1);
+        self.count_out::<W>(Class::of(old.0), old.0, old.1);
+        self.count_in::<W>(Class::of(new.0), new.0, new.1);
     }
 
     /// Folds class `class`'s not-yet-published net bytes into the process-wide live counter. Owner only.

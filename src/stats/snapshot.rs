@@ -64,21 +64,34 @@ impl ClassSums {
         self.explicit_out += o.explicit_out;
     }
 
-    /// Live blocks, live requested bytes and live usable bytes of one class. `class_usable` is the
-    /// backend's uniform usable size for the class, if it has one (see `backend::usable`).
-    pub(crate) fn live(&self, class_usable: Option<u64>) -> (u64, u64, u64) {
+    /// Live blocks, live requested bytes and live usable bytes of one class, whose usable sizes the
+    /// backend accounts as `usable` says.
+    pub(crate) fn live(&self, usable: ClassUsable) -> (u64, u64, u64) {
         let blocks = self.allocs.saturating_sub(self.frees);
         let bytes = self.req_in.saturating_sub(self.req_out);
+        let recorded = self.usable_in.saturating_sub(self.usable_out);
         let explicit_blocks = self.explicit_in.saturating_sub(self.explicit_out).min(blocks);
         let plain_blocks = blocks - explicit_blocks;
-        let plain_usable = match class_usable {
-            Some(u) => plain_blocks.saturating_mul(u),
+        let plain_usable = match usable {
+            ClassUsable::Recorded => return (blocks, bytes, recorded),
+            ClassUsable::Uniform(u) => plain_blocks.saturating_mul(u),
             // Requested stands in; plain blocks' share of requested bytes, exact when all are plain.
-            None if explicit_blocks == 0 => bytes,
-            None => (bytes as u128 * plain_blocks as u128 / blocks.max(1) as u128) as u64,
+            ClassUsable::Requested if explicit_blocks == 0 => bytes,
+            ClassUsable::Requested => (bytes as u128 * plain_blocks as u128 / blocks.max(1) as u128) as u64,
         };
-        (blocks, bytes, self.usable_in.saturating_sub(self.usable_out).saturating_add(plain_usable))
+        (blocks, bytes, recorded.saturating_add(plain_usable))
     }
+}
+
+/// How a backend accounts the usable sizes of one class (see `backend::usable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClassUsable {
+    /// Every block without a recorded exception has this usable size.
+    Uniform(u64),
+    /// Every block recorded its usable size.
+    Recorded,
+    /// Blocks without a recorded usable size count with their requested size.
+    Requested,
 }
 
 /// Adds one shard's class counters to `into`.

@@ -1,0 +1,193 @@
+//! The workloads `scripts/instructions.py` counts under callgrind: the allocation path's cost in
+//! instructions (and simulated L1 misses), bare backend against `Tracked`, deterministic.
+//!
+//! Every variant is one out-of-line function per `GlobalAlloc` method, called through a function
+//! pointer, with the layout's size and alignment as run-time arguments: the shape of `__rust_alloc`
+//! in a real program, where the wrapper is inlined into the allocator shim and the shim is a call.
+//! A wrapper inlined into a benchmark loop would look free; this one cannot.
+//!
+//! ```text
+//! instructions pair  <backend> <bare|tracked> <size> <iters>   malloc + free of `size` bytes, align 8
+//! instructions churn <backend> <bare|tracked> <steps>          65,536 live blocks of 16..=1024 bytes
+//!                                                              (random), one replaced at random per step
+//! instructions handoff <backend> <bare|tracked> <size> <iters> allocated on one thread, freed on another
+//! ```
+//!
+//! Run under `cargo bench` (no workload named) it prints where the counting script is and exits.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+
+use frag::Tracked;
+
+/// One variant's `GlobalAlloc` methods as plain out-of-line functions.
+struct Variant {
+    alloc: unsafe fn(usize, usize) -> *mut u8,
+    dealloc: unsafe fn(*mut u8, usize, usize),
+}
+
+/// Declares a module with the out-of-line entry points of `$value` (a `GlobalAlloc` static).
+macro_rules! variant {
+    ($name:ident, $ty:ty, $value:expr) => {
+        mod $name {
+            use super::*;
+            static A: $ty = $value;
+            #[inline(never)]
+            pub(super) unsafe fn alloc(size: usize, align: usize) -> *mut u8 {
+                // SAFETY: the workloads pass a non-zero size and a power-of-two alignment.
+                unsafe { A.alloc(Layout::from_size_align_unchecked(size, align)) }
+            }
+            #[inline(never)]
+            pub(super) unsafe fn dealloc(ptr: *mut u8, size: usize, align: usize) {
+                // SAFETY: `ptr` came from `alloc` above with this size and alignment.
+                unsafe { A.dealloc(ptr, Layout::from_size_align_unchecked(size, align)) }
+            }
+            pub(super) const VARIANT: Variant = Variant { alloc, dealloc };
+        }
+    };
+}
+
+variant!(system_bare, System, System);
+variant!(system_tracked, Tracked<System>, Tracked::new(System));
+#[cfg(feature = "jemalloc")]
+variant!(jemalloc_bare, tikv_jemallocator::Jemalloc, tikv_jemallocator::Jemalloc);
+#[cfg(feature = "jemalloc")]
+variant!(jemalloc_tracked, Tracked<tikv_jemallocator::Jemalloc>, Tracked::new(tikv_jemallocator::Jemalloc));
+#[cfg(feature = "mimalloc")]
+variant!(mimalloc_bare, mimalloc::MiMalloc, mimalloc::MiMalloc);
+#[cfg(feature = "mimalloc")]
+variant!(mimalloc_tracked, Tracked<mimalloc::MiMalloc>, Tracked::new(mimalloc::MiMalloc));
+#[cfg(feature = "snmalloc")]
+variant!(snmalloc_bare, snmalloc_rs::SnMalloc, snmalloc_rs::SnMalloc);
+#[cfg(feature = "snmalloc")]
+variant!(snmalloc_tracked, Tracked<snmalloc_rs::SnMalloc>, Tracked::new(snmalloc_rs::SnMalloc));
+
+fn variant(backend: &str, kind: &str) -> Option<Variant> {
+    Some(match (backend, kind) {
+        ("system", "bare") => system_bare::VARIANT,
+        ("system", "tracked") => system_tracked::VARIANT,
+        #[cfg(feature = "jemalloc")]
+        ("jemalloc", "bare") => jemalloc_bare::VARIANT,
+        #[cfg(feature = "jemalloc")]
+        ("jemalloc", "tracked") => jemalloc_tracked::VARIANT,
+        #[cfg(feature = "mimalloc")]
+        ("mimalloc", "bare") => mimalloc_bare::VARIANT,
+        #[cfg(feature = "mimalloc")]
+        ("mimalloc", "tracked") => mimalloc_tracked::VARIANT,
+        #[cfg(feature = "snmalloc")]
+        ("snmalloc", "bare") => snmalloc_bare::VARIANT,
+        #[cfg(feature = "snmalloc")]
+        ("snmalloc", "tracked") => snmalloc_tracked::VARIANT,
+        _ => return None,
+    })
+}
+
+/// xorshift64: deterministic, allocation-free.
+fn next(rng: &mut u64) -> u64 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    *rng
+}
+
+fn pair(v: &Variant, size: usize, iters: u64) {
+    let (alloc, dealloc) = (black_box(v.alloc), black_box(v.dealloc));
+    let size = black_box(size);
+    for _ in 0..iters {
+        // SAFETY: non-zero size, alignment 8; the block is freed with the same layout.
+        unsafe {
+            let p = alloc(size, 8);
+            dealloc(black_box(p), size, 8);
+        }
+    }
+}
+
+const CHURN_LIVE: usize = 1 << 16;
+
+fn churn(v: &Variant, steps: u64) {
+    let (alloc, dealloc) = (black_box(v.alloc), black_box(v.dealloc));
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let size = |rng: &mut u64| 16 + (next(rng) % 1009) as usize;
+    let mut live: Vec<(*mut u8, usize)> = (0..CHURN_LIVE)
+        .map(|_| {
+            let s = size(&mut rng);
+            // SAFETY: non-zero size, alignment 8.
+            (unsafe { alloc(s, 8) }, s)
+        })
+        .collect();
+    for _ in 0..steps {
+        let i = (next(&mut rng) as usize) % CHURN_LIVE;
+        let s = size(&mut rng);
+        let slot = &mut live[i];
+        // SAFETY: each slot holds a live block with its size; it is freed once and replaced.
+        unsafe {
+            dealloc(slot.0, slot.1, 8);
+            *slot = (alloc(s, 8), s);
+        }
+    }
+    for (p, s) in live {
+        // SAFETY: as above.
+        unsafe { dealloc(p, s, 8) };
+    }
+}
+
+fn handoff(v: &Variant, size: usize, iters: u64) {
+    const BATCH: usize = 256;
+    let (alloc, dealloc) = (black_box(v.alloc), black_box(v.dealloc));
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(4);
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<usize>>();
+    for _ in 0..4 {
+        back_tx.send(Vec::with_capacity(BATCH)).ok();
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for mut batch in rx {
+                for p in batch.drain(..) {
+                    // SAFETY: allocated below with this size and alignment 8, freed once.
+                    unsafe { dealloc(p as *mut u8, size, 8) };
+                }
+                if back_tx.send(batch).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut left = iters as usize;
+        while left > 0 {
+            let Ok(mut batch) = back_rx.recv() else { break };
+            for _ in 0..left.min(BATCH) {
+                // SAFETY: non-zero size, alignment 8.
+                batch.push(unsafe { alloc(size, 8) } as usize);
+            }
+            left -= batch.len();
+            if tx.send(batch).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let number = |i: usize| arg(i).parse::<u64>().unwrap_or(0);
+    let Some(v) = variant(arg(1), arg(2)) else {
+        if args.iter().any(|a| a == "--bench") {
+            println!(
+                "instructions: run `python3 scripts/instructions.py` (callgrind) to count instructions per operation"
+            );
+            return;
+        }
+        eprintln!("usage: instructions pair|churn|handoff <backend> <bare|tracked> [size] <iters>");
+        std::process::exit(2);
+    };
+    match arg(0) {
+        "pair" => pair(&v, number(3) as usize, number(4)),
+        "churn" => churn(&v, number(3)),
+        "handoff" => handoff(&v, number(3) as usize, number(4)),
+        other => {
+            eprintln!("unknown workload {other:?}");
+            std::process::exit(2);
+        }
+    }
+}

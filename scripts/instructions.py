@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Counts what `Tracked` adds to the allocation path, in instructions, under callgrind.
+
+Every figure is the difference of two run lengths of the same workload (N2 - N1 operations), so the
+process's start-up and tear-down cancel and what is left is the cost per operation, deterministic to
+the instruction: a regression check, not a timing.
+
+- pair:    malloc + free of 16 B, 64 B and 1 KiB (align 8) on one thread, per pair;
+- churn:   65,536 live blocks of random sizes 16..=1024 B, a random one freed and replaced per step:
+           instructions and simulated L1 data read misses per step (free + malloc);
+- service: the service example (JSON echo, bodies 1 to 64 KiB) driving itself, instructions per
+           request, built twice: with `Tracked` and with the bare backend (FRAG_BARE_ALLOCATOR=1).
+
+Usage:
+    python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--check]
+
+`--check` exits 1 when a budget below is exceeded. Needs valgrind (CI installs it).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILE = "hotpath"
+
+# Budgets (added by `Tracked` over the bare backend), from the hot-path issue.
+PAIR_BUDGET = 40  # instructions per malloc + free pair
+CHURN_MISS_BUDGET = 0.05  # simulated L1 data read misses, relative to bare
+SERVICE_BUDGET = 0.05  # instructions per request, relative to bare
+
+PAIR_SIZES = [16, 64, 1024]
+PAIR_ITERS = (200_000, 400_000)
+CHURN_STEPS = (200_000, 400_000)
+SERVICE_LOAD = (300, 600)
+
+FEATURES = {
+    "system": "",
+    "jemalloc": "jemalloc",
+    "mimalloc": "mimalloc",
+    "snmalloc": "snmalloc",
+}
+
+
+def run(cmd, env=None, quiet=True):
+    e = dict(os.environ)
+    e.update(env or {})
+    out = subprocess.run(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE if quiet else None,
+                         stderr=subprocess.PIPE if quiet else None, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stdout or ''}{out.stderr or ''}")
+        sys.exit(2)
+    return out
+
+
+def build_workloads(backends):
+    feats = sorted({FEATURES[b] for b in backends if FEATURES[b]})
+    cmd = ["cargo", "build", "--quiet", "--profile", PROFILE, "--bench", "instructions", "--no-default-features"]
+    if feats:
+        cmd += ["--features", ",".join(feats)]
+    out = run(["cargo", "build", "--profile", PROFILE, "--bench", "instructions", "--no-default-features",
+               "--message-format=json"] + (["--features", ",".join(feats)] if feats else []))
+    for line in out.stdout.splitlines():
+        if '"executable"' in line and "instructions" in line:
+            m = re.search(r'"executable":"([^"]+)"', line)
+            if m:
+                return m.group(1)
+    sys.exit("could not find the built instructions bench")
+
+
+def callgrind(cmd, cache=False):
+    """Total events of one run: {'Ir': ..., 'D1mr': ...}."""
+    with tempfile.NamedTemporaryFile(prefix="callgrind.", delete=False) as f:
+        path = f.name
+    try:
+        vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", "--dump-instr=no"]
+        if cache:
+            vg.append("--cache-sim=yes")
+        run(vg + cmd)
+        events, totals = None, None
+        for line in open(path):
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("summary:") or line.startswith("totals:"):
+                totals = [int(x) for x in line.split()[1:]]
+        return dict(zip(events, totals))
+    finally:
+        os.unlink(path)
+
+
+def per_op(cmd_for, lengths, cache=False):
+    a = callgrind(cmd_for(lengths[0]), cache)
+    b = callgrind(cmd_for(lengths[1]), cache)
+    n = lengths[1] - lengths[0]
+    return {k: (b[k] - a[k]) / n for k in a}
+
+
+def build_service(backend, bare):
+    feats = FEATURES[backend]
+    env = {"FRAG_BARE_ALLOCATOR": "1"} if bare else {"FRAG_BARE_ALLOCATOR": ""}
+    target = os.path.join(ROOT, "target", "instructions-service", "bare" if bare else "tracked")
+    cmd = ["cargo", "build", "--quiet", "--profile", PROFILE, "--example", "service", "--no-default-features",
+           "--features", ",".join(["serde"] + ([feats] if feats else [])), "--target-dir", target]
+    run(cmd, env)
+    return os.path.join(target, PROFILE, "examples", "service")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backends", default="jemalloc,system")
+    ap.add_argument("--no-service", action="store_true")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a budget is exceeded")
+    args = ap.parse_args()
+    backends = [b for b in args.backends.split(",") if b]
+    for b in backends:
+        if b not in FEATURES:
+            sys.exit(f"unknown backend {b}; one of {', '.join(FEATURES)}")
+
+    exe = build_workloads(backends)
+    failures = []
+    print(f"Instructions added by Tracked (callgrind, difference of two run lengths; budget +{PAIR_BUDGET} per pair)\n")
+    print("| backend | case | bare | tracked | added | added % |")
+    print("|---|---|---|---|---|---|")
+    for backend in backends:
+        for size in PAIR_SIZES:
+            r = {}
+            for kind in ("bare", "tracked"):
+                r[kind] = per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
+            added = r["tracked"] - r["bare"]
+            print(f"| {backend} | pair {size} B | {r['bare']:.1f} | {r['tracked']:.1f} | {added:+.1f} | "
+                  f"{100 * added / r['bare']:+.1f}% |", flush=True)
+            if added > PAIR_BUDGET:
+                failures.append(f"{backend} pair {size} B: +{added:.1f} instructions > +{PAIR_BUDGET}")
+        r = {}
+        for kind in ("bare", "tracked"):
+            r[kind] = per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True)
+        added = r["tracked"]["Ir"] - r["bare"]["Ir"]
+        print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['tracked']['Ir']:.1f} | {added:+.1f} | "
+              f"{100 * added / r['bare']['Ir']:+.1f}% |")
+        mb, mt = r["bare"]["D1mr"], r["tracked"]["D1mr"]
+        rel = (mt - mb) / mb if mb else 0.0
+        print(f"| {backend} | churn L1d read misses | {mb:.3f} | {mt:.3f} | {mt - mb:+.3f} | {100 * rel:+.1f}% |",
+              flush=True)
+        if rel > CHURN_MISS_BUDGET:
+            failures.append(f"{backend} churn: L1 read misses {100 * rel:+.1f}% > +{100 * CHURN_MISS_BUDGET:.0f}%")
+
+    if not args.no_service:
+        print("\nService example, instructions per request (--concurrency 8 --delay-ms 0)\n")
+        print("| backend | bare | tracked | added % |")
+        print("|---|---|---|---|")
+        for backend in backends:
+            r = {}
+            for bare in (True, False):
+                exe_s = build_service(backend, bare)
+                r[bare] = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
+                                 SERVICE_LOAD)["Ir"]
+            rel = (r[False] - r[True]) / r[True]
+            print(f"| {backend} | {r[True] / 1e6:.3f} M | {r[False] / 1e6:.3f} M | {100 * rel:+.2f}% |", flush=True)
+            if rel > SERVICE_BUDGET:
+                failures.append(f"{backend} service: {100 * rel:+.2f}% instructions per request > "
+                                f"+{100 * SERVICE_BUDGET:.0f}%")
+
+    if failures:
+        print("\nover budget:\n  " + "\n  ".join(failures))
+        if args.check:
+            sys.exit(1)
+    else:
+        print("\nwithin budget")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+//! Which blocks origin tracking may sample: a keyed hash of the address, so that a free can tell
+//! "this block was certainly not sampled" from its pointer and size alone, reading no memory that can
+//! miss the cache.
+//!
+//! A block is *eligible* when it is larger than [`SMALL_MAX`], or when its address hashes into the
+//! eligible fraction `2^-E` of the hash space: `address × KEY ≤ LIMIT`, with an odd `KEY` drawn once
+//! per process and `LIMIT = u64::MAX >> E`. Only eligible blocks are ever put in the side table, and
+//! only eligible operations go to the cold path, where the per-thread countdown (`sampler`) runs; every
+//! other allocation and free is counted in its shard and forwarded, with no further check.
+//!
+//! To sample at the same rate as if every block took part, an eligible small block's charge on the
+//! countdown is scaled by `2^E`, and a sample's weight by `2^E` too: over the random key every block
+//! is eligible with probability `2^-E`, so the estimates stay unbiased.
+//!
+//! **Bias, stated**: eligibility belongs to an address, not a block. An allocator that hands the same
+//! address out again and again (a LIFO free list under a tight alloc/free loop) makes all those blocks
+//! eligible, or none of them; estimates for such a workload rest on few addresses and vary more from
+//! process to process (each process draws its own key). Workloads with many live blocks spread over
+//! many addresses, which are the ones fragmentation is about, are not affected.
+//!
+//! `LIMIT` only ever grows: a free must find every block that was sampled under any earlier limit.
+//! Lowering the rate after [`Sampling::EveryBlock`](crate::Sampling::EveryBlock) (E = 0) therefore
+//! keeps every free on the cold path for the rest of the process: exact mode is for tests and
+//! debugging.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Blocks above this size are always eligible: few, large, and they carry most bytes.
+pub(crate) const SMALL_MAX: usize = 32 << 10;
+
+/// log2 of the inverse eligible fraction at the default rate (one small block in 64 is eligible).
+pub(crate) const MAX_SHIFT: u32 = 6;
+
+/// The multiplier of the address hash: 0 until the first shard claim draws it (every address is
+/// eligible until then, which only means those few operations take the cold path).
+static KEY: AtomicU64 = AtomicU64::new(0);
+/// Addresses whose hash is at most this are eligible; only grows.
+static LIMIT: AtomicU64 = AtomicU64::new(u64::MAX >> MAX_SHIFT);
+
+/// Whether the block at `ptr` of `size` bytes may be (or become) a sampled block. Two loads of
+/// read-mostly statics, a multiply and a compare.
+#[inline(always)]
+pub(crate) fn eligible(ptr: *mut u8, size: usize) -> bool {
+    size > SMALL_MAX || hash(ptr) <= LIMIT.load(Ordering::Relaxed)
+}
+
+/// Whether `ptr` is eligible as a small block; the hot path checks the size on its own.
+#[inline(always)]
+pub(crate) fn eligible_small(ptr: *mut u8) -> bool {
+    hash(ptr) <= LIMIT.load(Ordering::Relaxed)
+}
+
+#[inline(always)]
+fn hash(ptr: *mut u8) -> u64 {
+    (ptr as u64).wrapping_mul(KEY.load(Ordering::Relaxed))
+}
+
+/// The current `E`: small blocks are eligible with probability `2^-E`.
+pub(crate) fn shift() -> u32 {
+    LIMIT.load(Ordering::Relaxed).leading_zeros()
+}
+
+/// `E` for a block of `size` bytes: 0 for large blocks, which are always eligible.
+pub(crate) fn shift_for(size: usize) -> u32 {
+    if size > SMALL_MAX { 0 } else { shift() }
+}
+
+/// Whether the key is drawn: before that no block may be put in the side table.
+pub(crate) fn keyed() -> bool {
+    KEY.load(Ordering::Relaxed) != 0
+}
+
+/// Draws the process's key, once, before the first sample can be taken (on the first shard claim).
+/// Allocation-free: `getrandom` is a system call; the fallback mixes the clock with an address.
+pub(crate) fn draw_key() {
+    if keyed() {
+        return;
+    }
+    let mut bytes = [0u8; 8];
+    // SAFETY: `bytes` is a valid buffer of the length passed; GRND_NONBLOCK never waits.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), libc::GRND_NONBLOCK) };
+    let mut key = u64::from_ne_bytes(bytes);
+    if n != bytes.len() as isize {
+        key = super::now_ns().rotate_left(29) ^ (&KEY as *const AtomicU64 as u64);
+    }
+    // Odd, so that the multiply is a bijection of the address space; mixed, so that no key is weak.
+    let key = splitmix(key) | 1;
+    let _ = KEY.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Adapts the eligible fraction to a sampling rate of one small block in `2^rate_log2`: the fraction
+/// stays 16 times the rate or more (so that an eligible block's own sampling probability stays small
+/// and Poisson-like), `2^-MAX_SHIFT` at most. Never lowers the limit (see the module docs).
+pub(crate) fn adapt(rate_log2: Option<u32>) {
+    let e = rate_log2.map_or(MAX_SHIFT, |r| r.saturating_sub(4).min(MAX_SHIFT));
+    LIMIT.fetch_max(u64::MAX >> e, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With a random odd key, the eligible share of many distinct aligned addresses is `2^-E`.
+    #[test]
+    fn eligible_fraction_matches_the_shift() {
+        draw_key();
+        let limit = u64::MAX >> MAX_SHIFT;
+        let key = KEY.load(Ordering::Relaxed);
+        let n = 1 << 20;
+        let hits = (0..n).filter(|i| (0x7f00_0000_0000u64 + i * 48).wrapping_mul(key) <= limit).count();
+        let expected = n as f64 / (1u64 << MAX_SHIFT) as f64;
+        assert!((hits as f64 / expected - 1.0).abs() < 0.05, "{hits} of {n}, expected {expected}");
+        assert!(eligible(core::ptr::null_mut::<u8>().wrapping_add(16), SMALL_MAX + 1));
+    }
+}
