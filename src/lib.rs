@@ -29,7 +29,8 @@
 //! ## What is measured
 //!
 //! - **Counters**, exact: allocations, deallocations, reallocations, requested bytes, per thread (with
-//!   the OS thread id and name) and per size class (four classes per power of two, like jemalloc's).
+//!   the OS thread id and name) and per size class (8-byte steps to 32 B, then four classes per
+//!   power of two, like jemalloc's).
 //! - **Usable bytes**, what the backend really hands out per block, so internal fragmentation
 //!   (usable − requested) is visible per class.
 //! - **The allocator's own figures** (jemalloc `stats.*`, glibc `mallinfo2`, mimalloc commit, snmalloc
@@ -37,8 +38,8 @@
 //! - **The fragmentation ratio** `(resident − allocated) / allocated`, stating which figures it used.
 //! - **Allocation origin**, estimated from sampled blocks: how many frees (and bytes) happen on
 //!   another thread than the allocating one, per thread, per size class, per thread pair and per
-//!   lifetime, with a 95% interval. See [`Sampling`] for the rate and its cost; the side table that
-//!   remembers sampled blocks is a fixed 2.1 MiB of static memory.
+//!   lifetime, with a 95% interval. See [`Sampling`] for the rate, its cost and its bias; the side
+//!   table that remembers sampled blocks is a fixed 656 KiB of static memory.
 //!
 //! ## Publishing
 //!
@@ -66,8 +67,11 @@
 //! - thread-locals are `const`-initialised, have no destructor and are read with `try_with`;
 //! - thread exit is seen through a pthread key destructor; a released shard is reused by the next
 //!   thread and its past totals stay in the "retired" row;
-//! - origin sampling and live-byte publishing run on a cold path, when a per-thread countdown of
-//!   bytes runs out; a free reads one filter byte to know whether its block was sampled;
+//! - a plain request of at most 32 KiB costs one table load for its size class and two plain adds
+//!   (see `src/tracked.rs`); origin sampling and live-byte publishing run on a cold path, reached
+//!   only by blocks whose address falls in a keyed-hash subset (one in 64 at the default rate) and
+//!   by large or over-aligned blocks, so a free learns from its pointer alone whether its block can
+//!   have been sampled;
 //! - everything that allocates ([`report()`], formatting) runs outside the allocator, under a
 //!   reentrancy guard; [`totals()`] and [`size_classes()`] read the counters without allocating;
 //! - a child forked from a multi-threaded process keeps counting: its other threads' shards are

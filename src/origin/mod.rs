@@ -5,10 +5,13 @@
 //! allocating thread's cache or arena, later or through a slower path, and pin its pages meanwhile).
 //! This module estimates that share without changing any block's layout:
 //!
-//! - **sampling** (`sampler`): a per-thread countdown picks blocks at allocation, about one small
-//!   block in [`Sampling::OneIn`]`(n)` and large blocks in proportion to their size;
+//! - **eligibility** (`gate`): only blocks at addresses in a keyed-hash subset (and every large
+//!   block) can be sampled, so that every other free needs no look-up;
+//! - **sampling** (`sampler`): a per-thread countdown over the eligible operations picks blocks at
+//!   allocation, about one small block in [`Sampling::OneIn`]`(n)` overall and large blocks in
+//!   proportion to their size;
 //! - **a side table** (`table`) remembers each sampled block's allocating thread, size and birth
-//!   time; `dealloc` checks one filter byte per block and looks the block up only when it may be
+//!   time; a free of an eligible block checks one filter byte and looks the block up only when it may be
 //!   sampled; the entry is removed before the block goes back to the allocator, and moved by
 //!   `realloc`, so a recycled address is never attributed to its previous owner;
 //! - **tallies** (`tally` and each thread's shard): weighted by the inverse sampling probability,
@@ -42,9 +45,18 @@ pub(crate) const DEFAULT_RATE_LOG2: u64 = 10;
 /// How many blocks origin tracking samples.
 ///
 /// Set it with [`set_sampling`] or [`Tracked::with_sampling`](crate::Tracked::with_sampling). The
-/// cost on the allocation path does not depend on the rate: unsampled operations cost a countdown
-/// decrement and, on free, one filter byte load; each sampled block costs a few hundred nanoseconds
-/// on the cold path.
+/// cost on the allocation path does not depend on the rate: a block can only be sampled if its
+/// address falls in a subset chosen by a keyed hash (one address in 64 at the default rate, every
+/// block above 32 KiB; the key is drawn per process), so every other free knows from its pointer
+/// alone that there is nothing to look up. Operations on those eligible blocks take the cold path (a
+/// countdown, and on free a look-up in the side table of sampled blocks); each sampled block costs a
+/// few hundred nanoseconds there.
+///
+/// **Bias.** Eligible blocks are charged and weighted 64 times as much, so the estimates keep their
+/// rate and are unbiased over the random key. But eligibility belongs to an address: a workload that
+/// reuses a few addresses over and over (one block allocated and freed in a tight loop) is either
+/// seen through all of them or through none, so its estimates vary more between processes than the
+/// sample count suggests. Workloads with many live blocks at many addresses are not affected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Sampling {
@@ -52,11 +64,14 @@ pub enum Sampling {
     Off,
     /// Every block: exact figures, for tests and debugging. Every allocation and free takes the cold
     /// path (about 100 ns per allocation + free, 12 to 20 times an untracked jemalloc pair), and live
-    /// blocks beyond the side table's capacity (65,536) are dropped from the figures.
+    /// blocks beyond the side table's capacity (16,384) are dropped from the figures. Once set, frees
+    /// keep taking the cold path for the rest of the process, even after a coarser rate is set (they
+    /// must still find the blocks sampled now).
     EveryBlock,
     /// About one block of `n` among small blocks; a block of `s` bytes is sampled with probability
-    /// `1 - exp(-(s + 8 KiB) / (n × 8 KiB))`, so large blocks, which hold most bytes, more often.
-    /// `n` is rounded up to a power of two (at most 2^31); 1 is the same as `EveryBlock`.
+    /// about `1 - exp(-(s + 8 KiB) / (n × 8 KiB))`, so large blocks, which hold most bytes, more often.
+    /// `n` is rounded up to a power of two (at most 2^31); 1 is the same as `EveryBlock`. Below 1024
+    /// the eligible share of addresses grows (every address from 16 down), and with it the cost.
     OneIn(u32),
 }
 

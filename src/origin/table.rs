@@ -2,7 +2,7 @@
 //!
 //! A fixed array of [`CAPACITY`] entries with open addressing (at most [`MAX_PROBE`] slots from a
 //! block's home slot), plus a filter of one byte per home slot counting the entries that live there.
-//! `dealloc` reads only the filter byte for the block's address; a block whose byte is zero (almost
+//! The free of an eligible block (see `gate`) reads only the filter byte for its address; a block whose byte is zero (almost
 //! every unsampled block) costs nothing more.
 //!
 //! Lock-free and allocation-free:
