@@ -29,6 +29,7 @@ use core::fmt;
 
 use crate::backend::usable::{self, Usable};
 use crate::backend::{self, Probe, Registration, kind_of};
+use crate::origin::sampler::Countdown;
 use crate::origin::{self, Sampling, gate};
 use crate::stats::class::{self, Class};
 use crate::stats::pool;
@@ -124,45 +125,41 @@ impl<A: 'static> Tracked<A> {
     /// thread state. Returns `ptr`.
     #[inline(never)]
     fn record_alloc(&self, ptr: *mut u8, layout: Layout, usable: Usable) -> *mut u8 {
-        let (size, class) = (layout.size(), Class::of(layout.size()));
-        let eligible = gate::eligible(ptr, size);
-        match pool::owned() {
-            Some(s) => {
-                s.count_in::<Owner>(class, size, usable);
-                if eligible {
-                    origin::on_alloc::<Owner>(s, ptr, size);
-                }
-            }
-            None => {
-                let s = self.slow_shard();
-                s.count_in::<Anyone>(class, size, usable);
-                if eligible {
-                    origin::on_alloc::<Anyone>(s, ptr, size);
-                }
-            }
-        }
+        self.record(ptr, layout, usable, true);
         ptr
     }
 
     /// Counts the free of `ptr` (still live) on the cold path; the caller forwards it afterwards.
     #[inline(never)]
     fn record_free(&self, ptr: *mut u8, layout: Layout, usable: Usable) {
-        let (size, class) = (layout.size(), Class::of(layout.size()));
-        let eligible = gate::eligible(ptr, size);
+        self.record(ptr, layout, usable, false);
+    }
+
+    /// The cold path's bookkeeping of a block `entering` (allocated) or leaving (freed): counted in the
+    /// thread's shard, and passed to origin tracking when its address is eligible.
+    #[inline(always)]
+    fn record(&self, ptr: *mut u8, layout: Layout, usable: Usable, entering: bool) {
         match pool::owned() {
-            Some(s) => {
-                s.count_out::<Owner>(class, size, usable);
-                if eligible {
-                    origin::on_free::<Owner>(s, ptr, size);
-                }
-            }
-            None => {
-                let s = self.slow_shard();
-                s.count_out::<Anyone>(class, size, usable);
-                if eligible {
-                    origin::on_free::<Anyone>(s, ptr, size);
-                }
-            }
+            Some(s) => record_in::<Owner>(s, ptr, layout, usable, entering),
+            None => record_in::<Anyone>(self.slow_shard(), ptr, layout, usable, entering),
+        }
+    }
+}
+
+/// [`Tracked::record`] in shard `s`, written by `W`.
+#[inline(always)]
+fn record_in<W: Countdown>(s: &'static Shard, ptr: *mut u8, layout: Layout, usable: Usable, entering: bool) {
+    let (size, class) = (layout.size(), Class::of(layout.size()));
+    if entering {
+        s.count_in::<W>(class, size, usable);
+    } else {
+        s.count_out::<W>(class, size, usable);
+    }
+    if gate::eligible(ptr, size) {
+        if entering {
+            origin::on_alloc::<W>(s, ptr, size);
+        } else {
+            origin::on_free::<W>(s, ptr, size);
         }
     }
 }

@@ -12,10 +12,14 @@
 //!   mimalloc's bins have the same spacing, but the `mimalloc` crate allocates through
 //!   `mi_malloc_aligned`, which over-allocates whenever a page's free list is empty, so its blocks are
 //!   accounted explicitly.
-//! - **Explicit** usable sizes for everything else: over-aligned requests, requests beyond the range
-//!   where a backend's classes are uniform, and backends whose classes are not (glibc: 16-byte chunk
-//!   steps; mimalloc, above; a user's allocator through its [`Probe`](super::Probe)). The size is computed the same way
-//!   when the block is allocated and when it is freed, so per-class live usable bytes never drift.
+//! - **Recorded** on glibc, whose 16-byte chunk steps do not line up with our classes: every block
+//!   adds its usable size (from a table on the fast path, `malloc_usable_size` above 32 KiB or when
+//!   over-aligned) and the report sums what was recorded.
+//! - **Explicit** usable sizes for the exceptions elsewhere: over-aligned requests, requests beyond
+//!   the range where a backend's classes are uniform, and backends whose classes are not (mimalloc,
+//!   above; a user's allocator through its [`Probe`](super::Probe)), each recorded with a count of
+//!   such blocks. The size is computed the same way when the block is allocated and when it is freed,
+//!   so per-class live usable bytes never drift.
 //! - **Requested**: an allocator that says nothing about usable sizes; usable equals requested.
 
 use core::alloc::Layout;

@@ -84,15 +84,8 @@ pub(crate) fn draw_key() {
         key = super::now_ns().rotate_left(29) ^ (&KEY as *const AtomicU64 as u64);
     }
     // Odd, so that the multiply is a bijection of the address space; mixed, so that no key is weak.
-    let key = splitmix(key) | 1;
+    let key = super::sampler::splitmix64(key) | 1;
     let _ = KEY.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed);
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Adapts the eligible fraction to a sampling rate of one small block in `2^rate_log2`: the fraction

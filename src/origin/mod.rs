@@ -217,11 +217,10 @@ fn sample(ptr: *mut u8, size: usize, weight: f64) {
     }
 }
 
-/// A reallocation, as far as origin tracking is concerned: the old block, and whether it was
-/// eligible; then the new one, once the allocator returned it.
+/// A reallocation, as far as origin tracking is concerned: the old block and its entry, if it was
+/// sampled; then the new one, once the allocator returned it.
 pub(crate) struct Move {
     old: *mut u8,
-    old_eligible: bool,
     entry: Option<Entry>,
 }
 
@@ -230,8 +229,7 @@ impl Move {
     /// recycle its address.
     #[inline(always)]
     pub(crate) fn start(ptr: *mut u8, size: usize) -> Self {
-        let old_eligible = gate::eligible(ptr, size);
-        Self { old: ptr, old_eligible, entry: if old_eligible { take(ptr) } else { None } }
+        Self { old: ptr, entry: if gate::eligible(ptr, size) { take(ptr) } else { None } }
     }
 
     /// The inner `realloc` failed: the old block is untouched, its entry goes back.
@@ -246,7 +244,7 @@ impl Move {
     #[inline(always)]
     pub(crate) fn finish<W: Countdown>(self, shard: &'static Shard, ptr: *mut u8, size: usize) {
         let new_eligible = gate::eligible(ptr, size);
-        if self.old_eligible || new_eligible || self.entry.is_some() {
+        if new_eligible || self.entry.is_some() {
             moved::<W>(shard, self, ptr, size, new_eligible);
         }
     }

@@ -82,8 +82,14 @@ pub(crate) fn weight(charge: u64, shift: u32, log2: u32) -> f64 {
 
 /// SplitMix64 of the shard's next Weyl value.
 fn next_random(shard: &Shard) -> u64 {
-    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut z = shard.hot.rng.fetch_add(GOLDEN, Ordering::Relaxed).wrapping_add(GOLDEN);
+    splitmix64(shard.hot.rng.fetch_add(GOLDEN, Ordering::Relaxed))
+}
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64: the output for the Weyl state `z` (advanced by one step here).
+pub(crate) fn splitmix64(z: u64) -> u64 {
+    let mut z = z.wrapping_add(GOLDEN);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
