@@ -269,20 +269,14 @@ fn put_back(ptr: *mut u8, e: Entry) {
 #[cold]
 #[inline(never)]
 fn moved<W: Countdown>(shard: &'static Shard, m: Move, ptr: *mut u8, size: usize, new_eligible: bool) {
-    match m.entry {
-        Some(mut e) if new_eligible => {
-            if ptr != m.old {
-                e.weight *= (1u64 << gate::shift_for(size)) as f64;
-            }
-            e.size = size as u64;
-            if !TABLE.insert(ptr, e) {
-                TALLY.lost_in_moves.fetch_add(1, Ordering::Relaxed);
-            }
+    // An entry whose new address is not eligible is let go: the survivors' weights stand for it.
+    // A full neighbourhood drops it, and the table counts that.
+    if let (Some(mut e), true) = (m.entry, new_eligible) {
+        if ptr != m.old {
+            e.weight *= (1u64 << gate::shift_for(size)) as f64;
         }
-        Some(_) => {
-            TALLY.lost_in_moves.fetch_add(1, Ordering::Relaxed);
-        }
-        None => {}
+        e.size = size as u64;
+        TABLE.insert(ptr, e);
     }
     if new_eligible {
         let (charge, shift) = sampler::charge(size);

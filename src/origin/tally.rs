@@ -54,9 +54,6 @@ pub(crate) struct Tally {
     pub(crate) sampled: AtomicU64,
     /// Sampled blocks freed (raw count).
     pub(crate) sampled_frees: AtomicU64,
-    /// Sampled blocks whose reallocation moved them to an address that is not eligible (see
-    /// `gate`), or into a full neighbourhood of the table: no longer followed (raw count).
-    pub(crate) lost_in_moves: AtomicU64,
     /// Weighted frees and cross-thread frees per size class.
     class_frees: [AtomicU64; NUM_CLASSES],
     class_cross: [AtomicU64; NUM_CLASSES],
@@ -74,7 +71,6 @@ impl Tally {
         Self {
             sampled: AtomicU64::new(0),
             sampled_frees: AtomicU64::new(0),
-            lost_in_moves: AtomicU64::new(0),
             class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
             lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_BUCKETS] }; 2],

@@ -188,8 +188,7 @@ pub struct Origin {
     pub sampled_blocks: u64,
     /// Sampled blocks freed since (the figures below come from these).
     pub sampled_frees: u64,
-    /// Samples lost because the side table was full around their address, or whose reallocation
-    /// moved them to an address that is not followed (survivors' weights make up for those).
+    /// Samples lost because the side table was full around their address.
     pub dropped_samples: u64,
     /// Estimated frees of blocks, local and cross-thread.
     pub frees: u64,

@@ -83,7 +83,7 @@ pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>
         sample_rate: rate.map_or(0, |r| 1u32.checked_shl(r).unwrap_or(u32::MAX)),
         sampled_blocks,
         sampled_frees: TALLY.sampled_frees.load(Ordering::Relaxed),
-        dropped_samples: TABLE.dropped() + TALLY.lost_in_moves.load(Ordering::Relaxed),
+        dropped_samples: TABLE.dropped(),
         frees: units(frees_w),
         cross_thread_frees: units(all.remote),
         cross_thread_free_ratio: ratio,
