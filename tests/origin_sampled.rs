@@ -25,10 +25,11 @@ fn delta(before: &frag::Report, after: &frag::Report) -> (f64, f64) {
 /// One producer allocates `n` blocks; those with `handoff(i)` go to a consumer thread in batches,
 /// the others are freed by the producer itself after a short while.
 ///
-/// The producer claims its shard before the consumer starts and never blocks, so in a process of its
-/// own (as under nextest) it gets the same slot, the same sampling sequence and the same samples on
-/// every run: the estimate is reproducible. (How often the interval covers the truth across
-/// independent samples is checked by simulation in the crate's unit tests.)
+/// Which blocks are sampled differs from run to run: only addresses the per-process random key makes
+/// eligible can be sampled, and the addresses themselves move with ASLR. The assertions below are
+/// therefore statistical, set so that a correct estimator fails them about once in ten thousand runs
+/// while a biased one (off by a few points) fails them every time. (How often the 95% interval
+/// covers the truth is checked by simulation in the crate's unit tests.)
 fn run(n: usize, handoff: fn(usize) -> bool) {
     let (tx, rx) = channel::<Vec<(usize, usize)>>();
     let (ready_tx, ready_rx) = channel::<()>();
@@ -100,7 +101,7 @@ fn run_local(n: usize) {
 #[test]
 fn thirty_percent_handoff_is_estimated_within_five_points() {
     let before = frag::report();
-    run(1_000_000, |i| i % 10 < 3);
+    run(2_000_000, |i| i % 10 < 3);
     let after = frag::report();
     let (frees, cross) = delta(&before, &after);
     let ratio = cross / frees;
@@ -112,8 +113,11 @@ fn thirty_percent_handoff_is_estimated_within_five_points() {
     let overall = o.cross_thread_free_ratio.expect("ratio");
     assert!(lo <= overall && overall <= hi);
     eprintln!("interval [{lo:.4}, {hi:.4}], {} samples", o.sampled_blocks);
-    assert!(lo <= 0.3 && 0.3 <= hi, "0.3 outside [{lo}, {hi}] (estimate {ratio})");
-    assert!(o.sampled_blocks > 500, "{}", o.sampled_blocks);
+    assert!(o.sampled_blocks > 1000, "{}", o.sampled_blocks);
+    // A 95% interval misses the truth one run in twenty by design; twice its half-width around the
+    // estimate is a 99.99% interval (z = 3.9), which a correct estimator misses one run in 10,000.
+    let half = (hi - lo) / 2.0;
+    assert!((ratio - 0.3).abs() <= 2.0 * half, "0.3 outside {ratio} ± 2 × {half} ([{lo}, {hi}] at 95%)");
     // Bytes: the handed-off blocks are a deterministic 30% sample of the size cycle.
     let byte_ratio = o.cross_thread_byte_ratio.expect("byte ratio");
     assert!((byte_ratio - 0.3).abs() <= 0.1, "byte ratio {byte_ratio}");
