@@ -1,6 +1,6 @@
 //! Thread-local state and the rules that keep it safe inside an allocator.
 //!
-//! Two thread-locals exist, and both follow the same rules:
+//! Three thread-locals exist, and all follow the same rules:
 //! - **const-initialised**: no lazy initialiser runs (which could allocate) on first access;
 //! - **no `Drop`**: the standard library then never registers a destructor for them, so access never
 //!   fails, not even while the thread is being torn down; we still use `try_with` with a fallback so
@@ -12,6 +12,9 @@
 //! exiting thread.
 
 use core::cell::Cell;
+
+use crate::stats::pool::PARKED;
+use crate::stats::shard::Shard;
 
 /// `SLOT` values below this are states; anything else is the address of the thread's own shard.
 pub(crate) const UNCLAIMED: usize = 0;
@@ -26,6 +29,9 @@ pub(crate) const FIRST_ADDRESS: usize = 4;
 
 std::thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(UNCLAIMED) };
+    /// What the fast path reads: the thread's own shard once claimed, else the parked shard (whose
+    /// gate sends every operation to the cold path, which reads `SLOT`).
+    static HOT: Cell<*const Shard> = const { Cell::new(&PARKED) };
     static IN_REPORT: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -35,9 +41,22 @@ pub(crate) fn slot() -> usize {
     SLOT.try_with(Cell::get).unwrap_or(EXITED)
 }
 
+/// Sets the slot word, and the fast path's shard with it: `v` when it is a shard's address, else
+/// the parked shard.
 #[inline]
 pub(crate) fn set_slot(v: usize) {
     let _ = SLOT.try_with(|s| s.set(v));
+    let hot = if v >= FIRST_ADDRESS { v as *const Shard } else { &PARKED as *const Shard };
+    let _ = HOT.try_with(|h| h.set(hot));
+}
+
+/// The fast path's shard: the calling thread's own, or the parked one (see `stats::pool::PARKED`).
+#[inline(always)]
+pub(crate) fn hot() -> &'static Shard {
+    let p = HOT.try_with(Cell::get).unwrap_or(&PARKED);
+    // SAFETY: `HOT` only ever holds the address of `PARKED` or of an element of the `'static` shard
+    // pool (`set_slot`), both valid for the life of the process.
+    unsafe { &*p }
 }
 
 /// Marks the current thread as inside `report()` (or anything else that allocates on our behalf) for

@@ -10,19 +10,23 @@
 //!
 //! **The fast path**, taken by a plain request (default alignment, at most 32 KiB) whose address is
 //! not eligible for sampling (`origin::gate`, 63 blocks in 64 at the default rate):
-//! - `alloc`: the inner call, a null check, the gate (a multiply and a compare on the address), the
-//!   thread's shard (one thread-local word), the size class (one table load up to 1 KiB, a short
-//!   computation above), then a count and a byte total added to that class's one cache line (plain
-//!   load + store, no atomic read-modify-write); for backends whose usable size is not uniform per
-//!   class (glibc, mimalloc, a probe) the usable size and a block count too;
+//! - `alloc`: the inner call, then one test on the thread's shard (one thread-local pointer) and the
+//!   address: the shard's gate lane (its copy of the key and the limit: a load, a multiply, a compare)
+//!   passes neither an eligible address, nor a null pointer (it hashes to 0), nor a thread without a
+//!   shard (its pointer is the parked shard, whose lane passes nothing). Then the size class (one
+//!   table load that gives the row's offset) and a count and a byte total added to that class's one
+//!   cache line (plain load + store, no atomic read-modify-write); for backends whose usable size is
+//!   not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too. Only the
+//!   size lives across the inner call: the cold path after it needs no `self`.
 //! - `dealloc`: the same bookkeeping *before* the inner call, which is then a tail call: the free
 //!   path has no stack frame of its own.
 //!
-//! Nothing on the fast path reads memory outside the thread's own shard and a few read-mostly
-//! statics (the gate's key and limit, the class table). Everything else takes the out-of-line cold
-//! path: over-aligned and large requests (usable sizes per block, every such block eligible),
-//! eligible addresses (the sampling countdown, the side table of sampled blocks), a thread without a
-//! shard yet, `realloc`. A failed allocation (null) is never counted.
+//! Nothing on the fast path reads memory outside the thread's own shard and the class table.
+//! Everything else takes the out-of-line cold path: over-aligned and large requests (usable sizes
+//! per block, every such block eligible), eligible addresses (the sampling countdown, the side table
+//! of sampled blocks), a thread without a shard yet, `realloc`. A failed allocation (null) is never
+//! counted. The `GlobalAlloc` methods themselves are never inlined: `__rust_alloc` jumps to them,
+//! and call sites across the program stay as small as with the bare allocator.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
@@ -121,35 +125,36 @@ impl<A: 'static> Tracked<A> {
         pool::slow(|| backend::register(self.registration()))
     }
 
-    /// Counts the allocation of `ptr` (non-null) on the cold path: any layout, any address, any
-    /// thread state. Returns `ptr`.
+    /// Counts the allocation of `ptr` (non-null, `size` bytes requested) on the cold path: any
+    /// layout, any address, any thread state. Returns `ptr`.
     #[inline(never)]
-    fn record_alloc(&self, ptr: *mut u8, layout: Layout, usable: Usable) -> *mut u8 {
-        self.record(ptr, layout, usable, true);
+    fn record_alloc(&self, ptr: *mut u8, size: usize, usable: Usable) -> *mut u8 {
+        self.record(ptr, size, usable, true);
         ptr
     }
 
     /// Counts the free of `ptr` (still live) on the cold path; the caller forwards it afterwards.
     #[inline(never)]
-    fn record_free(&self, ptr: *mut u8, layout: Layout, usable: Usable) {
-        self.record(ptr, layout, usable, false);
+    fn record_free(&self, ptr: *mut u8, size: usize, usable: Usable) {
+        self.record(ptr, size, usable, false);
     }
 
-    /// The cold path's bookkeeping of a block `entering` (allocated) or leaving (freed): counted in the
-    /// thread's shard, and passed to origin tracking when its address is eligible.
+    /// The cold path's bookkeeping of a block of `size` requested bytes `entering` (allocated) or
+    /// leaving (freed): counted in the thread's shard, and passed to origin tracking when its address
+    /// is eligible.
     #[inline(always)]
-    fn record(&self, ptr: *mut u8, layout: Layout, usable: Usable, entering: bool) {
+    fn record(&self, ptr: *mut u8, size: usize, usable: Usable, entering: bool) {
         match pool::owned() {
-            Some(s) => record_in::<Owner>(s, ptr, layout, usable, entering),
-            None => record_in::<Anyone>(self.slow_shard(), ptr, layout, usable, entering),
+            Some(s) => record_in::<Owner>(s, ptr, size, usable, entering),
+            None => record_in::<Anyone>(self.slow_shard(), ptr, size, usable, entering),
         }
     }
 }
 
 /// [`Tracked::record`] in shard `s`, written by `W`.
 #[inline(always)]
-fn record_in<W: Countdown>(s: &'static Shard, ptr: *mut u8, layout: Layout, usable: Usable, entering: bool) {
-    let (size, class) = (layout.size(), Class::of(layout.size()));
+fn record_in<W: Countdown>(s: &'static Shard, ptr: *mut u8, size: usize, usable: Usable, entering: bool) {
+    let class = Class::of(size);
     if entering {
         s.count_in::<W>(class, size, usable);
     } else {
@@ -180,29 +185,41 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.allocate_cold(layout, zeroed) };
         };
+        let probe = rule.probe(self.probe);
         // SAFETY: the caller's guarantees, passed on.
         let ptr = unsafe { self.inner_alloc(layout, zeroed) };
-        // A null pointer is eligible too (its hash is 0), so this one test also sends a failed
-        // allocation to the cold path, which counts nothing for it.
-        match (gate::eligible_small(ptr), pool::owned()) {
-            (false, Some(s)) => {
-                // SAFETY: the fast path only takes requests of at most SMALL_MAX <= TABLE_MAX bytes.
-                let class = unsafe { Class::of_small(layout.size()) };
-                s.count_in::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout));
-                ptr
-            }
-            _ => self.allocated_cold(ptr, layout, rule),
+        // One test for three things: the address is not eligible, the pointer is not null (it
+        // hashes to 0), and the thread has a shard of its own (the parked one passes nothing).
+        let s = pool::current();
+        if s.hot.lane.passes(ptr) {
+            // SAFETY: the fast path only takes requests of at most SMALL_MAX <= TABLE_MAX bytes.
+            let class = unsafe { Class::of_small(layout.size()) };
+            s.count_in::<Owner>(class, layout.size(), rule.resolve(kind, probe, ptr, layout.size()));
+            ptr
+        } else {
+            Self::allocated_cold(ptr, layout.size(), rule, probe)
         }
     }
 
     /// A fast-path allocation that needs the cold path after all: a null result, an eligible
     /// address, or a thread without a shard.
+    ///
+    /// It takes no `self`, so that the fast path keeps only the size alive across the inner call (one
+    /// saved register, not two). The one thing `self` would give, registering the allocator before
+    /// the process's first shard claim, waits for the next cold path that has it (any free or
+    /// reallocation on a thread without a shard takes one): until then the block is counted in the
+    /// overflow shard.
     #[inline(never)]
-    fn allocated_cold(&self, ptr: *mut u8, layout: Layout, rule: usable::Rule) -> *mut u8 {
+    fn allocated_cold(ptr: *mut u8, size: usize, rule: usable::Rule, probe: Option<&'static dyn Probe>) -> *mut u8 {
         if ptr.is_null() {
             return ptr;
         }
-        self.record_alloc(ptr, layout, rule.resolve(backend::kind_of_value(&self.inner), self.probe, ptr, layout))
+        let usable = rule.resolve(kind_of::<A>(), probe, ptr, size);
+        match pool::owned() {
+            Some(s) => record_in::<Owner>(s, ptr, size, usable, true),
+            None => record_in::<Anyone>(pool::slow_if_registered(), ptr, size, usable, true),
+        }
+        ptr
     }
 
     /// An allocation off the fast path (over-aligned or large): usable size per block.
@@ -214,14 +231,14 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
             return ptr;
         }
         let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout);
-        self.record_alloc(ptr, layout, usable)
+        self.record_alloc(ptr, layout.size(), usable)
     }
 
     /// A free off the fast path: counted (and settled with origin tracking) before the block goes
     /// back to the allocator.
     #[inline(never)]
     unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
-        self.record_free(ptr, layout, usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout));
+        self.record_free(ptr, layout.size(), usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout));
         // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with `layout`.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
@@ -231,26 +248,27 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
 // unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
 // memory handed out.
 unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
-    #[inline]
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.allocate(layout, false) }
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.allocate(layout, true) }
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let kind = backend::kind_of_value(&self.inner);
         if let Some(rule) = usable::fast(kind, self.probe, layout) {
-            if let (false, Some(s)) = (gate::eligible_small(ptr), pool::owned()) {
+            let s = pool::current();
+            if s.hot.lane.passes(ptr) {
                 // SAFETY: the fast path only takes requests of at most SMALL_MAX <= TABLE_MAX bytes.
                 let class = unsafe { Class::of_small(layout.size()) };
-                s.count_out::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout));
+                s.count_out::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout.size()));
                 // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator
                 // with `layout`.
                 return unsafe { self.inner.dealloc(ptr, layout) };
@@ -260,7 +278,7 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         unsafe { self.deallocate_cold(ptr, layout) }
     }
 
-    #[inline]
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let kind = backend::kind_of_value(&self.inner);
         let old_usable = usable::of(kind, self.probe, ptr, layout);

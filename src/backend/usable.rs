@@ -92,8 +92,13 @@ pub(crate) enum Rule {
     /// A usable size that follows from the request alone, on a backend where every block records
     /// its usable size (see [`Usable::Recorded`]).
     Recorded(usize),
-    /// A usable size only the block can tell: [`of`] with the block, while it is live.
-    PerBlock,
+    /// A usable size only a known backend's block can tell: [`of`] with the block, while it is
+    /// live. Holds the request's alignment, so that the layout can be rebuilt from the size alone.
+    #[cfg_attr(not(any(feature = "mimalloc", feature = "snmalloc")), allow(dead_code))]
+    PerBlock(usize),
+    /// A usable size a user's [`Probe`] tells (the probe goes along with the rule where it is
+    /// needed), with the request's alignment.
+    Probe(usize),
 }
 
 /// The fast-path rule for `layout` on a `kind` allocator, or `None` when the request takes the cold
@@ -110,23 +115,39 @@ pub(crate) fn fast(kind: Kind, probe: Option<&'static dyn Probe>, layout: Layout
         #[cfg(feature = "jemalloc")]
         Kind::Known(Backend::Jemalloc) => plain().then_some(Rule::Uniform),
         #[cfg(feature = "mimalloc")]
-        Kind::Known(Backend::Mimalloc) => plain().then_some(Rule::PerBlock),
+        Kind::Known(Backend::Mimalloc) => plain().then_some(Rule::PerBlock(layout.align())),
         #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) => plain().then_some(Rule::PerBlock),
-        Kind::Other if probe.is_some() => plain().then_some(Rule::PerBlock),
-        // Nothing to record: the report takes requested bytes as usable.
-        Kind::Other => plain().then_some(Rule::Uniform),
+        Kind::Known(Backend::Snmalloc) => plain().then_some(Rule::PerBlock(layout.align())),
+        Kind::Other => match probe {
+            Some(_) => plain().then_some(Rule::Probe(layout.align())),
+            // Nothing to record: the report takes requested bytes as usable.
+            None => plain().then_some(Rule::Uniform),
+        },
     }
 }
 
 impl Rule {
-    /// The usable size of the live block `ptr` allocated with `layout`, under this rule.
+    /// `probe` where this rule needs it, else `None`: for the other rules, a constant that keeps
+    /// nothing alive across the inner call.
     #[inline(always)]
-    pub(crate) fn resolve(self, kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
+    pub(crate) fn probe(self, probe: Option<&'static dyn Probe>) -> Option<&'static dyn Probe> {
+        if matches!(self, Self::Probe(_)) { probe } else { None }
+    }
+
+    /// The usable size of the live block `ptr`, allocated with a request of `size` bytes that took
+    /// this rule.
+    ///
+    /// Needs nothing but the rule, the block, `kind` (a constant, or for `Select` its decided
+    /// backend) and, for [`Rule::Probe`], the probe; so the cold path after an allocation needs no
+    /// `Tracked` to call it.
+    #[inline(always)]
+    pub(crate) fn resolve(self, kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, size: usize) -> Usable {
+        // SAFETY (both layouts): the request's own size and alignment, which formed a valid `Layout`.
         match self {
             Self::Uniform => Usable::Uniform,
             Self::Recorded(u) => Usable::Recorded(u),
-            Self::PerBlock => of(kind, probe, ptr, layout),
+            Self::PerBlock(align) => of(kind, None, ptr, unsafe { Layout::from_size_align_unchecked(size, align) }),
+            Self::Probe(align) => of(kind, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) }),
         }
     }
 }

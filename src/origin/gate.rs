@@ -8,6 +8,14 @@
 //! only eligible operations go to the cold path, where the per-thread countdown (`sampler`) runs; every
 //! other allocation and free is counted in its shard and forwarded, with no further check.
 //!
+//! **Where the fast path reads them**: every shard carries its own copy of the key and the limit
+//! (a [`Lane`], in the shard's hot line), so the fast path reads them next to the counters it is about
+//! to write, through the one thread-local pointer it loads anyway, instead of from two statics
+//! (which position-independent code reaches through the GOT: two more loads each). A thread without
+//! a shard of its own points at a parked shard whose key is 0: every address hashes to 0, is
+//! "eligible", and takes the cold path, which claims a shard or counts in the overflow shard. So the
+//! gate test is also the "does this thread have a shard" test.
+//!
 //! To sample at the same rate as if every block took part, an eligible small block's charge on the
 //! countdown is scaled by `2^E`, and a sample's weight by `2^E` too: over the random key every block
 //! is eligible with probability `2^-E`, so the estimates stay unbiased.
@@ -23,7 +31,7 @@
 //! keeps every free on the cold path for the rest of the process: exact mode is for tests and
 //! debugging.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, atomics_ctor, fence};
 
 /// Blocks above this size are always eligible: few, large, and they carry most bytes.
 pub(crate) const SMALL_MAX: usize = 32 << 10;
@@ -32,22 +40,57 @@ pub(crate) const SMALL_MAX: usize = 32 << 10;
 pub(crate) const MAX_SHIFT: u32 = 6;
 
 /// The multiplier of the address hash: 0 until the first shard claim draws it (every address is
-/// eligible until then, which only means those few operations take the cold path).
+/// eligible until then, which only means those few operations take the cold path). Never changes
+/// once drawn, so the shards' copies never go stale.
 static KEY: AtomicU64 = AtomicU64::new(0);
-/// Addresses whose hash is at most this are eligible; only grows.
+/// Addresses whose hash is at most this may be sampled; only grows, and only after every shard's
+/// lane was raised to it (see [`adapt`]).
 static LIMIT: AtomicU64 = AtomicU64::new(u64::MAX >> MAX_SHIFT);
+/// The limit shards must hold: raised first, and copied by a shard when it is claimed.
+static ANNOUNCED: AtomicU64 = AtomicU64::new(u64::MAX >> MAX_SHIFT);
 
-/// Whether the block at `ptr` of `size` bytes may be (or become) a sampled block. Two loads of
-/// read-mostly statics, a multiply and a compare.
-#[inline(always)]
-pub(crate) fn eligible(ptr: *mut u8, size: usize) -> bool {
-    size > SMALL_MAX || hash(ptr) <= LIMIT.load(Ordering::Relaxed)
+/// A shard's copy of the key and the limit, read by its owner on every fast-path operation.
+///
+/// Invariant (what makes the fast path safe to skip the side table): a claimed shard's `limit` is at
+/// least every value [`LIMIT`] had when a block was sampled that this thread can free, and its `key` is
+/// `KEY`. A lane that was never armed (the parked shard) has key 0 and sends everything to the cold
+/// path.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    key: AtomicU64,
+    limit: AtomicU64,
 }
 
-/// Whether `ptr` is eligible as a small block; the hot path checks the size on its own.
-#[inline(always)]
-pub(crate) fn eligible_small(ptr: *mut u8) -> bool {
-    hash(ptr) <= LIMIT.load(Ordering::Relaxed)
+impl Lane {
+    atomics_ctor! {
+        pub(crate) fn new() -> Lane {
+            Lane { key: AtomicU64::new(0), limit: AtomicU64::new(0) }
+        }
+    }
+
+    /// Whether the fast path may take an operation on the block at `ptr`: its address is not
+    /// eligible (and the lane is armed). A null pointer hashes to 0 and is never passed, so a failed
+    /// allocation goes to the cold path too. A load, a multiply, a compare with a load.
+    #[inline(always)]
+    pub(crate) fn passes(&self, ptr: *mut u8) -> bool {
+        (ptr as u64).wrapping_mul(self.key.load(Ordering::Relaxed)) > self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Arms a lane for a thread that just claimed its shard, which must already count among the
+    /// registry's used slots (so that a concurrent [`adapt`] either raises this lane itself or has
+    /// announced its limit before the load below).
+    pub(crate) fn arm(&self) {
+        fence(Ordering::SeqCst);
+        self.limit.fetch_max(ANNOUNCED.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.key.store(KEY.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Whether the block at `ptr` of `size` bytes may be (or become) a sampled block. Cold path: the
+/// fast path asks its shard's [`Lane`].
+#[inline]
+pub(crate) fn eligible(ptr: *mut u8, size: usize) -> bool {
+    size > SMALL_MAX || hash(ptr) <= LIMIT.load(Ordering::Acquire)
 }
 
 #[inline(always)]
@@ -91,9 +134,23 @@ pub(crate) fn draw_key() {
 /// Adapts the eligible fraction to a sampling rate of one small block in `2^rate_log2`: the fraction
 /// stays 16 times the rate or more (so that an eligible block's own sampling probability stays small
 /// and Poisson-like), `2^-MAX_SHIFT` at most. Never lowers the limit (see the module docs).
+///
+/// In three steps, so that no thread can skip the side table for a block sampled under the new
+/// limit: announce it (claims copy it from here), raise every used shard's lane, then let sampling
+/// use it. A thread that frees a block sampled under the new limit learnt of that block through
+/// some synchronisation with the sampling thread, which read `LIMIT` after the lanes were raised.
 pub(crate) fn adapt(rate_log2: Option<u32>) {
     let e = rate_log2.map_or(MAX_SHIFT, |r| r.saturating_sub(4).min(MAX_SHIFT));
-    LIMIT.fetch_max(u64::MAX >> e, Ordering::Relaxed);
+    let new = u64::MAX >> e;
+    if LIMIT.load(Ordering::Acquire) >= new {
+        return;
+    }
+    ANNOUNCED.fetch_max(new, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    for shard in crate::stats::pool::used_slots() {
+        shard.hot.lane.limit.fetch_max(new, Ordering::SeqCst);
+    }
+    LIMIT.fetch_max(new, Ordering::Release);
 }
 
 #[cfg(test)]
@@ -111,5 +168,19 @@ mod tests {
         let expected = n as f64 / (1u64 << MAX_SHIFT) as f64;
         assert!((hits as f64 / expected - 1.0).abs() < 0.05, "{hits} of {n}, expected {expected}");
         assert!(eligible(core::ptr::null_mut::<u8>().wrapping_add(16), SMALL_MAX + 1));
+    }
+
+    /// An unarmed lane passes nothing (not even a null pointer); an armed one passes exactly the
+    /// addresses that are not eligible.
+    #[test]
+    fn lanes_agree_with_eligibility() {
+        draw_key();
+        let lane = Lane::new();
+        let addresses = (0..4096u64).map(|i| (0x7f00_0000_0000u64 + i * 48) as *mut u8);
+        assert!(addresses.clone().all(|p| !lane.passes(p)));
+        lane.arm();
+        assert!(!lane.passes(core::ptr::null_mut()));
+        assert!(addresses.clone().all(|p| lane.passes(p) != eligible(p, 64)));
+        assert!(addresses.filter(|p| lane.passes(*p)).count() > 3000);
     }
 }

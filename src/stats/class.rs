@@ -7,7 +7,9 @@
 //! last class holds every request above 64 MiB.
 //!
 //! Every class bound up to 32 KiB is a multiple of 8, so the allocation path finds the class of a
-//! request of at most 32 KiB with one load from a table of `(size + 7) / 8` (4 KiB).
+//! request of at most 32 KiB with one load from a table of `(size + 7) / 8` (8 KiB). The table holds
+//! each class scaled to the position of its counter row (see [`Class`]), so that the load gives an
+//! address offset with no arithmetic after it.
 
 /// Number of size classes, including the `≤ 8 B` and the `> 64 MiB` classes.
 pub const NUM_CLASSES: usize = 89;
@@ -18,11 +20,11 @@ const LAST_BOUNDED: usize = 64 << 20;
 /// Requests up to this size find their class in a table (one byte load) instead of computing it.
 pub(crate) const TABLE_MAX: usize = 32 << 10;
 
-/// `computed_class` of every multiple of 8 up to `TABLE_MAX`, indexed by `(size + 7) / 8`: a class
-/// bound below `TABLE_MAX` is a multiple of 8, so every size rounds to the same class as its index.
-/// Built (and its entries checked) at compile time.
-static SMALL_CLASSES: [u8; TABLE_MAX / 8 + 1] = {
-    let mut t = [0u8; TABLE_MAX / 8 + 1];
+/// `computed_class` of every multiple of 8 up to `TABLE_MAX`, indexed by `(size + 7) / 8` and scaled
+/// by [`ROW_WORDS`]: a class bound below `TABLE_MAX` is a multiple of 8, so every size rounds to the
+/// same class as its index. Built (and its entries checked) at compile time.
+static SMALL_CLASSES: [u16; TABLE_MAX / 8 + 1] = {
+    let mut t = [0u16; TABLE_MAX / 8 + 1];
     let mut i = 0;
     while i <= TABLE_MAX / 8 {
         let c = computed_class(i * 8);
@@ -30,17 +32,23 @@ static SMALL_CLASSES: [u8; TABLE_MAX / 8 + 1] = {
         assert!(c < NUM_CLASSES);
         // Every size in `(8 (i - 1), 8 i]` has the class of `8 i`: bounds are multiples of 8 here.
         assert!(i == 0 || computed_class(i * 8 - 7) == c);
-        t[i] = c as u8;
+        t[i] = (c * ROW_WORDS) as u16;
         i += 1;
     }
     t
 };
 
-/// A size-class index. Invariant: always below [`NUM_CLASSES`], so that it indexes a shard's class
-/// rows without a bounds check; every constructor below upholds it (the table by the assertion in
-/// its constant initialiser, the computation by its final `min`).
+/// 8-byte words in a shard's counter row for one class (a row is one 64-byte cache line).
+pub(crate) const ROW_WORDS: usize = 8;
+
+/// A size class, held as its index times [`ROW_WORDS`]: the word offset of its counter row in a
+/// shard, so the allocation path addresses the row straight from the table load.
+///
+/// Invariant: the index is below [`NUM_CLASSES`], so that it addresses a shard's class rows without
+/// a bounds check; every constructor below upholds it (the table by the assertion in its constant
+/// initialiser, the computation by its final `min`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Class(u8);
+pub(crate) struct Class(u16);
 
 impl Class {
     /// The class that holds a request of `size` bytes. Total: every `usize` has one.
@@ -50,7 +58,7 @@ impl Class {
             // SAFETY: just checked.
             unsafe { Self::of_small(size) }
         } else {
-            Self(computed_class(size) as u8)
+            Self((computed_class(size) * ROW_WORDS) as u16)
         }
     }
 
@@ -70,6 +78,12 @@ impl Class {
     /// The index, below [`NUM_CLASSES`].
     #[inline(always)]
     pub(crate) fn index(self) -> usize {
+        usize::from(self.0) / ROW_WORDS
+    }
+
+    /// The word offset of the class's row: `index() * ROW_WORDS`.
+    #[inline(always)]
+    pub(crate) fn row_words(self) -> usize {
         usize::from(self.0)
     }
 }

@@ -1,9 +1,11 @@
 //! The static shard pool: claim on a thread's first allocation, release at thread exit, reuse later.
 //!
-//! Nothing here allocates or takes a lock. A thread finds its shard through one thread-local word
-//! (`guard::slot`); the first allocation on a thread takes the slow path below, which claims a slot with
-//! a compare-and-swap and registers a pthread key destructor that releases the slot when the thread
-//! exits. Released slots keep their counters: a new owner records where they stood as its `base`, so
+//! Nothing here allocates or takes a lock. A thread finds its shard through one thread-local pointer
+//! (`guard::hot`), which points at the [`PARKED`] shard until the thread owns one: the fast path's gate
+//! sends every operation there to the cold path, which reads the thread's state (`guard::slot`). The
+//! first allocation on a thread takes the slow path below, which claims a slot with a
+//! compare-and-swap, arms its gate lane, and registers a pthread key destructor that releases the slot
+//! when the thread exits. Released slots keep their counters: a new owner records where they stood as its `base`, so
 //! process totals are plain sums over all slots and nothing is ever folded, moved or lost.
 //!
 //! Threads that find the pool full, allocate while claiming, or allocate after their slot was released
@@ -23,6 +25,9 @@ pub const POOL_SIZE: usize = 512;
 
 static POOL: Registry<Shard, POOL_SIZE> = Registry::new([const { Shard::new() }; POOL_SIZE]);
 static OVERFLOW: Shard = Shard::new();
+/// The shard the fast path sees on a thread without one of its own: never armed, never written, so
+/// every operation there takes the cold path (see `origin::gate::Lane`).
+pub(crate) static PARKED: Shard = Shard::new();
 /// Threads that found no free slot and write to the overflow shard.
 static UNSLOTTED_THREADS: AtomicU64 = AtomicU64::new(0);
 
@@ -33,6 +38,12 @@ pub(crate) fn owned() -> Option<&'static Shard> {
     // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `slow` below, and are the
     // address of an element of the `'static` POOL array.
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
+}
+
+/// The shard the fast path writes to if its gate lets it: the calling thread's own, or `PARKED`.
+#[inline(always)]
+pub(crate) fn current() -> &'static Shard {
+    guard::hot()
 }
 
 /// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
@@ -93,6 +104,7 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             let generation = shard.meta.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             sampler::seed(&shard.hot.rng, index_of(shard).unwrap_or(0), generation);
             POOL.publish(shard);
+            shard.hot.lane.arm();
             exit_hook::install(shard);
             fork_hook::install();
             guard::set_slot(shard as *const Shard as usize);
@@ -104,6 +116,13 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             &OVERFLOW
         }
     }
+}
+
+/// [`slow`] for a caller that cannot register the allocator: claims only once some `Tracked` has
+/// registered (a claim before that would leave the report without a backend), else counts in the
+/// overflow shard and leaves the thread unclaimed, so that its next cold path claims.
+pub(crate) fn slow_if_registered() -> &'static Shard {
+    if crate::backend::registered().is_some() { slow(|| {}) } else { &OVERFLOW }
 }
 
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.

@@ -6,11 +6,13 @@
 //! freed on another balances out in the totals without any shard going negative.
 
 use crate::backend::usable::Usable;
-use crate::stats::class::{Class, NUM_CLASSES};
+use crate::origin::gate::Lane;
+use crate::stats::class::{Class, NUM_CLASSES, ROW_WORDS};
 use crate::stats::live;
 use crate::sync::{AtomicI64, AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
 
-/// Counters for one size class in one shard: exactly one cache line, so an update touches one line.
+/// Counters for one size class in one shard: exactly one cache line ([`ROW_WORDS`] words), so an
+/// update touches one line.
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 pub(crate) struct ClassCounters {
@@ -28,6 +30,8 @@ pub(crate) struct ClassCounters {
     pub(crate) explicit_in: AtomicU64,
     pub(crate) explicit_out: AtomicU64,
 }
+
+const _: () = assert!(size_of::<ClassCounters>() == ROW_WORDS * size_of::<AtomicU64>());
 
 impl ClassCounters {
     const fn new() -> Self {
@@ -185,6 +189,8 @@ impl Totals {
 /// The owner's per-operation state besides the class counters: one cache line.
 #[derive(Debug)]
 pub(crate) struct Hot {
+    /// The gate's key and limit, read by the fast path (see `origin::gate`).
+    pub(crate) lane: Lane,
     /// The event countdown and its bookkeeping: written only by `origin::sampler`.
     /// Charged bytes left until the next event.
     pub(crate) countdown: AtomicI64,
@@ -255,6 +261,7 @@ impl Shard {
     pub(crate) const fn new() -> Self {
         Self {
             hot: CachePadded(Hot {
+                lane: Lane::new(),
                 countdown: AtomicI64::new(0),
                 drawn: AtomicI64::new(0),
                 unflushed: AtomicU64::new(0),
@@ -274,12 +281,13 @@ impl Shard {
         }
     }
 
-    /// The counters of class `class`.
+    /// The counters of class `class`, addressed from the class's word offset (no multiply).
     #[inline(always)]
     fn row(&self, class: Class) -> &ClassCounters {
-        // SAFETY: a `Class` is below NUM_CLASSES (its invariant, upheld in `stats::class`), the
-        // length of `classes`.
-        unsafe { self.classes.get_unchecked(class.index()) }
+        // SAFETY: a `Class`'s index is below NUM_CLASSES (its invariant, upheld in `stats::class`),
+        // the length of `classes`, and `row_words()` is that index times ROW_WORDS, the number of
+        // words in a row; so the offset lands on the start of an element of `classes`.
+        unsafe { &*self.classes.as_ptr().cast::<AtomicU64>().add(class.row_words()).cast::<ClassCounters>() }
     }
 
     /// Counts a block entering class `class` (an allocation, or the new side of a reallocation).
