@@ -1,4 +1,4 @@
-//! Origin tracking under tokio at the default sampling rate: tasks that hold buffers across
+//! Origin tracking under tokio (the multi-thread case at the default sampling rate): tasks that hold buffers across
 //! `.await` points migrate between the workers of a multi-thread runtime (work stealing, timer
 //! wake-ups), so their buffers are often freed on another thread; on a `current_thread` runtime
 //! they never are.
@@ -53,9 +53,13 @@ fn multi_thread_runtime_frees_across_workers() {
     assert!(r > 0.05, "cross-thread ratio {r}");
 }
 
+/// Every block is sampled here: at the default rate one CI run in several saw no sampled free in
+/// the class at all (cause not yet found; see the hot-path issue's notes), and "no cross-thread
+/// free" must rest on samples.
 #[test]
 fn current_thread_runtime_frees_locally() {
     const SIZE: usize = 3300; // class 3073..=3584
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(workload(2_000, 100, SIZE));
     drop(rt);
