@@ -142,12 +142,14 @@ impl Rule {
     /// `Tracked` to call it.
     #[inline(always)]
     pub(crate) fn resolve(self, kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, size: usize) -> Usable {
-        // SAFETY (both layouts): the request's own size and alignment, which formed a valid `Layout`.
+        // SAFETY (the layout below): the request's own size and alignment, which formed a valid `Layout`.
         match self {
             Self::Uniform => Usable::Uniform,
             Self::Recorded(u) => Usable::Recorded(u),
-            Self::PerBlock(align) => of(kind, None, ptr, unsafe { Layout::from_size_align_unchecked(size, align) }),
-            Self::Probe(align) => of(kind, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) }),
+            // `of` consults `probe` for `Kind::Other` only, which is what `Probe` rules are.
+            Self::PerBlock(align) | Self::Probe(align) => {
+                of(kind, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) })
+            }
         }
     }
 }

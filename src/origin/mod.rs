@@ -11,8 +11,7 @@
 //!   allocation, about one small block in [`Sampling::OneIn`]`(n)` overall and large blocks in
 //!   proportion to their size;
 //! - **a side table** (`table`) remembers each sampled block's allocating thread, size and birth
-//!   time; a free of an eligible block checks one filter byte and looks the block up only when it may be
-//!   sampled; the entry is removed before the block goes back to the allocator, and moved by
+//!   time; only a free of an eligible block looks it up; the entry is removed before the block goes back to the allocator, and moved by
 //!   `realloc`, so a recycled address is never attributed to its previous owner;
 //! - **tallies** (`tally` and each thread's shard): weighted by the inverse sampling probability,
 //!   per thread (local frees, frees of its blocks elsewhere, frees it made of others' blocks), per
