@@ -11,8 +11,8 @@
 //!   allocation, about one small block in [`Sampling::OneIn`]`(n)` overall and large blocks in
 //!   proportion to their size;
 //! - **a side table** (`table`) remembers each sampled block's allocating thread, size and birth
-//!   time; only a free of an eligible block looks it up; the entry is removed before the block goes back to the allocator, and moved by
-//!   `realloc`, so a recycled address is never attributed to its previous owner;
+//!   time; only a free of an eligible block looks it up; the entry is removed before the block goes
+//!   back to the allocator, and moved by `realloc`, so a recycled address is never attributed to its previous owner;
 //! - **tallies** (`tally` and each thread's shard): weighted by the inverse sampling probability,
 //!   per thread (local frees, frees of its blocks elsewhere, frees it made of others' blocks), per
 //!   size class, per lifetime decade, and per (allocating thread → freeing thread) pair.
