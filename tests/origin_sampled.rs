@@ -75,6 +75,10 @@ fn producer_consumer_default_rate() {
     assert_eq!(after.origin.as_ref().map(|o| o.sample_rate), Some(1024));
 }
 
+/// Each thread frees what it allocated. A ring of 4,096 live blocks per thread spreads them over
+/// thousands of addresses: with only a few dozen (a tight LIFO loop) the estimates rest on the
+/// handful of eligible addresses among them and swing by a factor of several from process to process
+/// (see `origin::gate`), although the ratio stays 0 either way.
 #[test]
 fn thread_per_core_default_rate() {
     let before = frag::report();
@@ -82,15 +86,19 @@ fn thread_per_core_default_rate() {
     threads.into_iter().for_each(|t| t.join().unwrap());
     let after = frag::report();
     let (frees, cross) = delta(&before, &after);
-    assert!(frees > 500_000.0, "{frees}");
+    let samples = after.origin.as_ref().map_or(0, |o| o.sampled_blocks);
+    eprintln!("thread per core: estimated {frees} frees, {cross} cross, {samples} samples");
+    assert!(samples >= 300, "{samples} samples");
+    assert!((frees / 1e6 - 1.0).abs() < 0.5, "estimated {frees} frees of 1,000,000");
     assert!(cross / frees <= 0.02, "{cross} / {frees}");
 }
 
 fn run_local(n: usize) {
-    let mut ring = vec![(0usize, 0usize); 64];
+    let mut ring = vec![(0usize, 0usize); 4096];
     for i in 0..n {
         let s = size(i);
-        let old = std::mem::replace(&mut ring[i % 64], (raw_alloc(s), s));
+        let slot = i % ring.len();
+        let old = std::mem::replace(&mut ring[slot], (raw_alloc(s), s));
         if old.0 != 0 {
             raw_free(old.0, old.1);
         }

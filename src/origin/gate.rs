@@ -20,11 +20,22 @@
 //! countdown is scaled by `2^E`, and a sample's weight by `2^E` too: over the random key every block
 //! is eligible with probability `2^-E`, so the estimates stay unbiased.
 //!
-//! **Bias, stated**: eligibility belongs to an address, not a block. An allocator that hands the same
-//! address out again and again (a LIFO free list under a tight alloc/free loop) makes all those blocks
-//! eligible, or none of them; estimates for such a workload rest on few addresses and vary more from
-//! process to process (each process draws its own key). Workloads with many live blocks spread over
-//! many addresses, which are the ones fragmentation is about, are not affected.
+//! **Bias, stated**: eligibility belongs to an address, not a block, so estimates are unbiased over
+//! keys but vary from process to process more than independent sampling would:
+//! - An allocator that hands the same address out again and again (a LIFO free list under a tight
+//!   alloc/free loop) makes all those blocks eligible, or none of them. Measured: two threads each
+//!   cycling 500,000 blocks through a ring of 64 live ones (glibc) got estimated free counts from 0 to
+//!   2.1 times the truth over 30 processes; with a ring of 4,096 the same work got 0.92 to 1.24.
+//! - The hash is linear, and blocks of one size class often sit at evenly spaced addresses. For
+//!   about 5 keys in 1,000 the spacing times the key lands near a fraction with a small denominator,
+//!   and a run of 2,000 such blocks gets no eligible address at all (independent sampling at this
+//!   fraction would miss all 2,000 with probability e^-31); that class then has no samples in that
+//!   process and its ratio is reported as unknown, not as 0.
+//!
+//! Workloads with many live blocks spread over many addresses and classes, which are the ones
+//! fragmentation is about, are affected least. A hash without the second tail (an xor-shift and a
+//! second multiply after the first, which simulates to binomial tails) costs four more instructions
+//! per operation: about 1.1% more instructions per request of the service example.
 //!
 //! `LIMIT` only ever grows: a free must find every block that was sampled under any earlier limit.
 //! Lowering the rate after [`Sampling::EveryBlock`](crate::Sampling::EveryBlock) (E = 0) therefore
