@@ -12,9 +12,12 @@ the instruction: a regression check, not a timing.
            request, built twice: with `Tracked` and with the bare backend (FRAG_BARE_ALLOCATOR=1);
            the publisher thread's rounds (per second, not per request) are not counted. The count
            moves by about half a point between runs: the threads interleave differently.
+           `--floor` adds two more builds: a wrapper that only forwards, and the cheapest exact
+           per-class counter (`examples/support/floor.rs`): what any wrapper pays before `Tracked`
+           does anything of its own.
 
 Usage:
-    python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--check]
+    python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--floor] [--check]
 
 `--check` exits 1 when a budget below is exceeded. Needs valgrind (CI installs it).
 """
@@ -102,15 +105,19 @@ def per_op(cmd_for, lengths, cache=False, extra=()):
     return {k: (b[k] - a[k]) / n for k in a}
 
 
-def build_service(backend, bare):
-    """The service example, release, with or without `Tracked` (only the global allocator differs)."""
+# The service example's global allocator per variant (`examples/support/global_allocator.rs`).
+VARIANTS = {"bare": "1", "tracked": "", "forward": "forward", "count": "count"}
+
+
+def build_service(backend, variant):
+    """The service example, release, with `variant`'s global allocator (only that differs)."""
     feats = ",".join(["serde"] + ([FEATURES[backend]] if FEATURES[backend] else []))
-    env = {"FRAG_BARE_ALLOCATOR": "1" if bare else ""}
+    env = {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]}
     run(["cargo", "build", "--quiet", "--release", "--example", "service", "--no-default-features",
          "--features", feats], env)
     out_dir = os.path.join(ROOT, "target", "instructions")
     os.makedirs(out_dir, exist_ok=True)
-    dest = os.path.join(out_dir, f"service-{backend}-{'bare' if bare else 'tracked'}")
+    dest = os.path.join(out_dir, f"service-{backend}-{variant}")
     shutil.copy2(os.path.join(ROOT, "target", "release", "examples", "service"), dest)
     return dest
 
@@ -128,6 +135,9 @@ def main():
                     help=f"relative instructions added per request (default {SERVICE_BUDGET})")
     ap.add_argument("--service-backends", default=None,
                     help="backends to count the service example on (default: --backends)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also count the service with the floor wrappers of examples/support/floor.rs "
+                         "(forwarding only; minimal exact per-class counter)")
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
@@ -177,14 +187,20 @@ def main():
         print("|---|---|---|---|")
         service_backends = backends if args.service_backends is None else \
             [b for b in args.service_backends.split(",") if b]
+        variants = ["bare", "tracked"] + (["forward", "count"] if args.floor else [])
         for backend in service_backends:
             r = {}
-            for bare in (True, False):
-                exe_s = build_service(backend, bare)
-                r[bare] = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
-                                 SERVICE_LOAD, extra=PUBLISHER_EXCLUDED)["Ir"]
-            rel = (r[False] - r[True]) / r[True]
-            print(f"| {backend} | {r[True] / 1e6:.3f} M | {r[False] / 1e6:.3f} M | {100 * rel:+.2f}% |", flush=True)
+            for variant in variants:
+                exe_s = build_service(backend, variant)
+                r[variant] = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
+                                    SERVICE_LOAD, extra=PUBLISHER_EXCLUDED)["Ir"]
+            rel = (r["tracked"] - r["bare"]) / r["bare"]
+            print(f"| {backend} | {r['bare'] / 1e6:.3f} M | {r['tracked'] / 1e6:.3f} M | {100 * rel:+.2f}% |",
+                  flush=True)
+            for variant in variants[2:]:
+                v = (r[variant] - r["bare"]) / r["bare"]
+                print(f"| {backend}, floor: {variant} | {r['bare'] / 1e6:.3f} M | {r[variant] / 1e6:.3f} M | "
+                      f"{100 * v:+.2f}% |", flush=True)
             if rel > args.service_budget:
                 failures.append(f"{backend} service: {100 * rel:+.2f}% instructions per request > "
                                 f"+{100 * args.service_budget:.0f}%")

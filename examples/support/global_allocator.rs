@@ -3,7 +3,9 @@
 //!
 //! Built with `FRAG_BARE_ALLOCATOR=1` in the environment, the examples use the bare backend instead,
 //! with nothing else changed: `scripts/instructions.py` compares the two builds of the service
-//! example. The choice is a constant, so each build has only one of the two code paths.
+//! example. With `FRAG_BARE_ALLOCATOR=forward` or `=count` they use one of the floor wrappers of
+//! `floor.rs` (what any wrapper, and any exact per-class counter, costs). The choice is a constant,
+//! so each build has only one code path.
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -27,38 +29,84 @@ type Backend = std::alloc::System;
 #[cfg(not(any(feature = "jemalloc", feature = "mimalloc", feature = "snmalloc")))]
 const BACKEND: Backend = std::alloc::System;
 
-/// `FRAG_BARE_ALLOCATOR` set (and not empty) at build time.
-const BARE: bool = matches!(option_env!("FRAG_BARE_ALLOCATOR"), Some(v) if !v.is_empty());
+#[path = "floor.rs"]
+mod floor;
+
+/// Which allocator the build uses, from `FRAG_BARE_ALLOCATOR` at build time.
+#[derive(PartialEq, Eq)]
+enum Choice {
+    Tracked,
+    Bare,
+    Forward,
+    Count,
+}
+
+const fn eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
+    None => Choice::Tracked,
+    Some(v) if v.is_empty() => Choice::Tracked,
+    Some(v) if eq(v, "forward") => Choice::Forward,
+    Some(v) if eq(v, "count") => Choice::Count,
+    Some(_) => Choice::Bare,
+};
 
 static TRACKED: frag::Tracked<Backend> = frag::Tracked::new(BACKEND);
+static FORWARD: floor::Forward<Backend> = floor::Forward(BACKEND);
+static COUNT: floor::Count<Backend> = floor::Count(BACKEND);
+
+/// Calls `$method` on the chosen allocator.
+macro_rules! chosen {
+    ($method:ident($($arg:expr),*)) => {
+        match CHOICE {
+            Choice::Tracked => TRACKED.$method($($arg),*),
+            Choice::Bare => BACKEND.$method($($arg),*),
+            Choice::Forward => FORWARD.$method($($arg),*),
+            Choice::Count => COUNT.$method($($arg),*),
+        }
+    };
+}
 
 struct Global;
 
 // SAFETY: every method forwards to one allocator, the same one for the whole life of the process
-// (`BARE` is a constant), with the caller's arguments unchanged.
+// (`CHOICE` is a constant), with the caller's arguments unchanged.
 unsafe impl GlobalAlloc for Global {
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe { if BARE { BACKEND.alloc(layout) } else { TRACKED.alloc(layout) } }
+        unsafe { chosen!(alloc(layout)) }
     }
 
     #[inline(always)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe { if BARE { BACKEND.alloc_zeroed(layout) } else { TRACKED.alloc_zeroed(layout) } }
+        unsafe { chosen!(alloc_zeroed(layout)) }
     }
 
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded with the caller's guarantees (the block came from the same allocator).
-        unsafe { if BARE { BACKEND.dealloc(ptr, layout) } else { TRACKED.dealloc(ptr, layout) } }
+        unsafe { chosen!(dealloc(ptr, layout)) }
     }
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees (the block came from the same allocator).
-        unsafe { if BARE { BACKEND.realloc(ptr, layout, new_size) } else { TRACKED.realloc(ptr, layout, new_size) } }
+        unsafe { chosen!(realloc(ptr, layout, new_size)) }
     }
 }
 

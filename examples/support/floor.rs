@@ -1,0 +1,126 @@
+//! The cheapest wrappers that still count: the floor any exact per-class counter pays, measured by
+//! `scripts/instructions.py --floor` on the service example beside `Tracked`. Not part of the
+//! crate; not a recommendation (no usable sizes, no origin, no report).
+//!
+//! - [`Forward`]: out of line, forwards and counts nothing (the price of a wrapper at all);
+//! - [`Count`]: out of line, one per-thread count and byte total per size class (the class from one
+//!   table load, no bounds checks) on alloc and free, the free a tail call. Nothing else: no usable
+//!   sizes, no sampling, no shard registry, no report.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+
+/// Size classes the table tells apart (4 per doubling from 16 B to 32 KiB, and one for all larger).
+const ROWS: usize = 48;
+/// Requests up to this many bytes find their class in the table.
+const TABLE_MAX: usize = 32 << 10;
+
+/// `row × 4` (the row's offset in `u64` words) of every multiple of 8 up to `TABLE_MAX`.
+static TABLE: [u16; TABLE_MAX / 8 + 1] = {
+    let mut t = [0u16; TABLE_MAX / 8 + 1];
+    let mut i = 1;
+    while i < t.len() {
+        let size = i * 8;
+        // 4 classes per doubling: the top bit and the next two.
+        let top = usize::BITS - 1 - size.leading_zeros();
+        let sub = if top >= 2 { (size >> (top - 2)) & 3 } else { 0 };
+        let row = (top as usize * 4 + sub).saturating_sub(12);
+        let row = if row > ROWS - 2 { ROWS - 2 } else { row };
+        t[i] = (row * 4) as u16;
+        i += 1;
+    }
+    t
+};
+
+thread_local! {
+    /// Per row: blocks allocated, their requested bytes, blocks freed, their requested bytes.
+    static ROWS_TLS: [Cell<u64>; ROWS * 4] = const { [const { Cell::new(0) }; ROWS * 4] };
+}
+
+#[inline(always)]
+fn row(size: usize) -> usize {
+    if size <= TABLE_MAX { TABLE[size.div_ceil(8)] as usize } else { (ROWS - 1) * 4 }
+}
+
+/// Adds one block of `size` bytes to the thread's row of its class: `at` 0 for an allocation, 2 for
+/// a free.
+#[inline(always)]
+fn count(size: usize, at: usize) {
+    let r = row(size) + at;
+    let _ = ROWS_TLS.try_with(|rows| {
+        // SAFETY: the table's largest entry is `(ROWS - 2) * 4` and the large row `(ROWS - 1) * 4`,
+        // so `r + 1 <= (ROWS - 1) * 4 + 3 < ROWS * 4`.
+        let (n, bytes) = unsafe { (rows.get_unchecked(r), rows.get_unchecked(r + 1)) };
+        n.set(n.get() + 1);
+        bytes.set(bytes.get() + size as u64);
+    });
+}
+
+/// Forwards, counts nothing.
+pub struct Forward<A>(pub A);
+
+// SAFETY: every method forwards to `A` with the caller's arguments and returns its result.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Forward<A> {
+    #[inline(never)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.alloc(layout) }
+    }
+    #[inline(never)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+    #[inline(never)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Forwards, and counts blocks and requested bytes per thread and size class.
+pub struct Count<A>(pub A);
+
+// SAFETY: every method forwards to `A` with the caller's arguments and returns its result; the
+// counting touches only this module's thread-local counters.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Count<A> {
+    #[inline(never)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size(), 0);
+        }
+        p
+    }
+    #[inline(never)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size(), 0);
+        }
+        p
+    }
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(layout.size(), 2);
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+    #[inline(never)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(layout.size(), 2);
+            count(new_size, 0);
+        }
+        p
+    }
+}
