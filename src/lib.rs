@@ -97,6 +97,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod backend;
+pub mod diagnosis;
 mod guard;
 mod origin;
 mod process;
@@ -110,6 +111,7 @@ pub mod watch;
 
 pub use backend::select::{SELECT_ENV, Select};
 pub use backend::{AllocatorStats, Backend, Probe};
+pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::ProcessStats;
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};

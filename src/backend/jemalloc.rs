@@ -39,6 +39,19 @@ pub(crate) fn usable(layout: Layout) -> usize {
     if n == 0 { layout.size() } else { n }
 }
 
+/// Bytes in the dirty and muzzy pages of all arenas (`MALLCTL_ARENAS_ALL` is 4096).
+fn unused_pages() -> Result<u64, tikv_jemalloc_ctl::Error> {
+    // SAFETY: each name is a NUL-terminated mallctl name whose value is a `size_t`.
+    let (page, dirty, muzzy) = unsafe {
+        (
+            tikv_jemalloc_ctl::raw::read::<usize>(b"arenas.page\0")?,
+            tikv_jemalloc_ctl::raw::read::<usize>(b"stats.arenas.4096.pdirty\0")?,
+            tikv_jemalloc_ctl::raw::read::<usize>(b"stats.arenas.4096.pmuzzy\0")?,
+        )
+    };
+    Ok(((dirty + muzzy) * page) as u64)
+}
+
 pub(crate) fn stats() -> Result<AllocatorStats, String> {
     let err = |what: &str, e: tikv_jemalloc_ctl::Error| format!("jemalloc {what}: {e}");
     epoch::advance().map_err(|e| err("epoch", e))?;
@@ -51,6 +64,7 @@ pub(crate) fn stats() -> Result<AllocatorStats, String> {
         resident: read(stats::resident::read(), "stats.resident")?,
         mapped: read(stats::mapped::read(), "stats.mapped")?,
         retained: read(stats::retained::read(), "stats.retained")?,
+        dirty: Some(unused_pages().map_err(|e| err("stats.arenas.<all>.pdirty/pmuzzy", e))?),
         ..AllocatorStats::default()
     })
 }

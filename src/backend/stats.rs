@@ -6,8 +6,8 @@
 ///
 /// | backend  | fields |
 /// |----------|--------|
-/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained` (after an `epoch` advance) |
-/// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`) from `mallinfo2` |
+/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained`, `dirty` (after an `epoch` advance) |
+/// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`), `top_releasable` (`keepcost`) from `mallinfo2` |
 /// | mimalloc | `committed`, `peak_committed` from `mi_process_info` (its `current_rss` is an estimate on Linux and is not used) |
 /// | snmalloc | `mapped`, `peak_mapped`: address space reserved from the OS, in chunks (not RSS) |
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +33,15 @@ pub struct AllocatorStats {
     /// Bytes kept mapped but returned to the OS (jemalloc `stats.retained`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub retained: Option<u64>,
+    /// Bytes in unused pages the allocator holds and has not returned to the OS yet: jemalloc's dirty
+    /// and muzzy pages of all arenas (`stats.arenas.<all>.pdirty + pmuzzy`, times the page size),
+    /// which a purge releases.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub dirty: Option<u64>,
+    /// Bytes of free space at the top of glibc's main heap that `malloc_trim` could give back
+    /// (`keepcost`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub top_releasable: Option<u64>,
     /// Bytes in free chunks the allocator holds (glibc `fordblks`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub free: Option<u64>,

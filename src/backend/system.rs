@@ -95,6 +95,7 @@ mod glibc {
                 hblkhd: u(m.hblkhd),
                 uordblks: u(m.uordblks),
                 fordblks: u(m.fordblks),
+                keepcost: u(m.keepcost),
                 ..Mallinfo2::default()
             }
         } else {
@@ -108,6 +109,7 @@ mod glibc {
             free: Some(m.fordblks as u64),
             arena: Some(m.arena as u64),
             mmap: Some(m.hblkhd as u64),
+            top_releasable: Some(m.keepcost as u64),
             ..AllocatorStats::default()
         })
     }

@@ -3,6 +3,7 @@
 use super::origin::{self as origin_section, units};
 use super::{Fragmentation, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
 use crate::backend::{self, AllocatorStats, Registration};
+use crate::diagnosis::{self, Diagnosis};
 use crate::guard::ReportGuard;
 use crate::origin::TALLY;
 use crate::process::{self, ProcessStats};
@@ -93,13 +94,29 @@ pub fn report() -> Report {
             ));
         }
     }
-    if guard.is_some() {
-        warnings.extend(crate::tune::check_and_warn().iter().map(ToString::to_string));
-    }
+    let traps = if guard.is_some() { crate::tune::check_and_warn() } else { Vec::new() };
+    warnings.extend(traps.iter().map(ToString::to_string));
     if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
         warnings
             .push("Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used".to_owned());
     }
+
+    let size_classes = class_rows(&snap.classes, reg);
+    let known = reg.and_then(|r| match r.kind {
+        backend::Kind::Known(b) => Some(b),
+        backend::Kind::Other => None,
+    });
+    let diagnosis = process.rss_bytes.map(|rss| {
+        let breakdown = diagnosis::split(rss, process.anon_bytes, known, &tracked, allocator.as_ref());
+        let findings = diagnosis::find(&diagnosis::Evidence {
+            backend: known,
+            breakdown: &breakdown,
+            classes: &size_classes,
+            origin: origin.as_ref(),
+            traps: &traps,
+        });
+        Diagnosis { breakdown, findings }
+    });
 
     Report {
         backend: reg.map_or("none", |r| r.name()).to_owned(),
@@ -109,7 +126,7 @@ pub fn report() -> Report {
         process,
         fragmentation,
         threads,
-        size_classes: class_rows(&snap.classes, reg),
+        size_classes,
         origin,
         shards: ShardPool {
             capacity: POOL_SIZE,
@@ -117,6 +134,7 @@ pub fn report() -> Report {
             live: snap.slots_live,
             unslotted_threads: snap.unslotted_threads,
         },
+        diagnosis,
         warnings,
     }
 }

@@ -3,6 +3,7 @@
 use core::fmt::{self, Display, Formatter};
 
 use super::{Origin, Report, RowKind, ThreadRow};
+use crate::diagnosis::{Diagnosis, Part, Severity, Source};
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
 struct Bytes(u64);
@@ -41,6 +42,36 @@ fn duration(ns: u64) -> String {
         n if n >= 1_000 => format!("{} us", n / 1_000),
         n => format!("{n} ns"),
     }
+}
+
+/// The breakdown on one line (`~` marks estimated buckets), then the findings.
+fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
+    let b = &d.breakdown;
+    let parts: Vec<String> =
+        [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap]
+            .into_iter()
+            .filter(|p| b.source(*p) != Source::NotSplit)
+            .map(|p| {
+                let mark = if b.source(p) == Source::Estimated { "~" } else { "" };
+                format!("{} {mark}{}", p.name().replace('_', " "), Bytes(b.bytes(p)))
+            })
+            .collect();
+    let unexplained = Bytes(b.unexplained_bytes.unsigned_abs());
+    let sign = if b.unexplained_bytes < 0 { "-" } else { "" };
+    writeln!(f, "resident   {} = {}, unexplained {sign}{unexplained}", Bytes(b.rss_bytes), parts.join(" + "))?;
+    for n in &b.not_split {
+        writeln!(f, "           (not split: {n})")?;
+    }
+    for x in &d.findings {
+        let severity = match x.severity {
+            Severity::Warn => "WARN",
+            Severity::Info => "info",
+        };
+        let approx = if x.estimated { "~" } else { "" };
+        writeln!(f, "{severity:<10} {} {approx}{}: {}", x.kind.name(), Bytes(x.bytes), x.summary)?;
+        writeln!(f, "           -> {}", x.remedy)?;
+    }
+    Ok(())
 }
 
 fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
@@ -110,6 +141,9 @@ impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let t = &self.tracked;
         writeln!(f, "frag report: backend {}", self.backend)?;
+        if let Some(d) = &self.diagnosis {
+            write_diagnosis(f, d)?;
+        }
         writeln!(
             f,
             "tracked    live {} in {} blocks, usable {} (internal {}), peak {}",
@@ -132,6 +166,8 @@ impl Display for Report {
                 ("resident", a.resident),
                 ("mapped", a.mapped),
                 ("retained", a.retained),
+                ("dirty", a.dirty),
+                ("top releasable", a.top_releasable),
                 ("free", a.free),
                 ("arena", a.arena),
                 ("mmap", a.mmap),

@@ -9,6 +9,7 @@ mod origin;
 pub use collect::{report, size_classes, totals};
 
 use crate::backend::AllocatorStats;
+use crate::diagnosis::Diagnosis;
 use crate::process::ProcessStats;
 
 /// Everything `frag` knows about the heap at one moment. Build one with [`report()`].
@@ -38,6 +39,8 @@ pub struct Report {
     pub origin: Option<Origin>,
     /// Occupancy of the per-thread shard pool.
     pub shards: ShardPool,
+    /// Where resident memory goes and what it means: `None` without a process RSS (no `/proc`).
+    pub diagnosis: Option<Diagnosis>,
     /// Things the reader should know to interpret the figures.
     pub warnings: Vec<String>,
 }

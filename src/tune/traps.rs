@@ -53,6 +53,23 @@ pub enum Trap {
     ThpAlways,
 }
 
+impl Trap {
+    /// What to do about it: the variable, value or setting that works.
+    #[must_use]
+    pub fn remedy(&self) -> String {
+        match self {
+            Self::IgnoredEnvVar { hint, .. } => hint.clone(),
+            Self::MisspeltEnvVar { name, did_you_mean: Some(right) } => format!("rename {name} to {right}"),
+            Self::MisspeltEnvVar { name, did_you_mean: None } => format!("remove {name}, or spell a real option"),
+            Self::InvalidJemallocConf { var, .. } => format!("fix or remove that pair in {var}"),
+            Self::JemallocAdjusted { key, used, .. } => {
+                format!("ask for a value jemalloc keeps ({key} is {used} in force), or accept it")
+            }
+            Self::ThpAlways => "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".to_owned(),
+        }
+    }
+}
+
 impl fmt::Display for Trap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

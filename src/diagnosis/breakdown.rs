@@ -1,0 +1,333 @@
+//! Where the resident bytes go: the process's RSS split into buckets that add up to it exactly.
+//!
+//! Each backend splits what its own interfaces can tell apart; whatever it cannot is left in one
+//! bucket and named in [`Breakdown::not_split`], never guessed. The last bucket, `unexplained`, is RSS
+//! minus all others (signed), so the sum is exact by construction.
+//!
+//! | bucket | jemalloc | glibc | mimalloc | snmalloc, others |
+//! |---|---|---|---|---|
+//! | live, rounding | tracked | tracked | tracked | tracked |
+//! | holes | `active` − tracked usable | free chunks − `keepcost` (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split |
+//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` (estimated) | not split | not split |
+//! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split |
+//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split |
+
+use crate::backend::{AllocatorStats, Backend};
+use crate::report::TrackedStats;
+
+/// How a bucket's figure was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Source {
+    /// Counted: by `frag` itself or by the allocator's statistics of resident pages.
+    Measured,
+    /// Derived from figures that are not quite resident bytes (glibc's free-chunk totals are address
+    /// space, resident or not): right in order of magnitude, not to the page.
+    Estimated,
+    /// The backend cannot tell this bucket apart: its bytes are in another bucket (see
+    /// [`Breakdown::not_split`]) or in `unexplained`.
+    NotSplit,
+}
+
+/// One bucket of the [`Breakdown`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Part {
+    /// Requested bytes of live blocks.
+    Live,
+    /// Usable minus requested bytes of live blocks (internal fragmentation).
+    Rounding,
+    /// Free space in pages that hold live blocks.
+    Holes,
+    /// Free whole pages the allocator holds and could return now.
+    Reclaimable,
+    /// The allocator's own bookkeeping.
+    Metadata,
+    /// Resident memory the allocator does not account for.
+    OutsideHeap,
+}
+
+impl Part {
+    /// The bucket's name as in the JSON report, without `_bytes`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Live => "live",
+            Part::Rounding => "rounding",
+            Part::Holes => "holes",
+            Part::Reclaimable => "reclaimable",
+            Part::Metadata => "metadata",
+            Part::OutsideHeap => "outside_heap",
+        }
+    }
+}
+
+/// Resident memory split into buckets that sum to [`rss_bytes`](Breakdown::rss_bytes) exactly:
+/// `live + rounding + holes + reclaimable + metadata + outside_heap + unexplained = rss`.
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// if let Some(d) = frag::report().diagnosis {
+///     let b = &d.breakdown;
+///     println!("live {} MiB, reclaimable {} MiB of {} MiB resident", b.live_bytes >> 20, b.reclaimable_bytes >> 20, b.rss_bytes >> 20);
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Breakdown {
+    /// The process's resident set the buckets add up to (`/proc/self/statm`).
+    pub rss_bytes: u64,
+    /// Requested bytes of live blocks (tracked, exact).
+    pub live_bytes: u64,
+    /// Usable minus requested bytes over live blocks: internal fragmentation (tracked).
+    pub rounding_bytes: u64,
+    /// Free space inside pages the allocator keeps for live blocks, including free blocks parked in
+    /// thread caches: it cannot be returned while those blocks live.
+    pub holes_bytes: u64,
+    /// Free whole pages the allocator still holds and could return now (what a purge or
+    /// `malloc_trim` releases).
+    pub reclaimable_bytes: u64,
+    /// The allocator's own bookkeeping.
+    pub metadata_bytes: u64,
+    /// Resident memory the allocator does not account for: stacks, code, other libraries' mappings
+    /// and heaps.
+    pub outside_heap_bytes: u64,
+    /// RSS minus all of the above: negative when buckets overlap (e.g. allocator figures that count
+    /// pages never touched).
+    pub unexplained_bytes: i64,
+    /// How each bucket's figure was obtained, in [`Part`] order.
+    pub sources: Vec<(Part, Source)>,
+    /// Buckets this backend cannot split, each with where its bytes are instead.
+    pub not_split: Vec<String>,
+}
+
+impl Breakdown {
+    /// The figure of `part`.
+    #[must_use]
+    pub fn bytes(&self, part: Part) -> u64 {
+        match part {
+            Part::Live => self.live_bytes,
+            Part::Rounding => self.rounding_bytes,
+            Part::Holes => self.holes_bytes,
+            Part::Reclaimable => self.reclaimable_bytes,
+            Part::Metadata => self.metadata_bytes,
+            Part::OutsideHeap => self.outside_heap_bytes,
+        }
+    }
+
+    /// How `part`'s figure was obtained.
+    #[must_use]
+    pub fn source(&self, part: Part) -> Source {
+        self.sources.iter().find(|(p, _)| *p == part).map_or(Source::NotSplit, |(_, s)| *s)
+    }
+}
+
+/// Figures of the heap beyond `frag`'s own counts, per backend, before they are fitted into RSS.
+struct Heap {
+    holes: (u64, Source),
+    reclaimable: (u64, Source),
+    metadata: (u64, Source),
+    /// Resident bytes the allocator accounts for, when it says: RSS minus this is outside the heap.
+    accounted: Option<(u64, Source)>,
+    not_split: Vec<String>,
+}
+
+/// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not know) from the tracked counts and
+/// the allocator's statistics.
+pub(crate) fn split(
+    rss: u64,
+    anon: Option<u64>,
+    backend: Option<Backend>,
+    tracked: &TrackedStats,
+    allocator: Option<&AllocatorStats>,
+) -> Breakdown {
+    use Source::{Estimated, Measured, NotSplit};
+    let usable = tracked.usable_bytes;
+    let empty = |not_split: Vec<String>| Heap {
+        holes: (0, NotSplit),
+        reclaimable: (0, NotSplit),
+        metadata: (0, NotSplit),
+        accounted: None,
+        not_split,
+    };
+    let heap = match (backend, allocator) {
+        #[cfg(feature = "jemalloc")]
+        (Some(Backend::Jemalloc), Some(a)) => match (a.active, a.metadata, a.resident, a.dirty) {
+            (Some(active), Some(metadata), Some(resident), Some(dirty)) => {
+                // jemalloc's `resident` is an upper bound: it counts pages never touched (or already
+                // given back) as resident. All of its memory is anonymous, so whatever it counts above
+                // the process's anonymous RSS is certainly not resident; it sits mostly in dirty
+                // extents, whose resident part is what a purge releases.
+                let over = anon.map_or(0, |a| resident.saturating_sub(a));
+                let source = if over > 0 { Estimated } else { Measured };
+                Heap {
+                    holes: (active.saturating_sub(usable), Measured),
+                    reclaimable: (dirty.saturating_sub(over), source),
+                    metadata: (metadata, Measured),
+                    accounted: Some((resident - over, source)),
+                    not_split: Vec::new(),
+                }
+            }
+            _ => empty(vec!["jemalloc statistics incomplete: holes, reclaimable, metadata in unexplained".into()]),
+        },
+        (Some(Backend::System), Some(a)) => match (a.allocated, a.free, a.arena, a.mmap, a.top_releasable) {
+            (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) => Heap {
+                holes: (free.saturating_sub(top), Estimated),
+                reclaimable: (top, Estimated),
+                metadata: (in_use.saturating_sub(usable), Estimated),
+                // Address space, resident or not: no more of it is resident than all anonymous memory.
+                accounted: Some(((arena + mmap).min(anon.unwrap_or(u64::MAX)), Estimated)),
+                not_split: vec![
+                    "glibc: reclaimable is only the main heap's releasable top; whole free pages inside free \
+                     chunks and in thread arenas, which malloc_trim(0) also releases, are counted in holes"
+                        .into(),
+                ],
+            },
+            _ => empty(vec!["glibc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
+        },
+        #[cfg(feature = "mimalloc")]
+        (Some(Backend::Mimalloc), Some(a)) => match a.committed {
+            Some(committed) => Heap {
+                holes: (committed.saturating_sub(usable), Estimated),
+                reclaimable: (0, NotSplit),
+                metadata: (0, NotSplit),
+                accounted: Some((committed, Measured)),
+                not_split: vec!["mimalloc: reclaimable and metadata are counted in holes (committed - usable)".into()],
+            },
+            None => empty(vec!["mimalloc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
+        },
+        (backend, _) => {
+            let name = backend.map_or("this allocator", Backend::name);
+            empty(vec![format!(
+                "{name} reports no resident figures: holes, reclaimable, metadata and outside_heap in unexplained"
+            )])
+        }
+    };
+    let live = tracked.allocated_bytes;
+    let rounding = usable.saturating_sub(live);
+    let (outside, outside_source) = match heap.accounted {
+        Some((accounted, source)) => (rss.saturating_sub(accounted), source),
+        None => (0, NotSplit),
+    };
+    let parts = [live, rounding, heap.holes.0, heap.reclaimable.0, heap.metadata.0, outside];
+    let sum: i128 = parts.iter().map(|&v| i128::from(v)).sum();
+    let unexplained = (i128::from(rss) - sum).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    Breakdown {
+        rss_bytes: rss,
+        live_bytes: live,
+        rounding_bytes: rounding,
+        holes_bytes: heap.holes.0,
+        reclaimable_bytes: heap.reclaimable.0,
+        metadata_bytes: heap.metadata.0,
+        outside_heap_bytes: outside,
+        unexplained_bytes: unexplained,
+        sources: vec![
+            (Part::Live, Measured),
+            (Part::Rounding, Measured),
+            (Part::Holes, heap.holes.1),
+            (Part::Reclaimable, heap.reclaimable.1),
+            (Part::Metadata, heap.metadata.1),
+            (Part::OutsideHeap, outside_source),
+        ],
+        not_split: heap.not_split,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracked(live: u64, usable: u64) -> TrackedStats {
+        TrackedStats { allocated_bytes: live, usable_bytes: usable, ..TrackedStats::default() }
+    }
+
+    fn sum(b: &Breakdown) -> i128 {
+        let parts = [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
+        parts.iter().map(|p| i128::from(b.bytes(*p))).sum::<i128>() + i128::from(b.unexplained_bytes)
+    }
+
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn jemalloc_buckets_follow_its_statistics_and_sum_to_rss() {
+        let a = AllocatorStats {
+            active: Some(120),
+            metadata: Some(10),
+            resident: Some(160),
+            dirty: Some(25),
+            ..AllocatorStats::default()
+        };
+        let b = split(200, None, Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
+        assert_eq!(
+            (b.live_bytes, b.rounding_bytes, b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes),
+            (90, 10, 20, 25, 10)
+        );
+        assert_eq!(b.outside_heap_bytes, 40);
+        // resident 160 = active 120 + dirty 25 + metadata 10 + 5 unaccounted.
+        assert_eq!(b.unexplained_bytes, 5);
+        assert_eq!(sum(&b), 200);
+        assert!(b.not_split.is_empty());
+    }
+
+    /// jemalloc counting 30 bytes above the anonymous RSS: not resident, taken from its dirty pages.
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn jemalloc_resident_above_anonymous_rss_is_not_reclaimable() {
+        let a = AllocatorStats {
+            active: Some(120),
+            metadata: Some(10),
+            resident: Some(160),
+            dirty: Some(25),
+            ..AllocatorStats::default()
+        };
+        let b = split(200, Some(130), Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
+        assert_eq!((b.reclaimable_bytes, b.outside_heap_bytes), (0, 70));
+        assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
+        assert_eq!(sum(&b), 200);
+    }
+
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn overlapping_figures_make_unexplained_negative_not_the_sum_wrong() {
+        let a = AllocatorStats {
+            active: Some(500),
+            metadata: Some(50),
+            resident: Some(100),
+            dirty: Some(80),
+            ..AllocatorStats::default()
+        };
+        let b = split(100, None, Some(Backend::Jemalloc), &tracked(10, 20), Some(&a));
+        assert!(b.unexplained_bytes < 0);
+        assert_eq!(sum(&b), 100);
+    }
+
+    #[test]
+    fn unknown_backends_say_what_they_cannot_split() {
+        let b = split(1000, None, None, &tracked(300, 400), None);
+        assert_eq!((b.live_bytes, b.rounding_bytes, b.unexplained_bytes), (300, 100, 600));
+        assert_eq!(b.source(Part::Holes), Source::NotSplit);
+        assert_eq!(b.not_split.len(), 1);
+        assert_eq!(sum(&b), 1000);
+    }
+
+    #[test]
+    fn glibc_figures_are_estimates() {
+        let a = AllocatorStats {
+            allocated: Some(150),
+            free: Some(60),
+            arena: Some(200),
+            mmap: Some(10),
+            top_releasable: Some(15),
+            ..AllocatorStats::default()
+        };
+        let b = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
+        assert_eq!((b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes, b.outside_heap_bytes), (45, 15, 30, 90));
+        assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
+        assert_eq!(sum(&b), 300);
+    }
+}

@@ -1,0 +1,365 @@
+//! What the breakdown means: findings with a severity, the bytes they explain and what to change.
+//!
+//! Thresholds are shares of RSS (or of live usable bytes for rounding), and nothing below
+//! [`MIN_BYTES`] is raised, so a small process gets no findings from start-up noise. They are listed,
+//! with the evidence each backend gives, in `docs/DIAGNOSIS.md`.
+
+use crate::backend::Backend;
+use crate::report::{Origin, SizeClassRow};
+use crate::tune::Trap;
+
+use super::breakdown::{Breakdown, Part, Source};
+
+/// No finding (other than a configuration trap) explains fewer bytes than this.
+pub const MIN_BYTES: u64 = 4 << 20;
+
+/// A share of RSS at which a bucket is worth a finding (`info`) and at which it is a problem to act
+/// on (`warn`), per kind.
+struct Thresholds {
+    info: f64,
+    warn: f64,
+}
+
+const LIVE_DATA: Thresholds = Thresholds { info: 0.5, warn: f64::INFINITY };
+/// Rounding is measured against live usable bytes, not RSS.
+const ROUNDING: Thresholds = Thresholds { info: 0.10, warn: 0.25 };
+const HOLES: Thresholds = Thresholds { info: 0.10, warn: 0.20 };
+const RECLAIMABLE: Thresholds = Thresholds { info: 0.05, warn: 0.10 };
+const METADATA: Thresholds = Thresholds { info: 0.10, warn: f64::INFINITY };
+const OUTSIDE_HEAP: Thresholds = Thresholds { info: 0.25, warn: 0.50 };
+/// Share of freed bytes (estimated) that crossed threads; the finding's bytes are the free space it
+/// can pin (holes and reclaimable pages, in proportion to that share).
+const CROSS_THREAD: Thresholds = Thresholds { info: 0.10, warn: 0.30 };
+/// Fewer sampled frees than this cannot tell a cross-thread share.
+const MIN_SAMPLED_FREES: u64 = 100;
+
+/// What a [`Finding`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// Most resident memory is live data: not a fragmentation problem.
+    LiveData,
+    /// Size-class rounding wastes a large share of live usable bytes.
+    Rounding,
+    /// Much free space is trapped in pages that hold live blocks.
+    Holes,
+    /// The allocator holds many free pages it could return now.
+    Reclaimable,
+    /// A large share of freed bytes was freed on another thread than the allocating one.
+    CrossThread,
+    /// The allocator's bookkeeping is a large share of resident memory.
+    Metadata,
+    /// Much of resident memory is not the heap.
+    OutsideHeap,
+    /// An allocator setting that does not do what it seems to.
+    ConfigTrap,
+}
+
+impl FindingKind {
+    /// The kind's name as in the JSON report.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingKind::LiveData => "live_data",
+            FindingKind::Rounding => "rounding",
+            FindingKind::Holes => "holes",
+            FindingKind::Reclaimable => "reclaimable",
+            FindingKind::CrossThread => "cross_thread",
+            FindingKind::Metadata => "metadata",
+            FindingKind::OutsideHeap => "outside_heap",
+            FindingKind::ConfigTrap => "config_trap",
+        }
+    }
+}
+
+/// How much a [`Finding`] matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Severity {
+    /// Context: worth knowing, nothing to fix.
+    Info,
+    /// Explains a large part of resident memory, or is a known cause of growth: act on it.
+    Warn,
+}
+
+/// One thing the report found, with what to do about it on this backend.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Finding {
+    /// What it is about.
+    pub kind: FindingKind,
+    /// How much it matters.
+    pub severity: Severity,
+    /// Resident bytes the finding explains; for `reclaimable`, what applying the remedy releases.
+    pub bytes: u64,
+    /// Whether `bytes` is an estimate (from estimated buckets or sampled origin figures).
+    pub estimated: bool,
+    /// One sentence with the figures.
+    pub summary: String,
+    /// What to change, on this backend.
+    pub remedy: String,
+}
+
+/// Everything the findings are drawn from.
+pub(crate) struct Evidence<'a> {
+    pub backend: Option<Backend>,
+    pub breakdown: &'a Breakdown,
+    pub classes: &'a [SizeClassRow],
+    pub origin: Option<&'a Origin>,
+    pub traps: &'a [Trap],
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn pct(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
+}
+
+/// "64..=80 B" for a class row.
+fn class_name(c: &SizeClassRow) -> String {
+    match c.max_size {
+        Some(max) if max == c.min_size => format!("{max} B"),
+        Some(max) => format!("{}..={max} B", c.min_size),
+        None => format!("> {} B", c.min_size.saturating_sub(1)),
+    }
+}
+
+/// The `n` classes with the most of `key`, named, with their figure.
+fn top_classes(classes: &[SizeClassRow], n: usize, key: fn(&SizeClassRow) -> u64) -> String {
+    let mut sorted: Vec<&SizeClassRow> = classes.iter().filter(|c| key(c) > 0).collect();
+    sorted.sort_by_key(|c| core::cmp::Reverse(key(c)));
+    let names: Vec<String> = sorted.iter().take(n).map(|c| format!("{} ({})", class_name(c), mib(key(c)))).collect();
+    if names.is_empty() { "no class stands out".to_owned() } else { names.join(", ") }
+}
+
+/// Severity of `share` under `t`, or `None` below its info threshold or [`MIN_BYTES`].
+fn grade(share: f64, bytes: u64, t: &Thresholds) -> Option<Severity> {
+    if bytes < MIN_BYTES || share.is_nan() || share < t.info {
+        None
+    } else if share >= t.warn {
+        Some(Severity::Warn)
+    } else {
+        Some(Severity::Info)
+    }
+}
+
+/// The findings, largest effect first (traps, which have no bytes, last among equals).
+pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
+    let b = e.breakdown;
+    let rss = b.rss_bytes.max(1) as f64;
+    let estimated = |part: Part| b.source(part) != Source::Measured;
+    let mut out = Vec::new();
+
+    let usable = b.live_bytes + b.rounding_bytes;
+    if let Some(severity) = grade(usable as f64 / rss, usable, &LIVE_DATA) {
+        out.push(Finding {
+            kind: FindingKind::LiveData,
+            severity,
+            bytes: usable,
+            estimated: false,
+            summary: format!(
+                "{} of {} resident ({}) is live data: growth here is the program's, not fragmentation",
+                mib(usable),
+                mib(b.rss_bytes),
+                pct(usable as f64 / rss)
+            ),
+            remedy: format!(
+                "look at what holds it: most live bytes in {}",
+                top_classes(e.classes, 3, |c| c.live_bytes)
+            ),
+        });
+    }
+
+    let rounding_share = if usable > 0 { b.rounding_bytes as f64 / usable as f64 } else { 0.0 };
+    if let Some(severity) = grade(rounding_share, b.rounding_bytes, &ROUNDING) {
+        out.push(Finding {
+            kind: FindingKind::Rounding,
+            severity,
+            bytes: b.rounding_bytes,
+            estimated: false,
+            summary: format!(
+                "size-class rounding wastes {} ({} of live usable bytes)",
+                mib(b.rounding_bytes),
+                pct(rounding_share)
+            ),
+            remedy: format!(
+                "requests just above a class boundary waste most; largest waste in {}: size those buffers \
+                 to the class (e.g. Vec::with_capacity to a class size) or pool them",
+                top_classes(e.classes, 3, |c| c.internal_bytes)
+            ),
+        });
+    }
+
+    if let Some(severity) = grade(b.holes_bytes as f64 / rss, b.holes_bytes, &HOLES) {
+        out.push(Finding {
+            kind: FindingKind::Holes,
+            severity,
+            bytes: b.holes_bytes,
+            estimated: estimated(Part::Holes),
+            summary: format!(
+                "{} ({} of resident) is free space inside pages that still hold live blocks",
+                mib(b.holes_bytes),
+                pct(b.holes_bytes as f64 / rss)
+            ),
+            remedy: holes_remedy(e),
+        });
+    }
+
+    if let Some(severity) = grade(b.reclaimable_bytes as f64 / rss, b.reclaimable_bytes, &RECLAIMABLE) {
+        out.push(Finding {
+            kind: FindingKind::Reclaimable,
+            severity,
+            bytes: b.reclaimable_bytes,
+            estimated: estimated(Part::Reclaimable),
+            summary: format!(
+                "the allocator holds {} of free pages ({} of resident) it could return now",
+                mib(b.reclaimable_bytes),
+                pct(b.reclaimable_bytes as f64 / rss)
+            ),
+            remedy: reclaimable_remedy(e.backend),
+        });
+    }
+
+    if let Some(f) = cross_thread(e) {
+        out.push(f);
+    }
+
+    if let Some(severity) = grade(b.metadata_bytes as f64 / rss, b.metadata_bytes, &METADATA) {
+        out.push(Finding {
+            kind: FindingKind::Metadata,
+            severity,
+            bytes: b.metadata_bytes,
+            estimated: estimated(Part::Metadata),
+            summary: format!(
+                "allocator bookkeeping takes {} ({} of resident)",
+                mib(b.metadata_bytes),
+                pct(b.metadata_bytes as f64 / rss)
+            ),
+            remedy: match e.backend {
+                Some(Backend::System) => "on glibc this bucket also holds chunk headers (8 B per block) and blocks \
+                                          malloc'd by C code outside Rust: many tiny blocks make it large"
+                    .to_owned(),
+                _ => "nothing to tune directly: it follows the number of arenas, threads and extents".to_owned(),
+            },
+        });
+    }
+
+    if let Some(severity) = grade(b.outside_heap_bytes as f64 / rss, b.outside_heap_bytes, &OUTSIDE_HEAP) {
+        out.push(Finding {
+            kind: FindingKind::OutsideHeap,
+            severity,
+            bytes: b.outside_heap_bytes,
+            estimated: estimated(Part::OutsideHeap),
+            summary: format!(
+                "{} ({} of resident) is not the Rust heap",
+                mib(b.outside_heap_bytes),
+                pct(b.outside_heap_bytes as f64 / rss)
+            ),
+            remedy: "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own \
+                     heaps (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
+                .to_owned(),
+        });
+    }
+
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.severity.cmp(&a.severity)));
+    out.extend(e.traps.iter().map(|t| Finding {
+        kind: FindingKind::ConfigTrap,
+        severity: Severity::Warn,
+        bytes: 0,
+        estimated: false,
+        summary: t.to_string(),
+        remedy: t.remedy(),
+    }));
+    out
+}
+
+fn holes_remedy(e: &Evidence<'_>) -> String {
+    let pinned = top_classes(e.classes, 3, |c| c.live_bytes);
+    let cross = e
+        .origin
+        .filter(|o| o.sampled_frees >= MIN_SAMPLED_FREES)
+        .and_then(|o| o.cross_thread_byte_ratio)
+        .filter(|r| *r >= CROSS_THREAD.info)
+        .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", pct(r)))
+        .unwrap_or_default();
+    let choice = match e.backend {
+        Some(Backend::System) => {
+            "; glibc's per-thread arenas fragment most: jemalloc or mimalloc usually keep far fewer holes, \
+             or cap arenas with frag::tune::glibc::set(Mallopt::ArenaMax(..))"
+        }
+        #[cfg(feature = "jemalloc")]
+        Some(Backend::Jemalloc) => {
+            "; blocks parked in thread caches count here too: frag::tune::jemalloc::flush_thread_tcache on idle \
+             threads, or a lower tcache_max"
+        }
+        _ => "",
+    };
+    format!("long-lived blocks pin partly used pages; the classes with most live bytes: {pinned}{cross}{choice}")
+}
+
+fn reclaimable_remedy(backend: Option<Backend>) -> String {
+    match backend {
+        #[cfg(feature = "jemalloc")]
+        Some(Backend::Jemalloc) => "jemalloc keeps dirty pages until they decay: frag::tune::jemalloc::purge_all() \
+                                    releases them now; shorten the decay with \
+                                    frag::tune::jemalloc::set_decay or enable background threads \
+                                    (frag::tune::jemalloc::set_background_threads(true))"
+            .to_owned(),
+        Some(Backend::System) => "glibc returns the top of its heap only above M_TRIM_THRESHOLD: \
+                                  frag::tune::glibc::trim() (malloc_trim) releases it now, \
+                                  frag::tune::glibc::set(Mallopt::TrimThreshold(..)) lowers the threshold"
+            .to_owned(),
+        #[cfg(feature = "mimalloc")]
+        Some(Backend::Mimalloc) => "frag::tune::mimalloc::collect(true) releases it now; a shorter purge delay \
+             (frag::tune::set_purge_delay) releases it sooner"
+            .to_owned(),
+        _ => "frag::tune::release_free_memory() where the backend supports it".to_owned(),
+    }
+}
+
+fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
+    let o = e.origin.filter(|o| o.sampled_frees >= MIN_SAMPLED_FREES)?;
+    let ratio = o.cross_thread_byte_ratio?;
+    let b = e.breakdown;
+    // What cross-thread frees can pin: the free space the heap holds, in proportion to their share.
+    let bytes = ((b.holes_bytes + b.reclaimable_bytes) as f64 * ratio) as u64;
+    let severity = grade(ratio, bytes, &CROSS_THREAD)?;
+    let classes = {
+        let mut c: Vec<&SizeClassRow> =
+            e.classes.iter().filter(|c| c.cross_thread_ratio.is_some_and(|r| r >= 0.3)).collect();
+        c.sort_by_key(|c| core::cmp::Reverse(c.allocations));
+        let names: Vec<String> = c.iter().take(3).map(|c| class_name(c)).collect();
+        if names.is_empty() { String::new() } else { format!(" (mostly {})", names.join(", ")) }
+    };
+    let advice = match e.backend {
+        #[cfg(feature = "jemalloc")]
+        Some(Backend::Jemalloc) => {
+            "; large messages freed by a consumer thread refill its thread cache and fault pages back in: \
+             try a lower tcache_max (jemalloc_conf!), whose effect depends on the message pattern"
+        }
+        Some(Backend::System) => "; glibc returns such blocks to the allocating thread's arena under a lock",
+        _ => "",
+    };
+    Some(Finding {
+        kind: FindingKind::CrossThread,
+        severity,
+        bytes,
+        estimated: true,
+        summary: format!(
+            "about {} of freed bytes were freed on another thread than the allocating one{classes} \
+             ({} sampled frees)",
+            pct(ratio),
+            o.sampled_frees
+        ),
+        remedy: format!(
+            "keep a buffer's allocation and free on one thread (thread-per-core, or return buffers to their \
+             owner); snmalloc and mimalloc handle remote frees cheaply{advice}"
+        ),
+    })
+}

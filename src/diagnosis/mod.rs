@@ -1,0 +1,37 @@
+//! The answer to "where do my resident bytes go, is it fragmentation, and what do I change": a
+//! [`Breakdown`] of RSS into buckets that add up to it, and [`Finding`]s drawn from it, largest
+//! first, each with a remedy for the wrapped backend. Built by [`report()`](crate::report) from
+//! figures it has already read; nothing here reads the process or the allocator itself.
+//!
+//! Thresholds, the evidence per backend and the known blind spots: `docs/DIAGNOSIS.md`.
+
+mod breakdown;
+mod findings;
+
+pub use breakdown::{Breakdown, Part, Source};
+pub use findings::{Finding, FindingKind, MIN_BYTES, Severity};
+
+pub(crate) use breakdown::split;
+pub(crate) use findings::{Evidence, find};
+
+/// Where resident memory goes, and what it means.
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// let report = frag::report();
+/// if let Some(d) = &report.diagnosis {
+///     for f in d.findings.iter().filter(|f| f.severity == frag::Severity::Warn) {
+///         eprintln!("{}: {} -> {}", f.kind.name(), f.summary, f.remedy);
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Diagnosis {
+    /// RSS split into buckets that sum to it.
+    pub breakdown: Breakdown,
+    /// What the breakdown means, largest effect first; configuration traps last.
+    pub findings: Vec<Finding>,
+}

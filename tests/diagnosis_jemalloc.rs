@@ -1,0 +1,157 @@
+//! The diagnosis on jemalloc, scenario by scenario, against ground truth the crate does not compute:
+//! what a purge really releases (RSS from `/proc` before and after), `nallocx` for rounding, a
+//! mapping of known size for outside-heap, and a heap that is all live data.
+#![cfg(feature = "jemalloc")]
+
+mod common;
+
+use std::sync::Mutex;
+
+use frag::diagnosis::Part;
+use frag::{Finding, FindingKind, Severity};
+
+#[global_allocator]
+static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+
+/// Scenarios measure RSS: one at a time when the harness runs them in one process.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1 << 20;
+
+fn finding(r: &frag::Report, kind: FindingKind) -> Option<Finding> {
+    r.diagnosis.as_ref()?.findings.iter().find(|f| f.kind == kind).cloned()
+}
+
+fn warnings(r: &frag::Report) -> Vec<String> {
+    let d = r.diagnosis.as_ref().expect("diagnosis");
+    d.findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warn)
+        .map(|f| format!("{}: {}", f.kind.name(), f.summary))
+        .collect()
+}
+
+/// Allocates `n` blocks of `size` bytes and writes every page of each.
+fn touched(n: usize, size: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| vec![i as u8 | 1; size]).collect()
+}
+
+#[test]
+fn reclaimable_predicts_what_a_purge_releases() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    frag::tune::jemalloc::purge_all().unwrap();
+    // 128 MiB in 256 KiB blocks (above the thread cache's limit, so every free returns its extent to
+    // the arena as dirty pages), touched, then freed.
+    drop(touched(512, 256 << 10));
+    let r = frag::report();
+    let f = finding(&r, FindingKind::Reclaimable).expect("a reclaimable finding");
+    eprintln!("{r}");
+    assert_eq!(f.severity, Severity::Warn);
+    assert!(f.bytes >= 32 * MIB, "predicted {} MiB", f.bytes / MIB);
+    assert!(f.remedy.contains("purge_all"), "{}", f.remedy);
+
+    let before = common::rss_bytes();
+    frag::tune::jemalloc::purge_all().unwrap();
+    let released = before.saturating_sub(common::rss_bytes());
+    let (p, got) = (f.bytes as f64, released as f64);
+    eprintln!("predicted {:.1} MiB, released {:.1} MiB", p / MIB as f64, got / MIB as f64);
+    // The prediction is a lower bound (see `diagnosis::breakdown`): measured 3 to 6% below the release.
+    assert!((got - p).abs() <= 0.10 * p, "predicted {p}, released {got}");
+}
+
+#[test]
+fn a_heap_of_live_data_raises_no_warning() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    frag::tune::jemalloc::purge_all().unwrap();
+    let live = touched(2048, 64 << 10); // 128 MiB, held
+    let r = frag::report();
+    eprintln!("{r}");
+    assert!(warnings(&r).is_empty(), "{:?}", warnings(&r));
+    let f = finding(&r, FindingKind::LiveData).expect("a live_data finding");
+    assert_eq!(f.severity, Severity::Info);
+    assert!(f.bytes >= 128 * MIB);
+    let b = &r.diagnosis.as_ref().unwrap().breakdown;
+    assert!(b.live_bytes >= 128 * MIB);
+    // The buckets explain RSS to within a few MiB.
+    assert!(b.unexplained_bytes.unsigned_abs() < 8 * MIB, "unexplained {}", b.unexplained_bytes);
+    drop(live);
+}
+
+#[test]
+fn rounding_is_what_nallocx_says() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const SIZE: usize = 1025;
+    // SAFETY: nallocx has no preconditions beyond a non-zero size.
+    let class = unsafe { tikv_jemalloc_sys::nallocx(SIZE, 0) };
+    assert_eq!(class, 1280);
+    let n = 40_000;
+    let before = frag::totals();
+    let blocks: Vec<Vec<u8>> = (0..n).map(|_| Vec::with_capacity(SIZE)).collect();
+    let after = frag::totals();
+    // Everything allocated between the two reads: the blocks and the outer vector.
+    let outer = (n * size_of::<Vec<u8>>()) as u64;
+    // SAFETY: as above.
+    let outer_usable = unsafe { tikv_jemalloc_sys::nallocx(outer as usize, 0) } as u64;
+    let rounding = |t: &frag::TrackedStats| t.usable_bytes - t.allocated_bytes;
+    let expected = (n * (class - SIZE)) as u64 + (outer_usable - outer);
+    assert_eq!(rounding(&after) - rounding(&before), expected);
+
+    let r = frag::report();
+    let b = &r.diagnosis.as_ref().unwrap().breakdown;
+    assert!(b.rounding_bytes >= expected);
+    let f = finding(&r, FindingKind::Rounding).expect("a rounding finding");
+    assert!(f.remedy.contains("1025..=1280 B"), "{}", f.remedy);
+    drop(blocks);
+}
+
+#[test]
+fn a_mapping_outside_the_heap_is_outside_heap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    frag::tune::jemalloc::purge_all().unwrap();
+    let len = 96 << 20;
+    let before = frag::report();
+    let outside_before = before.diagnosis.as_ref().unwrap().breakdown.outside_heap_bytes;
+    // SAFETY: an anonymous private mapping; the arguments are valid.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: the mapping is `len` bytes, readable and writable.
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, len) };
+    let r = frag::report();
+    let b = &r.diagnosis.as_ref().unwrap().breakdown;
+    let grew = b.outside_heap_bytes - outside_before;
+    eprintln!("outside heap grew {:.1} MiB for a {} MiB mapping", grew as f64 / MIB as f64, len >> 20);
+    assert!(grew.abs_diff(len as u64) < 4 * MIB, "{grew}");
+    assert_eq!(b.source(Part::OutsideHeap), frag::diagnosis::Source::Measured);
+    let f = finding(&r, FindingKind::OutsideHeap).expect("an outside_heap finding");
+    assert_eq!(f.severity, Severity::Warn);
+    // SAFETY: unmapping the mapping made above.
+    unsafe { libc::munmap(p, len) };
+}
+
+#[test]
+fn frees_on_another_thread_are_found() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+    let consumer = std::thread::spawn(move || rx.into_iter().for_each(drop));
+    for _ in 0..64 {
+        tx.send(touched(2048, 1024)).unwrap(); // 2 MiB a batch, 128 MiB in all
+    }
+    drop(tx);
+    consumer.join().unwrap();
+    let r = frag::report();
+    eprintln!("{r}");
+    let o = r.origin.as_ref().expect("origin");
+    let f = finding(&r, FindingKind::CrossThread).expect("a cross_thread finding");
+    assert!(f.estimated);
+    assert!(o.cross_thread_byte_ratio.is_some_and(|x| x > 0.9), "{:?}", o.cross_thread_byte_ratio);
+    assert!(f.summary.contains("freed on another thread"), "{}", f.summary);
+}
