@@ -16,6 +16,8 @@ use crate::sync::{AtomicU8, Ordering};
 #[cfg(feature = "jemalloc")]
 pub(crate) mod jemalloc;
 mod known;
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+mod malloc_info;
 #[cfg(feature = "mimalloc")]
 pub(crate) mod mimalloc;
 pub(crate) mod select;

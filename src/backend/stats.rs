@@ -7,7 +7,7 @@
 /// | backend  | fields |
 /// |----------|--------|
 /// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained`, `dirty` (after an `epoch` advance) |
-/// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`), `top_releasable` (`keepcost`) from `mallinfo2` |
+/// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`), `top_releasable` (`keepcost`) from `mallinfo2`; `free_whole_pages`, `thread_arena_tops` from `malloc_info` |
 /// | mimalloc | `committed`, `peak_committed` from `mi_process_info` (its `current_rss` is an estimate on Linux and is not used) |
 /// | snmalloc | `mapped`, `peak_mapped`: address space reserved from the OS, in chunks (not RSS) |
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +42,15 @@ pub struct AllocatorStats {
     /// (`keepcost`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub top_releasable: Option<u64>,
+    /// Bytes in whole pages inside glibc's free chunks, all arenas, estimated from `malloc_info`'s
+    /// free-chunk histograms: what `malloc_trim(0)` releases besides the main heap's top (pages an
+    /// earlier trim returned are counted too).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub free_whole_pages: Option<u64>,
+    /// Bytes of free space at the top of glibc's thread arenas (from `malloc_info`), which
+    /// `malloc_trim` does not release.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub thread_arena_tops: Option<u64>,
     /// Bytes in free chunks the allocator holds (glibc `fordblks`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub free: Option<u64>,

@@ -104,12 +104,15 @@ mod glibc {
             let f: extern "C" fn() -> Mallinfo2 = unsafe { core::mem::transmute(sym) };
             f()
         };
+        let free = crate::backend::malloc_info::free_space();
         Some(AllocatorStats {
             allocated: Some((m.uordblks + m.hblkhd) as u64),
             free: Some(m.fordblks as u64),
             arena: Some(m.arena as u64),
             mmap: Some(m.hblkhd as u64),
             top_releasable: Some(m.keepcost as u64),
+            free_whole_pages: free.map(|f| f.whole_pages),
+            thread_arena_tops: free.map(|f| f.thread_tops),
             ..AllocatorStats::default()
         })
     }

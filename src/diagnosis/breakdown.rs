@@ -7,8 +7,8 @@
 //! | bucket | jemalloc | glibc | mimalloc | snmalloc, others |
 //! |---|---|---|---|---|
 //! | live, rounding | tracked | tracked | tracked | tracked |
-//! | holes | `active` − tracked usable | free chunks − `keepcost` (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split |
-//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` (estimated) | not split | not split |
+//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split |
+//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split |
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split |
 //! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split |
 
@@ -177,18 +177,31 @@ pub(crate) fn split(
             _ => empty(vec!["jemalloc statistics incomplete: holes, reclaimable, metadata in unexplained".into()]),
         },
         (Some(Backend::System), Some(a)) => match (a.allocated, a.free, a.arena, a.mmap, a.top_releasable) {
-            (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) => Heap {
-                holes: (free.saturating_sub(top), Estimated),
-                reclaimable: (top, Estimated),
-                metadata: (in_use.saturating_sub(usable), Estimated),
-                // Address space, resident or not: no more of it is resident than all anonymous memory.
-                accounted: Some(((arena + mmap).min(anon.unwrap_or(u64::MAX)), Estimated)),
-                not_split: vec![
-                    "glibc: reclaimable is only the main heap's releasable top; whole free pages inside free \
-                     chunks and in thread arenas, which malloc_trim(0) also releases, are counted in holes"
-                        .into(),
-                ],
-            },
+            (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) => {
+                // What malloc_trim(0) releases: the main heap's top and the whole pages inside free
+                // chunks of every arena. Free chunks keep counting pages an earlier trim returned, so
+                // no more is taken as resident than anonymous memory beyond the chunks in use and the
+                // thread arenas' tops (which malloc_trim leaves alone).
+                let pages = a.free_whole_pages.unwrap_or(0);
+                let kept = in_use + a.thread_arena_tops.unwrap_or(0);
+                let resident_free = anon.map_or(u64::MAX, |anon| anon.saturating_sub(kept));
+                let reclaimable = (top + pages).min(free).min(resident_free);
+                Heap {
+                    holes: (free - reclaimable, Estimated),
+                    reclaimable: (reclaimable, Estimated),
+                    metadata: (in_use.saturating_sub(usable), Estimated),
+                    // Address space, resident or not: no more of it is resident than all anonymous memory.
+                    accounted: Some(((arena + mmap).min(anon.unwrap_or(u64::MAX)), Estimated)),
+                    not_split: if a.free_whole_pages.is_some() {
+                        Vec::new()
+                    } else {
+                        vec![
+                            "glibc: malloc_info failed: whole free pages inside free chunks are counted in holes"
+                                .into(),
+                        ]
+                    },
+                }
+            }
             _ => empty(vec!["glibc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
         },
         #[cfg(feature = "mimalloc")]
@@ -329,5 +342,26 @@ mod tests {
         assert_eq!((b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes, b.outside_heap_bytes), (45, 15, 30, 90));
         assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
         assert_eq!(sum(&b), 300);
+    }
+
+    /// After a trim, free chunks still count the pages it returned: no more is reclaimable than the
+    /// anonymous memory beyond the chunks in use.
+    #[test]
+    fn glibc_reclaimable_is_capped_by_what_can_be_resident() {
+        let a = AllocatorStats {
+            allocated: Some(150),
+            free: Some(60),
+            arena: Some(200),
+            mmap: Some(10),
+            top_releasable: Some(15),
+            free_whole_pages: Some(30),
+            ..AllocatorStats::default()
+        };
+        let uncapped = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
+        assert_eq!((uncapped.reclaimable_bytes, uncapped.holes_bytes), (45, 15));
+        assert!(uncapped.not_split.is_empty());
+        let capped = split(300, Some(180), Some(Backend::System), &tracked(100, 120), Some(&a));
+        assert_eq!((capped.reclaimable_bytes, capped.holes_bytes, capped.outside_heap_bytes), (30, 30, 120));
+        assert_eq!(sum(&capped), 300);
     }
 }

@@ -168,6 +168,8 @@ impl Display for Report {
                 ("retained", a.retained),
                 ("dirty", a.dirty),
                 ("top releasable", a.top_releasable),
+                ("free whole pages", a.free_whole_pages),
+                ("thread arena tops", a.thread_arena_tops),
                 ("free", a.free),
                 ("arena", a.arena),
                 ("mmap", a.mmap),
