@@ -1,5 +1,6 @@
-//! Heap misbehaviour over time: a stair-step in resident memory that live data does not explain, and
-//! a fragmentation ratio that stays high. A plain state machine fed one sample per interval, so it
+//! Heap misbehaviour over time: a stair-step in resident memory that live data does not explain, a
+//! rise that live data does explain (growth or a leak, not fragmentation), and a fragmentation ratio
+//! that stays high. A plain state machine fed one sample per interval, so it
 //! can be tested on synthetic series; [`Publisher`](crate::Publisher) feeds it from reports and turns
 //! its alerts into `tracing` warnings.
 
@@ -94,6 +95,19 @@ pub enum Alert {
         /// Tracked allocated bytes now.
         allocated_to: u64,
     },
+    /// Resident memory rose to a new plateau **with** live data: a leak or real growth of the
+    /// program's data, not fragmentation (tracked allocated bytes grew by at least
+    /// [`explained_share`](WatchConfig::explained_share) of the rise).
+    LiveGrowth {
+        /// Resident bytes on the previous plateau.
+        rss_from: u64,
+        /// Resident bytes on the new plateau (its lowest sample).
+        rss_to: u64,
+        /// Tracked allocated bytes on the previous plateau.
+        allocated_from: u64,
+        /// Tracked allocated bytes now.
+        allocated_to: u64,
+    },
     /// The fragmentation ratio stayed above the threshold.
     HighFragmentation {
         /// The latest ratio.
@@ -136,6 +150,7 @@ pub struct Watch {
     below: usize,
     high_ratio: usize,
     last_step: Option<Duration>,
+    last_growth: Option<Duration>,
     last_ratio: Option<Duration>,
 }
 
@@ -143,7 +158,16 @@ impl Watch {
     /// A detector with these thresholds.
     #[must_use]
     pub fn new(config: WatchConfig) -> Self {
-        Self { config, base: None, candidate: None, below: 0, high_ratio: 0, last_step: None, last_ratio: None }
+        Self {
+            config,
+            base: None,
+            candidate: None,
+            below: 0,
+            high_ratio: 0,
+            last_step: None,
+            last_growth: None,
+            last_ratio: None,
+        }
     }
 
     /// The thresholds.
@@ -184,14 +208,13 @@ impl Watch {
                 let low = cand.low;
                 self.candidate = None;
                 self.base = Some((low, allocated));
-                if (grown as f64) < c.explained_share * rise as f64 && Self::allowed(&mut self.last_step, at, c.window)
-                {
-                    alerts.push(Alert::StairStep {
-                        rss_from: base_rss,
-                        rss_to: low,
-                        allocated_from: base_alloc,
-                        allocated_to: allocated,
-                    });
+                let (rss_from, rss_to, allocated_from, allocated_to) = (base_rss, low, base_alloc, allocated);
+                if (grown as f64) < c.explained_share * rise as f64 {
+                    if Self::allowed(&mut self.last_step, at, c.window) {
+                        alerts.push(Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to });
+                    }
+                } else if Self::allowed(&mut self.last_growth, at, c.window) {
+                    alerts.push(Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to });
                 }
             }
         } else if let Some(cand) = self.candidate {
@@ -276,9 +299,17 @@ mod tests {
     }
 
     #[test]
-    fn ignores_growth_matched_by_allocated_bytes() {
+    fn growth_matched_by_allocated_bytes_is_live_growth_not_a_stair_step() {
         let series = [(100, 60), (100, 60), (140, 95), (141, 96), (140, 95), (140, 95)];
-        assert_eq!(run(WatchConfig::default(), &series), vec![]);
+        assert_eq!(
+            run(WatchConfig::default(), &series),
+            vec![Alert::LiveGrowth {
+                rss_from: 100 * MIB,
+                rss_to: 140 * MIB,
+                allocated_from: 60 * MIB,
+                allocated_to: 95 * MIB
+            }]
+        );
     }
 
     #[test]

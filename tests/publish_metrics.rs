@@ -70,6 +70,12 @@ fn published_series_equal_the_report() {
     }
     let origin = report.origin.as_ref().unwrap();
     assert_eq!(get(&series, "frag_cross_thread_frees_total", &[]).2, origin.cross_thread_frees as f64);
+    // Where resident memory goes: the published parts add up to the published RSS, and every kind of
+    // finding with bytes has a series (0 when not raised), so a dashboard sees one disappear.
+    let parts: f64 = series.iter().filter(|((n, _), _)| n == "frag_resident_bytes").map(|(_, v)| v.2).sum();
+    assert_eq!(parts, get(&series, "frag_process_rss_bytes", &[]).2);
+    assert_eq!(get(&series, "frag_resident_bytes", &[("part", "live")]).2, t.allocated_bytes as f64);
+    assert_eq!(series.keys().filter(|(n, _)| n == "frag_finding_bytes").count(), 7);
 
     // The 1000 blocks of 60 B are in the class whose upper bound is 64.
     let row = report.size_classes.iter().find(|c| c.max_size == Some(64)).unwrap();
@@ -162,6 +168,24 @@ fn a_stair_step_is_warned_with_its_figures() {
     assert_eq!(log.matches("frag publishing heap metrics").count(), 1, "{log}");
     assert!(log.contains("backend=system"), "{log}");
     assert_eq!(log.matches("stepped up").count(), 1, "{log}");
+    assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
+}
+
+#[test]
+fn growth_with_live_data_is_warned_as_growth_not_a_stair_step() {
+    let base = frag::report();
+    let mut publisher = frag::Publisher::new();
+    let ((), log) = common::capture_tracing(|| {
+        for (rss, live) in [(100u64, 60u64), (100, 60), (160, 115), (160, 116), (160, 115), (160, 116)] {
+            let mut r = base.clone();
+            r.allocator = None;
+            r.process.rss_bytes = Some(rss << 20);
+            r.tracked.allocated_bytes = live << 20;
+            let _ = record(|| drop(publisher.publish(&r)));
+        }
+    });
+    assert_eq!(log.matches("stepped up").count(), 0, "{log}");
+    assert_eq!(log.matches("with live data").count(), 1, "{log}");
     assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
 }
 

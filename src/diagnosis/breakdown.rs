@@ -52,6 +52,10 @@ pub enum Part {
 }
 
 impl Part {
+    /// Every part, in breakdown order.
+    pub const ALL: [Part; 6] =
+        [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
+
     /// The bucket's name as in the JSON report, without `_bytes`.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -261,8 +265,7 @@ mod tests {
     }
 
     fn sum(b: &Breakdown) -> i128 {
-        let parts = [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
-        parts.iter().map(|p| i128::from(b.bytes(*p))).sum::<i128>() + i128::from(b.unexplained_bytes)
+        Part::ALL.iter().map(|p| i128::from(b.bytes(*p))).sum::<i128>() + i128::from(b.unexplained_bytes)
     }
 
     #[cfg(feature = "jemalloc")]

@@ -58,6 +58,18 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// Every kind.
+    pub const ALL: [FindingKind; 8] = [
+        FindingKind::LiveData,
+        FindingKind::Rounding,
+        FindingKind::Holes,
+        FindingKind::Reclaimable,
+        FindingKind::CrossThread,
+        FindingKind::Metadata,
+        FindingKind::OutsideHeap,
+        FindingKind::ConfigTrap,
+    ];
+
     /// The kind's name as in the JSON report.
     #[must_use]
     pub fn name(self) -> &'static str {

@@ -238,6 +238,20 @@ impl Publisher {
                     allocated_from >> 20,
                     allocated_to >> 20
                 ),
+                Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
+                    target: "frag",
+                    rss_from,
+                    rss_to,
+                    allocated_from,
+                    allocated_to,
+                    backend = %report.backend,
+                    "resident memory rose from {} to {} MiB with live data, from {} to {} MiB: the program's \
+                     own data grew (a leak or real growth), not fragmentation (see frag::report() live_data)",
+                    rss_from >> 20,
+                    rss_to >> 20,
+                    allocated_from >> 20,
+                    allocated_to >> 20
+                ),
                 Alert::HighFragmentation { ratio, samples } => tracing::warn!(
                     target: "frag",
                     ratio,

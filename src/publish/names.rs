@@ -55,6 +55,9 @@ metrics_table! {
     ThreadAllocations: Gauge, "thread_allocations", Unit::Count, "Allocations by the live threads of this name (exited threads move to thread=\"retired\")";
     ThreadAllocatedBytes: Gauge, "thread_allocated_bytes", Unit::Bytes, "Bytes allocated by the live threads of this name";
     ThreadFreedBytes: Gauge, "thread_freed_bytes", Unit::Bytes, "Bytes freed by the live threads of this name";
+    ResidentPart: Gauge, "resident_bytes", Unit::Bytes, "Resident memory by part (live, rounding, holes, reclaimable, metadata, outside_heap, unexplained): the parts a backend can split, which with unexplained sum to process_rss_bytes";
+    FindingBytes: Gauge, "finding_bytes", Unit::Bytes, "Resident bytes each kind of finding explains now (0 when not raised); for reclaimable, what its remedy would release";
+    FindingsWarn: Gauge, "findings_warn", Unit::Count, "Findings of severity warn now, configuration traps included";
     ThreadFreedElsewhere: Gauge, "thread_freed_elsewhere", Unit::Count, "Blocks these threads allocated that others freed (estimated)";
 }
 

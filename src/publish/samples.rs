@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::names::Metric;
+use crate::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
 use crate::{Report, RowKind};
 
 /// One value to publish.
@@ -68,6 +69,9 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
         push(&mut out, Metric::SampledFrees, o.frees);
         push_ratio(&mut out, Metric::CrossThreadRatio, o.cross_thread_free_ratio);
     }
+    if let Some(d) = &report.diagnosis {
+        diagnosis_samples(d, &mut out);
+    }
     for c in &report.size_classes {
         let labels = vec![("class", class_label(c.max_size))];
         for (metric, value) in [
@@ -83,6 +87,28 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
         thread_samples(report, cap.max(1), &mut out);
     }
     out
+}
+
+/// The breakdown by part (split parts and `unexplained`) and the bytes of every finding kind, 0 for
+/// kinds not raised now (a gauge keeps its last value otherwise).
+fn diagnosis_samples(d: &Diagnosis, out: &mut Vec<Sample>) {
+    let b = &d.breakdown;
+    for part in Part::ALL.into_iter().filter(|p| b.source(*p) != Source::NotSplit) {
+        let labels = vec![("part", part.name().to_owned())];
+        out.push(Sample { metric: Metric::ResidentPart, labels, value: b.bytes(part) as f64 });
+    }
+    let labels = vec![("part", "unexplained".to_owned())];
+    out.push(Sample { metric: Metric::ResidentPart, labels, value: b.unexplained_bytes as f64 });
+    for kind in FindingKind::ALL.into_iter().filter(|k| *k != FindingKind::ConfigTrap) {
+        let bytes: u64 = d.findings.iter().filter(|f| f.kind == kind).map(|f| f.bytes).sum();
+        out.push(Sample {
+            metric: Metric::FindingBytes,
+            labels: vec![("kind", kind.name().to_owned())],
+            value: bytes as f64,
+        });
+    }
+    let warn = d.findings.iter().filter(|f| f.severity == Severity::Warn).count();
+    out.push(Sample { metric: Metric::FindingsWarn, labels: Vec::new(), value: warn as f64 });
 }
 
 fn thread_samples(report: &Report, cap: usize, out: &mut Vec<Sample>) {
