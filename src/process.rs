@@ -1,4 +1,81 @@
-//! The process's own memory, as the kernel sees it: read from `/proc` at report time.
+//! The process's own memory, as the kernel sees it: read from `/proc` (and the memory cgroup's files
+//! under `/sys/fs/cgroup`) at report time.
+
+/// The memory cgroup the process belongs to: in a container, the limit that kills the service is
+/// this one, not the host's memory. cgroup v2 (`memory.current`, `memory.max`, `memory.stat`) or,
+/// where only the v1 memory controller is mounted, its equivalents (`memory.usage_in_bytes`,
+/// `memory.limit_in_bytes`, `memory.stat`). Figures are for the whole cgroup: every process in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct CgroupMemory {
+    /// 2 or 1.
+    pub version: u8,
+    /// Memory charged to the cgroup now, page cache included.
+    pub current_bytes: u64,
+    /// The limit; `None` for no limit (`max`, or v1's "unlimited" value).
+    pub max_bytes: Option<u64>,
+    /// Anonymous memory of the cgroup (`anon`; v1 `rss`).
+    pub anon_bytes: Option<u64>,
+    /// Page cache of the cgroup (`file`; v1 `cache`), which the kernel reclaims before it kills.
+    pub file_bytes: Option<u64>,
+}
+
+impl CgroupMemory {
+    /// Reads the process's memory cgroup, `None` without one (no cgroup filesystem, or the root
+    /// cgroup, which has no limit files).
+    #[must_use]
+    pub fn read() -> Option<Self> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        Self::read_v2(&membership).or_else(|| Self::read_v1(&membership))
+    }
+
+    fn read_v2(membership: &str) -> Option<Self> {
+        let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
+        let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
+        let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
+        let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
+        let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
+        Some(Self {
+            version: 2,
+            current_bytes,
+            max_bytes: max.and_then(|m| m.trim().parse().ok()),
+            anon_bytes: stat_field(&stat, "anon"),
+            file_bytes: stat_field(&stat, "file"),
+        })
+    }
+
+    fn read_v1(membership: &str) -> Option<Self> {
+        let path = membership.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers.split(',').any(|c| c == "memory").then_some(path)
+        })?;
+        // Inside a container the cgroup is usually mounted as the root of the hierarchy.
+        let dirs = [format!("/sys/fs/cgroup/memory{}", path.trim_end_matches('/')), "/sys/fs/cgroup/memory".to_owned()];
+        let dir = dirs.iter().find(|d| std::path::Path::new(&format!("{d}/memory.usage_in_bytes")).exists())?;
+        let current_bytes = read_u64(&format!("{dir}/memory.usage_in_bytes"))?;
+        // v1 says "no limit" with the largest page-aligned value that fits in an i64.
+        let max_bytes = read_u64(&format!("{dir}/memory.limit_in_bytes")).filter(|&m| m < (i64::MAX as u64) & !0xfff);
+        let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
+        Some(Self {
+            version: 1,
+            current_bytes,
+            max_bytes,
+            anon_bytes: stat_field(&stat, "rss"),
+            file_bytes: stat_field(&stat, "cache"),
+        })
+    }
+}
+
+fn read_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `name value` from a cgroup `memory.stat`.
+fn stat_field(stat: &str, name: &str) -> Option<u64> {
+    stat.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
 
 /// Resident memory of the whole process.
 ///
@@ -14,6 +91,8 @@ pub struct ProcessStats {
     pub pss_bytes: Option<u64>,
     /// Anonymous resident bytes (`/proc/self/smaps_rollup`): heap, stacks, anonymous mappings.
     pub anon_bytes: Option<u64>,
+    /// The process's memory cgroup, where it has one.
+    pub cgroup: Option<CgroupMemory>,
 }
 
 impl ProcessStats {
@@ -21,7 +100,7 @@ impl ProcessStats {
     #[must_use]
     pub fn read() -> Self {
         let (pss_bytes, anon_bytes) = smaps_rollup();
-        Self { rss_bytes: rss(), pss_bytes, anon_bytes }
+        Self { rss_bytes: rss(), pss_bytes, anon_bytes, cgroup: CgroupMemory::read() }
     }
 }
 
@@ -73,5 +152,34 @@ mod tests {
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u64;
         assert!(thread_comm(tid).is_some());
         assert!(thread_comm(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn cgroup_stat_fields() {
+        let stat = "anon 1234\nfile 99\nanon_thp 0\n";
+        assert_eq!((stat_field(stat, "anon"), stat_field(stat, "file")), (Some(1234), Some(99)));
+        assert_eq!(stat_field(stat, "shmem"), None);
+    }
+
+    /// Against the kernel's own files, wherever this process has a memory cgroup.
+    #[test]
+    fn cgroup_matches_the_kernel_files() {
+        let Some(c) = CgroupMemory::read() else { return };
+        let candidates = [
+            "/sys/fs/cgroup/memory.current".to_owned(),
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes".to_owned(),
+            format!(
+                "/sys/fs/cgroup{}/memory.current",
+                std::fs::read_to_string("/proc/self/cgroup")
+                    .unwrap()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("0::"))
+                    .unwrap_or("")
+            ),
+        ];
+        // Other processes of the cgroup allocate meanwhile: close, not equal.
+        let close = |v: u64| v.abs_diff(c.current_bytes) < 256 << 20;
+        assert!(candidates.iter().filter_map(|p| read_u64(p)).any(close), "{c:?}");
+        assert!(c.anon_bytes.is_some(), "memory.stat");
     }
 }

@@ -40,6 +40,8 @@ metrics_table! {
     AllocatorCommitted: Gauge, "allocator_committed_bytes", Unit::Bytes, "Bytes committed (mimalloc)";
     ProcessRss: Gauge, "process_rss_bytes", Unit::Bytes, "Resident set size of the process";
     ProcessPss: Gauge, "process_pss_bytes", Unit::Bytes, "Proportional set size of the process";
+    CgroupCurrent: Gauge, "cgroup_memory_bytes", Unit::Bytes, "Memory charged to the process's memory cgroup (all its processes, page cache included)";
+    CgroupMax: Gauge, "cgroup_memory_max_bytes", Unit::Bytes, "The memory cgroup's limit (not published without one)";
     ProcessAnon: Gauge, "process_anon_bytes", Unit::Bytes, "Anonymous resident bytes of the process";
     FragmentationRatio: Gauge, "fragmentation_ratio", Unit::Count, "(resident - allocated) / allocated, from the allocator's figures where it has them";
     ProcessFragmentationRatio: Gauge, "process_fragmentation_ratio", Unit::Count, "(RSS - tracked usable bytes) / tracked usable bytes";

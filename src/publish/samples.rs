@@ -59,6 +59,10 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
     push_opt(&mut out, Metric::ProcessRss, report.process.rss_bytes);
     push_opt(&mut out, Metric::ProcessPss, report.process.pss_bytes);
     push_opt(&mut out, Metric::ProcessAnon, report.process.anon_bytes);
+    if let Some(c) = &report.process.cgroup {
+        push(&mut out, Metric::CgroupCurrent, c.current_bytes);
+        push_opt(&mut out, Metric::CgroupMax, c.max_bytes);
+    }
     let f = &report.fragmentation;
     push_ratio(&mut out, Metric::FragmentationRatio, f.ratio);
     push_ratio(&mut out, Metric::ProcessFragmentationRatio, f.process_ratio);

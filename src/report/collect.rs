@@ -94,7 +94,7 @@ pub fn report() -> Report {
             ));
         }
     }
-    let traps = if guard.is_some() { crate::tune::check_and_warn() } else { Vec::new() };
+    let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(ToString::to_string));
     if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
         warnings
@@ -113,7 +113,7 @@ pub fn report() -> Report {
             breakdown: &breakdown,
             classes: &size_classes,
             origin: origin.as_ref(),
-            traps: &traps,
+            traps,
         });
         Diagnosis { breakdown, findings }
     });

@@ -189,6 +189,17 @@ impl Display for Report {
             opt_bytes(p.pss_bytes),
             opt_bytes(p.anon_bytes)
         )?;
+        if let Some(c) = &p.cgroup {
+            let limit = c.max_bytes.map_or_else(|| "no limit".to_owned(), |m| format!("limit {}", Bytes(m)));
+            writeln!(
+                f,
+                "cgroup v{}  {} charged ({limit}), anon {}, file {}",
+                c.version,
+                Bytes(c.current_bytes),
+                opt_bytes(c.anon_bytes),
+                opt_bytes(c.file_bytes)
+            )?;
+        }
         let fr = &self.fragmentation;
         writeln!(
             f,

@@ -30,7 +30,7 @@ mod traps;
 
 pub use decay::Decay;
 pub use error::TuneError;
-pub(crate) use traps::check_and_warn;
+pub(crate) use traps::checked;
 pub use traps::{Trap, check};
 
 use crate::backend::{self, Backend, Kind};

@@ -114,8 +114,9 @@ const GLIBC_VARS: &[&str] = &[
 /// or that are misspelt, jemalloc options it rejected or adjusted, and transparent huge pages set
 /// to `always`.
 ///
-/// [`report()`](crate::report) includes these in its warnings, and emits each as a `tracing`
-/// warning the first time it is found.
+/// [`report()`](crate::report) checks once, the first time it runs, includes what it found in its
+/// warnings and findings from then on, and emits each as a `tracing` warning; this function looks
+/// again every time it is called.
 ///
 /// # Example
 ///
@@ -294,9 +295,17 @@ fn first_time(text: &str) -> bool {
     true
 }
 
-/// [`check`], emitting each trap not seen before as a `tracing` warning. Called by `report()`
-/// (outside the allocator, under its reentrancy guard).
-pub(crate) fn check_and_warn() -> Vec<Trap> {
+/// The process's traps, checked once (by the first `report()`, outside the allocator and under its
+/// reentrancy guard) and kept: the allocators read their environment and the kernel's THP mode at
+/// start-up, and later reports stay pure reads (no environment lock, no `/sys` read, no log event).
+/// [`check`] looks again.
+pub(crate) fn checked() -> &'static [Trap] {
+    static CHECKED: std::sync::OnceLock<Vec<Trap>> = std::sync::OnceLock::new();
+    CHECKED.get_or_init(check_and_warn)
+}
+
+/// [`check`], emitting each trap not seen before as a `tracing` warning.
+fn check_and_warn() -> Vec<Trap> {
     let traps = check();
     for trap in &traps {
         let text = trap.to_string();
