@@ -113,7 +113,7 @@ pub use backend::select::{SELECT_ENV, Select};
 pub use backend::{AllocatorStats, Backend, Probe};
 pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
-pub use process::{CgroupMemory, ProcessStats};
+pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats,

@@ -242,15 +242,18 @@ fn row(kind: RowKind, t: Totals) -> ThreadRow {
 }
 
 fn thread_rows(snap: &snapshot::Snapshot) -> Vec<ThreadRow> {
+    // One directory read for every thread's liveness: a live slot whose thread is gone from /proc died
+    // without running its exit hook (e.g. a parent's thread seen from a forked child).
+    let tids = process::live_tids();
     let mut rows: Vec<ThreadRow> = snap
         .owners
         .iter()
         .map(|o| {
-            // A live slot whose thread is gone from /proc died without running its exit hook (e.g. a
-            // parent's thread seen from a forked child).
-            let current = if o.alive { process::thread_comm(o.tid) } else { None };
             let stored = String::from_utf8_lossy(o.name.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
-            let alive = current.is_some() || (o.alive && cfg!(not(target_os = "linux")));
+            let alive = o.alive && tids.as_ref().is_none_or(|t| t.contains(&o.tid));
+            // The name stored at the claim; the kernel's only for a thread that had none then (a
+            // thread named later), one file read each.
+            let current = if alive && stored.is_empty() { process::thread_comm(o.tid) } else { None };
             ThreadRow {
                 tid: Some(o.tid),
                 name: Some(current.unwrap_or(stored)).filter(|n| !n.is_empty()),
