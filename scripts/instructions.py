@@ -106,7 +106,7 @@ def per_op(cmd_for, lengths, cache=False, extra=()):
 
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
-VARIANTS = {"bare": "1", "tracked": "", "forward": "forward", "count": "count"}
+VARIANTS = {"bare": "1", "tracked": "", "forward": "forward", "count": "count", "count-inline": "count-inline"}
 
 
 def build_service(backend, variant):
@@ -187,7 +187,7 @@ def main():
         print("|---|---|---|---|")
         service_backends = backends if args.service_backends is None else \
             [b for b in args.service_backends.split(",") if b]
-        variants = ["bare", "tracked"] + (["forward", "count"] if args.floor else [])
+        variants = ["bare", "tracked"] + (["forward", "count", "count-inline"] if args.floor else [])
         for backend in service_backends:
             r = {}
             for variant in variants:

@@ -3,6 +3,7 @@
 //! crate; not a recommendation (no usable sizes, no origin, no report).
 //!
 //! - [`Forward`]: out of line, forwards and counts nothing (the price of a wrapper at all);
+//! - [`CountInline`]: the same, inlined into every call site (what inlining buys a wrapper);
 //! - [`Count`]: out of line, one per-thread count and byte total per size class (the class from one
 //!   table load, no bounds checks) on alloc and free, the free a tail call. Nothing else: no usable
 //!   sizes, no sampling, no shard registry, no report.
@@ -114,6 +115,48 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Count<A> {
         unsafe { self.0.dealloc(ptr, layout) }
     }
     #[inline(never)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(layout.size(), 2);
+            count(new_size, 0);
+        }
+        p
+    }
+}
+
+/// [`Count`], inlined into every caller (as the bare backend's shim is).
+pub struct CountInline<A>(pub A);
+
+// SAFETY: every method forwards to `A` with the caller's arguments and returns its result; the
+// counting touches only this module's thread-local counters.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountInline<A> {
+    #[inline(always)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size(), 0);
+        }
+        p
+    }
+    #[inline(always)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size(), 0);
+        }
+        p
+    }
+    #[inline(always)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(layout.size(), 2);
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+    #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.realloc(ptr, layout, new_size) };

@@ -3,7 +3,7 @@
 //!
 //! Built with `FRAG_BARE_ALLOCATOR=1` in the environment, the examples use the bare backend instead,
 //! with nothing else changed: `scripts/instructions.py` compares the two builds of the service
-//! example. With `FRAG_BARE_ALLOCATOR=forward` or `=count` they use one of the floor wrappers of
+//! example. With `FRAG_BARE_ALLOCATOR=forward`, `=count` or `=count-inline` they use one of the floor wrappers of
 //! `floor.rs` (what any wrapper, and any exact per-class counter, costs). The choice is a constant,
 //! so each build has only one code path.
 
@@ -39,6 +39,7 @@ enum Choice {
     Bare,
     Forward,
     Count,
+    CountInline,
 }
 
 const fn eq(a: &str, b: &str) -> bool {
@@ -61,12 +62,14 @@ const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
     Some(v) if v.is_empty() => Choice::Tracked,
     Some(v) if eq(v, "forward") => Choice::Forward,
     Some(v) if eq(v, "count") => Choice::Count,
+    Some(v) if eq(v, "count-inline") => Choice::CountInline,
     Some(_) => Choice::Bare,
 };
 
 static TRACKED: frag::Tracked<Backend> = frag::Tracked::new(BACKEND);
 static FORWARD: floor::Forward<Backend> = floor::Forward(BACKEND);
 static COUNT: floor::Count<Backend> = floor::Count(BACKEND);
+static COUNT_INLINE: floor::CountInline<Backend> = floor::CountInline(BACKEND);
 
 /// Calls `$method` on the chosen allocator.
 macro_rules! chosen {
@@ -76,6 +79,7 @@ macro_rules! chosen {
             Choice::Bare => BACKEND.$method($($arg),*),
             Choice::Forward => FORWARD.$method($($arg),*),
             Choice::Count => COUNT.$method($($arg),*),
+            Choice::CountInline => COUNT_INLINE.$method($($arg),*),
         }
     };
 }
