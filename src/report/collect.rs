@@ -68,9 +68,10 @@ pub fn report() -> Report {
     }
     let process = ProcessStats::read();
     let fragmentation = fragmentation(&tracked, allocator.as_ref(), &process);
-    if tracked.usable_bytes < MEANINGFUL_LIVE_BYTES && fragmentation.ratio.is_some() {
+    if tracked.usable_bytes < MEANINGFUL_LIVE_BYTES {
         warnings.push(format!(
-            "less than {} MiB live: the ratio mostly reflects the allocator's fixed overhead",
+            "less than {} MiB live: fragmentation ratios are not shown (they would measure the allocator's \
+             fixed overhead)",
             MEANINGFUL_LIVE_BYTES >> 20
         ));
     }
@@ -208,10 +209,16 @@ fn ratio(resident: u64, allocated: u64) -> Option<f64> {
     (allocated > 0).then(|| (resident as f64 - allocated as f64) / allocated as f64)
 }
 
+/// The ratios, `None` below [`MEANINGFUL_LIVE_BYTES`] of live data: over a near-empty heap they
+/// measure the allocator's and the process's fixed overhead (a ratio of 30,000 after everything was
+/// freed), not fragmentation.
 fn fragmentation(t: &TrackedStats, a: Option<&AllocatorStats>, p: &ProcessStats) -> Fragmentation {
-    let process_ratio = p.rss_bytes.and_then(|rss| ratio(rss, t.usable_bytes));
+    let meaningful = t.usable_bytes >= MEANINGFUL_LIVE_BYTES;
+    let process_ratio = p.rss_bytes.and_then(|rss| ratio(rss, t.usable_bytes)).filter(|_| meaningful);
     let (ratio, ratio_inputs) = match a.and_then(|a| a.resident.zip(a.allocated)) {
-        Some((resident, allocated)) => (ratio(resident, allocated), "allocator resident vs allocator allocated"),
+        Some((resident, allocated)) => {
+            (ratio(resident, allocated).filter(|_| meaningful), "allocator resident vs allocator allocated")
+        }
         None => (process_ratio, "process rss_bytes vs tracked usable_bytes"),
     };
     Fragmentation {
@@ -322,4 +329,24 @@ pub fn size_classes() -> [SizeClassRow; NUM_CLASSES] {
         class += 1;
         row
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ratio over a near-empty heap is not shown; above the floor it is the plain formula.
+    #[test]
+    fn ratios_need_a_floor_of_live_data() {
+        let p = ProcessStats { rss_bytes: Some(40 << 20), ..ProcessStats::default() };
+        let small = TrackedStats { usable_bytes: 1 << 10, allocated_bytes: 1 << 10, ..TrackedStats::default() };
+        let f = fragmentation(&small, None, &p);
+        assert_eq!((f.ratio, f.process_ratio), (None, None));
+        let big = TrackedStats { usable_bytes: 16 << 20, allocated_bytes: 16 << 20, ..TrackedStats::default() };
+        let f = fragmentation(&big, None, &p);
+        assert_eq!(f.process_ratio, Some(1.5));
+        let a = AllocatorStats { resident: Some(20 << 20), allocated: Some(16 << 20), ..AllocatorStats::default() };
+        assert_eq!(fragmentation(&big, Some(&a), &p).ratio, Some(0.25));
+        assert_eq!(fragmentation(&small, Some(&a), &p).ratio, None);
+    }
 }

@@ -73,11 +73,14 @@ pub struct TrackedStats {
 #[non_exhaustive]
 pub struct Fragmentation {
     /// `(resident - allocated) / allocated`, from the allocator's own resident and allocated bytes
-    /// where it has both, else from process RSS and tracked usable bytes. `None` with nothing live.
+    /// where it has both, else from process RSS and tracked usable bytes. `None` with less than
+    /// 8 MiB of live data, where it would measure the allocator's fixed overhead (the report's
+    /// warnings say so).
     pub ratio: Option<f64>,
     /// Which figures `ratio` was computed from.
     pub ratio_inputs: String,
     /// `(process RSS - tracked usable bytes) / tracked usable bytes`: the whole process's overhead.
+    /// `None` below the same 8 MiB of live data.
     pub process_ratio: Option<f64>,
     /// Internal fragmentation: usable minus requested bytes over live blocks.
     pub internal_bytes: u64,
