@@ -84,86 +84,61 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Forward<A> {
     }
 }
 
-/// Forwards, and counts blocks and requested bytes per thread and size class.
-pub struct Count<A>(pub A);
+/// A counting wrapper `$name` whose methods carry `#[$inline]`.
+macro_rules! counting {
+    ($(#[$doc:meta])* $name:ident, $inline:meta) => {
+        $(#[$doc])*
+        pub struct $name<A>(pub A);
 
-// SAFETY: every method forwards to `A` with the caller's arguments and returns its result; the
-// counting touches only this module's thread-local counters.
-unsafe impl<A: GlobalAlloc> GlobalAlloc for Count<A> {
-    #[inline(never)]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size(), 0);
+        // SAFETY: every method forwards to `A` with the caller's arguments and returns its result;
+        // the counting touches only this module's thread-local counters.
+        unsafe impl<A: GlobalAlloc> GlobalAlloc for $name<A> {
+            #[$inline]
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                // SAFETY: the caller's guarantees, passed on.
+                let p = unsafe { self.0.alloc(layout) };
+                if !p.is_null() {
+                    count(layout.size(), 0);
+                }
+                p
+            }
+            #[$inline]
+            unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+                // SAFETY: the caller's guarantees, passed on.
+                let p = unsafe { self.0.alloc_zeroed(layout) };
+                if !p.is_null() {
+                    count(layout.size(), 0);
+                }
+                p
+            }
+            #[$inline]
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                count(layout.size(), 2);
+                // SAFETY: the caller's guarantees, passed on.
+                unsafe { self.0.dealloc(ptr, layout) }
+            }
+            #[$inline]
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                // SAFETY: the caller's guarantees, passed on.
+                let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+                if !p.is_null() {
+                    count(layout.size(), 2);
+                    count(new_size, 0);
+                }
+                p
+            }
         }
-        p
-    }
-    #[inline(never)]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
-        if !p.is_null() {
-            count(layout.size(), 0);
-        }
-        p
-    }
-    #[inline(never)]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(layout.size(), 2);
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.0.dealloc(ptr, layout) }
-    }
-    #[inline(never)]
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(layout.size(), 2);
-            count(new_size, 0);
-        }
-        p
-    }
+    };
 }
 
-/// [`Count`], inlined into every caller (as the bare backend's shim is).
-pub struct CountInline<A>(pub A);
+counting!(
+    /// Forwards, and counts blocks and requested bytes per thread and size class.
+    Count,
+    inline(never)
+);
 
-// SAFETY: every method forwards to `A` with the caller's arguments and returns its result; the
-// counting touches only this module's thread-local counters.
-unsafe impl<A: GlobalAlloc> GlobalAlloc for CountInline<A> {
-    #[inline(always)]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size(), 0);
-        }
-        p
-    }
-    #[inline(always)]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
-        if !p.is_null() {
-            count(layout.size(), 0);
-        }
-        p
-    }
-    #[inline(always)]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(layout.size(), 2);
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.0.dealloc(ptr, layout) }
-    }
-    #[inline(always)]
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(layout.size(), 2);
-            count(new_size, 0);
-        }
-        p
-    }
-}
+counting!(
+    /// [`Count`], inlined into every caller (as the bare backend's shim is).
+    CountInline,
+    inline(always)
+);

@@ -264,6 +264,31 @@ mod tests {
         TrackedStats { allocated_bytes: live, usable_bytes: usable, ..TrackedStats::default() }
     }
 
+    /// jemalloc figures: 120 active, 10 metadata, 160 resident, 25 dirty.
+    #[cfg(feature = "jemalloc")]
+    fn jemalloc() -> AllocatorStats {
+        AllocatorStats {
+            active: Some(120),
+            metadata: Some(10),
+            resident: Some(160),
+            dirty: Some(25),
+            ..AllocatorStats::default()
+        }
+    }
+
+    /// glibc figures: 150 in use, 60 free (15 of it the top), 200 arena, 10 mmapped.
+    fn glibc(free_whole_pages: Option<u64>) -> AllocatorStats {
+        AllocatorStats {
+            allocated: Some(150),
+            free: Some(60),
+            arena: Some(200),
+            mmap: Some(10),
+            top_releasable: Some(15),
+            free_whole_pages,
+            ..AllocatorStats::default()
+        }
+    }
+
     fn sum(b: &Breakdown) -> i128 {
         Part::ALL.iter().map(|p| i128::from(b.bytes(*p))).sum::<i128>() + i128::from(b.unexplained_bytes)
     }
@@ -271,13 +296,7 @@ mod tests {
     #[cfg(feature = "jemalloc")]
     #[test]
     fn jemalloc_buckets_follow_its_statistics_and_sum_to_rss() {
-        let a = AllocatorStats {
-            active: Some(120),
-            metadata: Some(10),
-            resident: Some(160),
-            dirty: Some(25),
-            ..AllocatorStats::default()
-        };
+        let a = jemalloc();
         let b = split(200, None, Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
         assert_eq!(
             (b.live_bytes, b.rounding_bytes, b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes),
@@ -294,13 +313,7 @@ mod tests {
     #[cfg(feature = "jemalloc")]
     #[test]
     fn jemalloc_resident_above_anonymous_rss_is_not_reclaimable() {
-        let a = AllocatorStats {
-            active: Some(120),
-            metadata: Some(10),
-            resident: Some(160),
-            dirty: Some(25),
-            ..AllocatorStats::default()
-        };
+        let a = jemalloc();
         let b = split(200, Some(130), Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
         assert_eq!((b.reclaimable_bytes, b.outside_heap_bytes), (0, 70));
         assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
@@ -333,14 +346,7 @@ mod tests {
 
     #[test]
     fn glibc_figures_are_estimates() {
-        let a = AllocatorStats {
-            allocated: Some(150),
-            free: Some(60),
-            arena: Some(200),
-            mmap: Some(10),
-            top_releasable: Some(15),
-            ..AllocatorStats::default()
-        };
+        let a = glibc(None);
         let b = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
         assert_eq!((b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes, b.outside_heap_bytes), (45, 15, 30, 90));
         assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
@@ -351,15 +357,7 @@ mod tests {
     /// anonymous memory beyond the chunks in use.
     #[test]
     fn glibc_reclaimable_is_capped_by_what_can_be_resident() {
-        let a = AllocatorStats {
-            allocated: Some(150),
-            free: Some(60),
-            arena: Some(200),
-            mmap: Some(10),
-            top_releasable: Some(15),
-            free_whole_pages: Some(30),
-            ..AllocatorStats::default()
-        };
+        let a = glibc(Some(30));
         let uncapped = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
         assert_eq!((uncapped.reclaimable_bytes, uncapped.holes_bytes), (45, 15));
         assert!(uncapped.not_split.is_empty());
