@@ -35,6 +35,9 @@ impl CgroupMemory {
     fn read_v2(membership: &str) -> Option<Self> {
         let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
         let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
+        if !lists_this_process(&dir) {
+            return None;
+        }
         let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
         let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
         let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
@@ -53,9 +56,11 @@ impl CgroupMemory {
             let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
             controllers.split(',').any(|c| c == "memory").then_some(path)
         })?;
-        // Inside a container the cgroup is usually mounted as the root of the hierarchy.
+        // Inside a container the process's own cgroup is often mounted as the root of the hierarchy,
+        // and the path it is listed under may name another cgroup there: take the directory whose
+        // `cgroup.procs` lists this process.
         let dirs = [format!("/sys/fs/cgroup/memory{}", path.trim_end_matches('/')), "/sys/fs/cgroup/memory".to_owned()];
-        let dir = dirs.iter().find(|d| std::path::Path::new(&format!("{d}/memory.usage_in_bytes")).exists())?;
+        let dir = dirs.iter().find(|d| lists_this_process(d))?;
         let current_bytes = read_u64(&format!("{dir}/memory.usage_in_bytes"))?;
         // v1 says "no limit" with the largest page-aligned value that fits in an i64.
         let max_bytes = read_u64(&format!("{dir}/memory.limit_in_bytes")).filter(|&m| m < (i64::MAX as u64) & !0xfff);
@@ -68,6 +73,12 @@ impl CgroupMemory {
             file_bytes: stat_field(&stat, "cache"),
         })
     }
+}
+
+/// Whether the cgroup directory `dir` has this process among its members.
+fn lists_this_process(dir: &str) -> bool {
+    let pid = std::process::id().to_string();
+    std::fs::read_to_string(format!("{dir}/cgroup.procs")).is_ok_and(|procs| procs.lines().any(|l| l.trim() == pid))
 }
 
 fn read_u64(path: &str) -> Option<u64> {
@@ -206,25 +217,29 @@ mod tests {
         assert_eq!(stat_field(stat, "shmem"), None);
     }
 
-    /// Against the kernel's own files, wherever this process has a memory cgroup.
+    /// Against the kernel's own files, wherever this process has a memory cgroup: the usage of the
+    /// cgroup directory whose member list holds this process.
     #[test]
     fn cgroup_matches_the_kernel_files() {
         let Some(c) = CgroupMemory::read() else { return };
-        let candidates = [
-            "/sys/fs/cgroup/memory.current".to_owned(),
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes".to_owned(),
-            format!(
-                "/sys/fs/cgroup{}/memory.current",
-                std::fs::read_to_string("/proc/self/cgroup")
-                    .unwrap()
-                    .lines()
-                    .find_map(|l| l.strip_prefix("0::"))
-                    .unwrap_or("")
-            ),
-        ];
+        let pid = std::process::id().to_string();
+        let mut dirs = vec!["/sys/fs/cgroup".to_owned(), "/sys/fs/cgroup/memory".to_owned()];
+        for l in std::fs::read_to_string("/proc/self/cgroup").unwrap().lines() {
+            let path = l.splitn(3, ':').nth(2).unwrap_or("");
+            dirs.push(format!("/sys/fs/cgroup{path}"));
+            dirs.push(format!("/sys/fs/cgroup/memory{path}"));
+        }
+        let ours = dirs.iter().find(|d| {
+            std::fs::read_to_string(format!("{d}/cgroup.procs")).is_ok_and(|p| p.lines().any(|l| l == pid))
+                && ["memory.current", "memory.usage_in_bytes"]
+                    .iter()
+                    .any(|f| std::path::Path::new(&format!("{d}/{f}")).exists())
+        });
+        let ours = ours.expect("a memory cgroup directory listing this process");
+        let usage =
+            ["memory.current", "memory.usage_in_bytes"].iter().find_map(|f| read_u64(&format!("{ours}/{f}"))).unwrap();
         // Other processes of the cgroup allocate meanwhile: close, not equal.
-        let close = |v: u64| v.abs_diff(c.current_bytes) < 256 << 20;
-        assert!(candidates.iter().filter_map(|p| read_u64(p)).any(close), "{c:?}");
+        assert!(usage.abs_diff(c.current_bytes) < 256 << 20, "{c:?} vs {ours}: {usage}");
         assert!(c.anon_bytes.is_some(), "memory.stat");
     }
 }
