@@ -137,6 +137,9 @@ fn a_mapping_outside_the_heap_is_outside_heap() {
 #[test]
 fn frees_on_another_thread_are_found() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The finding needs 100 sampled frees; at the default rate these 131,072 blocks give about that
+    // many, so every block is sampled here (the default rate is tested in `origin_sampled`).
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
     let consumer = std::thread::spawn(move || rx.into_iter().for_each(drop));
     for _ in 0..64 {
