@@ -139,7 +139,8 @@ impl ProcessStats {
     }
 }
 
-fn page_size() -> u64 {
+/// The kernel's page size (4 KiB where `sysconf` cannot say).
+pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n > 0 { n as u64 } else { 4096 }

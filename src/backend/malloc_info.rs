@@ -16,13 +16,7 @@ pub(crate) struct FreeSpace {
 
 /// [`FreeSpace`] of this process now; `None` when `malloc_info` fails.
 pub(crate) fn free_space() -> Option<FreeSpace> {
-    Some(parse(&read()?, page_size()))
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 { n as u64 } else { 4096 }
+    Some(parse(&read()?, crate::process::page_size()))
 }
 
 /// `malloc_info(0, …)` into a memory stream.
