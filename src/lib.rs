@@ -116,8 +116,8 @@ pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 pub use report::{
-    Fragmentation, LifetimeRow, Origin, OriginPair, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats,
-    report, size_classes, totals,
+    Fragmentation, LifetimeRow, Origin, OriginPair, RatioInputs, Report, RowKind, ShardPool, SizeClassRow, ThreadRow,
+    TrackedStats, Warning, WarningKind, WrappedBackend, report, size_classes, totals,
 };
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;

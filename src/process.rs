@@ -1,7 +1,7 @@
 //! The process's own memory, as the kernel sees it: read from `/proc` (and the memory cgroup's files
 //! under `/sys/fs/cgroup`) at report time.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// The memory cgroup the process belongs to: in a container, the limit that kills the service is
 /// this one, not the host's memory. cgroup v2 (`memory.current`, `memory.max`, `memory.stat`) or,
@@ -26,41 +26,27 @@ pub struct CgroupMemory {
 impl CgroupMemory {
     /// Reads the process's memory cgroup, `None` without one (no cgroup filesystem, or the root
     /// cgroup, which has no limit files).
+    ///
+    /// Which directory is the process's own is decided once, and again only when `/proc/self/cgroup`
+    /// changes (the process was moved) or the process is a forked child: deciding reads
+    /// `cgroup.procs`, whose cost grows with every thread in the cgroup (about 0.3 ms with 1,000).
     #[must_use]
     pub fn read() -> Option<Self> {
         let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        Self::read_v2(&membership).or_else(|| Self::read_v1(&membership))
-    }
-
-    fn read_v2(membership: &str) -> Option<Self> {
-        let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
-        let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
-        if !lists_this_process(&dir) {
-            return None;
+        let place = Place::cached(membership)?;
+        let dir = &place.dir;
+        if place.version == 2 {
+            let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
+            let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
+            let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
+            return Some(Self {
+                version: 2,
+                current_bytes,
+                max_bytes: max.and_then(|m| m.trim().parse().ok()),
+                anon_bytes: stat_field(&stat, "anon"),
+                file_bytes: stat_field(&stat, "file"),
+            });
         }
-        let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
-        let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
-        let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
-        Some(Self {
-            version: 2,
-            current_bytes,
-            max_bytes: max.and_then(|m| m.trim().parse().ok()),
-            anon_bytes: stat_field(&stat, "anon"),
-            file_bytes: stat_field(&stat, "file"),
-        })
-    }
-
-    fn read_v1(membership: &str) -> Option<Self> {
-        let path = membership.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers.split(',').any(|c| c == "memory").then_some(path)
-        })?;
-        // Inside a container the process's own cgroup is often mounted as the root of the hierarchy,
-        // and the path it is listed under may name another cgroup there: take the directory whose
-        // `cgroup.procs` lists this process.
-        let dirs = [format!("/sys/fs/cgroup/memory{}", path.trim_end_matches('/')), "/sys/fs/cgroup/memory".to_owned()];
-        let dir = dirs.iter().find(|d| lists_this_process(d))?;
         let current_bytes = read_u64(&format!("{dir}/memory.usage_in_bytes"))?;
         // v1 says "no limit" with the largest page-aligned value that fits in an i64.
         let max_bytes = read_u64(&format!("{dir}/memory.limit_in_bytes")).filter(|&m| m < (i64::MAX as u64) & !0xfff);
@@ -73,6 +59,64 @@ impl CgroupMemory {
             file_bytes: stat_field(&stat, "cache"),
         })
     }
+}
+
+/// Where the process's memory cgroup is, and what it was decided from.
+struct Place {
+    pid: u32,
+    membership: String,
+    /// `None` when the process has no memory cgroup of its own.
+    found: Option<(u8, String)>,
+}
+
+struct Found<'a> {
+    version: u8,
+    dir: &'a str,
+}
+
+/// The last decision, leaked: replaced (and the old one leaked too) only when the process moves or
+/// forks, so a few bytes at most. An atomic pointer rather than a lock: a report in a forked child
+/// must not wait on a lock a parent's thread held at the fork.
+static PLACE: AtomicPtr<Place> = AtomicPtr::new(core::ptr::null_mut());
+
+impl Place {
+    fn cached(membership: String) -> Option<Found<'static>> {
+        let pid = std::process::id();
+        // SAFETY: a non-null PLACE points to a leaked `Place`, never freed or written after it was
+        // published (Release below, Acquire here).
+        let current = unsafe { PLACE.load(Ordering::Acquire).as_ref() };
+        let place: &'static Place = match current {
+            Some(p) if p.pid == pid && p.membership == membership => p,
+            _ => {
+                let found = locate_v2(&membership).map(|d| (2, d)).or_else(|| locate_v1(&membership).map(|d| (1, d)));
+                let fresh: &'static Place = Box::leak(Box::new(Place { pid, membership, found }));
+                PLACE.store(core::ptr::from_ref(fresh).cast_mut(), Ordering::Release);
+                fresh
+            }
+        };
+        place.found.as_ref().map(|(version, dir)| Found { version: *version, dir })
+    }
+}
+
+fn locate_v2(membership: &str) -> Option<String> {
+    let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
+    // Hybrid hierarchies list a v2 path without the memory controller there: then v1 has it.
+    let has_memory = std::fs::exists(format!("{dir}/memory.current")).unwrap_or(false);
+    (has_memory && lists_this_process(&dir)).then_some(dir)
+}
+
+fn locate_v1(membership: &str) -> Option<String> {
+    let path = membership.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "memory").then_some(path)
+    })?;
+    // Inside a container the process's own cgroup is often mounted as the root of the hierarchy,
+    // and the path it is listed under may name another cgroup there: take the directory whose
+    // `cgroup.procs` lists this process.
+    let dirs = [format!("/sys/fs/cgroup/memory{}", path.trim_end_matches('/')), "/sys/fs/cgroup/memory".to_owned()];
+    dirs.into_iter().find(|d| lists_this_process(d))
 }
 
 /// Whether the cgroup directory `dir` has this process among its members.
@@ -167,12 +211,6 @@ fn smaps_pss() -> Option<u64> {
         let kib: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
         Some(kib * 1024)
     })
-}
-
-/// The ids of this process's threads now: one directory read, whatever their number.
-pub(crate) fn live_tids() -> Option<std::collections::HashSet<u64>> {
-    let dir = std::fs::read_dir("/proc/self/task").ok()?;
-    Some(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
 }
 
 /// The kernel's current name of thread `tid` of this process, or `None` if it no longer exists.

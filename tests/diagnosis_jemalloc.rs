@@ -155,3 +155,74 @@ fn frees_on_another_thread_are_found() {
     assert!(o.cross_thread_byte_ratio.is_some_and(|x| x > 0.9), "{:?}", o.cross_thread_byte_ratio);
     assert!(f.summary.contains("freed on another thread"), "{}", f.summary);
 }
+
+/// Free space trapped between live blocks: 2 Mi blocks of 64 B (128 MiB), then every block but one in
+/// eight freed, so each slab page keeps live blocks. Ground truth: jemalloc's own `stats.active −
+/// stats.allocated`, and what a purge does and does not release.
+#[test]
+fn holes_are_what_a_purge_cannot_release() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    frag::tune::jemalloc::purge_all().unwrap();
+    let mut blocks: Vec<Box<[u8; 64]>> = (0..2 << 20).map(|i| Box::new([i as u8 | 1; 64])).collect();
+    let mut i = 0;
+    blocks.retain(|_| {
+        i += 1;
+        i % 8 == 0
+    });
+    blocks.shrink_to_fit();
+    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    let r = frag::report();
+    eprintln!("{r}");
+    let b = &r.diagnosis.as_ref().unwrap().breakdown;
+    let f = finding(&r, FindingKind::Holes).expect("a holes finding");
+    assert_eq!(f.severity, Severity::Warn);
+    assert!(f.remedy.contains("1..=64 B") || f.remedy.contains("64 B"), "{}", f.remedy);
+
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    let active = tikv_jemalloc_ctl::stats::active::read().unwrap() as f64;
+    let allocated = tikv_jemalloc_ctl::stats::allocated::read().unwrap() as f64;
+    let truth = active - allocated;
+    let holes = b.holes_bytes as f64;
+    eprintln!("holes {:.1} MiB, jemalloc active - allocated {:.1} MiB", holes / MIB as f64, truth / MIB as f64);
+    assert!(truth >= 96.0 * MIB as f64, "the scenario leaves 7/8 of 128 MiB free in slabs: {truth}");
+    assert!((holes - truth).abs() <= 0.05 * truth, "holes {holes}, jemalloc {truth}");
+
+    // A purge cannot return them (the pages hold live blocks); freeing the blocks that pin them can.
+    let before = common::rss_bytes();
+    frag::tune::jemalloc::purge_all().unwrap();
+    let purged = before.saturating_sub(common::rss_bytes()) as f64;
+    assert!(purged < 0.10 * holes, "a purge released {purged} of {holes} trapped bytes");
+    drop(blocks);
+    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    let before = common::rss_bytes();
+    frag::tune::jemalloc::purge_all().unwrap();
+    let unpinned = before.saturating_sub(common::rss_bytes()) as f64;
+    eprintln!("purge released {:.1} MiB pinned, {:.1} MiB unpinned", purged / MIB as f64, unpinned / MIB as f64);
+    assert!(unpinned >= 0.8 * holes, "freeing the pinning blocks let a purge release {unpinned} of {holes}");
+}
+
+/// Allocator bookkeeping: every jemalloc arena created maps its own metadata (bins, extent
+/// structures). Ground truth: the RSS the new arenas added, with no block allocated in them.
+#[test]
+fn metadata_is_what_new_arenas_cost() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    frag::tune::jemalloc::purge_all().unwrap();
+    let before = frag::report();
+    let (meta_before, rss_before) =
+        (before.diagnosis.as_ref().unwrap().breakdown.metadata_bytes, before.process.rss_bytes.unwrap());
+    for _ in 0..400 {
+        // SAFETY: `arenas.create` writes the new arena's index, an `unsigned`.
+        unsafe { tikv_jemalloc_ctl::raw::read::<u32>(b"arenas.create\0") }.unwrap();
+    }
+    let r = frag::report();
+    eprintln!("{r}");
+    let b = &r.diagnosis.as_ref().unwrap().breakdown;
+    let grew = b.metadata_bytes.saturating_sub(meta_before) as f64;
+    let rss_grew = r.process.rss_bytes.unwrap().saturating_sub(rss_before) as f64;
+    eprintln!("metadata grew {:.1} MiB, RSS {:.1} MiB", grew / MIB as f64, rss_grew / MIB as f64);
+    assert!(rss_grew >= 8.0 * MIB as f64, "400 arenas should cost some MiB: {rss_grew}");
+    assert!((grew - rss_grew).abs() <= 0.15 * rss_grew, "metadata grew {grew}, RSS {rss_grew}");
+    let f = finding(&r, FindingKind::Metadata).expect("a metadata finding");
+    assert_eq!(f.severity, Severity::Info);
+    assert!(f.bytes >= b.metadata_bytes);
+}

@@ -46,10 +46,10 @@ fn glibc_ground_truth() {
     assert!((m1 - m0).abs_diff(expected) <= expected / 1000, "{} vs {expected}", m1 - m0);
 
     let r = frag::report();
-    assert_eq!(r.backend, "system");
+    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::System)));
     let g = r.allocator.expect("mallinfo2");
     assert!(g.allocated.is_some() && g.arena.is_some() && g.free.is_some() && g.mmap.is_some());
-    assert_eq!(r.fragmentation.ratio_inputs, "process rss_bytes vs tracked usable_bytes");
+    assert_eq!(r.fragmentation.ratio_inputs, frag::RatioInputs::Process);
     drop(blocks);
     let _ = Layout::new::<u8>();
 }

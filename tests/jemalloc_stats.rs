@@ -61,10 +61,10 @@ fn jemalloc_ground_truth() {
     assert!(grown_je.abs_diff(grown_tracked) <= grown_je / 1000, "{grown_je} vs {grown_tracked}");
 
     let r = frag::report();
-    assert_eq!(r.backend, "jemalloc");
+    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::Jemalloc)));
     let je = r.allocator.expect("jemalloc statistics");
     assert!(je.resident.unwrap() >= je.allocated.unwrap());
-    assert_eq!(r.fragmentation.ratio_inputs, "allocator resident vs allocator allocated");
+    assert_eq!(r.fragmentation.ratio_inputs, frag::RatioInputs::Allocator);
     // Absolute: everything the process allocated went through Tracked, so the figures agree up to
     // the blocks sitting in the (unflushed) tcaches of the test harness's threads.
     let (je_alloc, tracked) = (je.allocated.unwrap(), r.tracked.usable_bytes);

@@ -93,6 +93,6 @@ fn claims_exits_reallocs_and_reports_never_reenter() {
         }
     }
     let r = frag::report();
-    assert_eq!(r.backend, "system");
+    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::System)));
     println!("{r}");
 }

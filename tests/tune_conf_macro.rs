@@ -1,6 +1,8 @@
 //! `jemalloc_conf!` emits a `malloc_conf` symbol jemalloc really reads at start-up.
 #![cfg(feature = "jemalloc")]
 
+mod common;
+
 use std::time::Duration;
 
 use frag::tune::Decay;
@@ -19,11 +21,17 @@ frag::jemalloc_conf!(CONF);
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
+/// In a child without `_RJEM_MALLOC_CONF`, which would override the compiled-in options.
 #[test]
 fn jemalloc_uses_the_compiled_in_options() {
-    if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
-        return; // the environment overrides the symbol
-    }
+    common::run_child_in("compiled_in_options_child", &[], &["_RJEM_MALLOC_CONF"]);
+}
+
+#[test]
+#[ignore = "child process helper"]
+fn compiled_in_options_child() {
+    common::child_only("jemalloc_uses_the_compiled_in_options");
+    assert!(std::env::var_os("_RJEM_MALLOC_CONF").is_none());
     // SAFETY: decay options are `ssize_t`.
     assert_eq!(unsafe { raw::read::<isize>(b"opt.dirty_decay_ms\0") }.unwrap(), 3000);
     // SAFETY: as above.

@@ -117,7 +117,7 @@ pub(crate) fn kind_of_value<A: 'static>(a: &A) -> Kind {
 ///
 /// fn main() {
 ///     let v = vec![0u8; 100];
-///     assert_eq!(frag::report().backend, "rounding");
+///     assert_eq!(frag::report().backend, Some(frag::WrappedBackend::Other("rounding")));
 ///     drop(v);
 /// }
 /// ```

@@ -13,7 +13,7 @@ use metrics::{Label, SharedString};
 
 use self::names::{Kind, Names};
 use crate::watch::{Alert, Watch, WatchConfig};
-use crate::{Report, report};
+use crate::{Report, WrappedBackend, report};
 
 /// The default metric name prefix.
 pub const DEFAULT_PREFIX: &str = "frag_";
@@ -206,7 +206,7 @@ impl Publisher {
             let sample_rate = report.origin.as_ref().map_or(0, |o| o.sample_rate);
             tracing::info!(
                 target: "frag",
-                backend = %report.backend,
+                backend = %report.backend.map_or("none", WrappedBackend::name),
                 allocator_config = %crate::tune::effective_config(),
                 sample_rate,
                 "frag publishing heap metrics"
@@ -230,7 +230,7 @@ impl Publisher {
                     rss_to,
                     allocated_from,
                     allocated_to,
-                    backend = %report.backend,
+                    backend = %report.backend.map_or("none", WrappedBackend::name),
                     "resident memory stepped up from {} to {} MiB while live data went from {} to {} MiB: \
                      fragmentation, not a leak (see frag::report() size classes and origin)",
                     rss_from >> 20,
@@ -244,7 +244,7 @@ impl Publisher {
                     rss_to,
                     allocated_from,
                     allocated_to,
-                    backend = %report.backend,
+                    backend = %report.backend.map_or("none", WrappedBackend::name),
                     "resident memory rose from {} to {} MiB with live data, from {} to {} MiB: the program's \
                      own data grew (a leak or real growth), not fragmentation (see frag::report() live_data)",
                     rss_from >> 20,

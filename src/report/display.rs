@@ -140,7 +140,10 @@ fn row_label(r: &ThreadRow) -> String {
 impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let t = &self.tracked;
-        writeln!(f, "frag report: backend {}", self.backend)?;
+        match self.backend {
+            Some(b) => writeln!(f, "frag report: backend {b}")?,
+            None => writeln!(f, "frag report: no Tracked allocator is installed")?,
+        }
         if let Some(d) = &self.diagnosis {
             write_diagnosis(f, d)?;
         }

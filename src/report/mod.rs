@@ -4,9 +4,11 @@
 
 mod collect;
 mod display;
+mod kinds;
 mod origin;
 
 pub use collect::{report, size_classes, totals};
+pub use kinds::{RatioInputs, Warning, WarningKind, WrappedBackend};
 
 use crate::backend::AllocatorStats;
 use crate::diagnosis::Diagnosis;
@@ -17,9 +19,9 @@ use crate::process::ProcessStats;
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Report {
-    /// The wrapped allocator: `"jemalloc"`, `"system"`, `"mimalloc"`, `"snmalloc"`, a probe's name, or
-    /// the allocator's type name.
-    pub backend: String,
+    /// The wrapped allocator; `None` when no `Tracked` allocator is installed (or none has allocated
+    /// yet). Serialises as its name: `"jemalloc"`, `"system"`, a probe's name, or a type name.
+    pub backend: Option<WrappedBackend>,
     /// How `usable_bytes` figures were obtained for this backend.
     pub usable_source: String,
     /// Totals over every thread.
@@ -42,7 +44,7 @@ pub struct Report {
     /// Where resident memory goes and what it means: `None` without a process RSS (no `/proc`).
     pub diagnosis: Option<Diagnosis>,
     /// Things the reader should know to interpret the figures.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 /// Process-wide counters, exact at the moment they were read.
@@ -68,7 +70,7 @@ pub struct TrackedStats {
 }
 
 /// Fragmentation figures and the inputs they were computed from.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Fragmentation {
@@ -78,7 +80,7 @@ pub struct Fragmentation {
     /// warnings say so).
     pub ratio: Option<f64>,
     /// Which figures `ratio` was computed from.
-    pub ratio_inputs: String,
+    pub ratio_inputs: RatioInputs,
     /// `(process RSS - tracked usable bytes) / tracked usable bytes`: the whole process's overhead.
     /// `None` below the same 8 MiB of live data.
     pub process_ratio: Option<f64>,

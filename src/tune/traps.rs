@@ -38,6 +38,8 @@ pub enum Trap {
         var: &'static str,
         /// What is wrong.
         problem: String,
+        /// What to change.
+        fix: String,
     },
     /// jemalloc accepted an option but uses another value (it rounds and clips without saying so).
     JemallocAdjusted {
@@ -61,7 +63,7 @@ impl Trap {
             Self::IgnoredEnvVar { hint, .. } => hint.clone(),
             Self::MisspeltEnvVar { name, did_you_mean: Some(right) } => format!("rename {name} to {right}"),
             Self::MisspeltEnvVar { name, did_you_mean: None } => format!("remove {name}, or spell a real option"),
-            Self::InvalidJemallocConf { var, .. } => format!("fix or remove that pair in {var}"),
+            Self::InvalidJemallocConf { fix, .. } => fix.clone(),
             Self::JemallocAdjusted { key, used, .. } => {
                 format!("ask for a value jemalloc keeps ({key} is {used} in force), or accept it")
             }
@@ -82,7 +84,7 @@ impl fmt::Display for Trap {
             Self::MisspeltEnvVar { name, did_you_mean: None } => {
                 write!(f, "{name} is set but is not an option of the allocator: it is ignored")
             }
-            Self::InvalidJemallocConf { var, problem } => {
+            Self::InvalidJemallocConf { var, problem, .. } => {
                 write!(f, "{var}: {problem}; jemalloc ignores this pair and goes on")
             }
             Self::JemallocAdjusted { key, asked, used } => {
@@ -225,7 +227,7 @@ fn jemalloc_conf_traps(var: &'static str, value: &str) -> Vec<Trap> {
     let mut traps: Vec<Trap> = errors
         .iter()
         .filter(|e| e.is_invalid_for_jemalloc())
-        .map(|e| Trap::InvalidJemallocConf { var, problem: e.to_string() })
+        .map(|e| Trap::InvalidJemallocConf { var, problem: e.to_string(), fix: e.fix(var) })
         .collect();
     if let Ok(used) = effective() {
         let used = used.opt;

@@ -286,13 +286,28 @@ pub fn is_child() -> bool {
     std::env::var_os("FRAG_TEST_CHILD").is_some()
 }
 
+/// Opens an `#[ignore]`d child helper: it tests nothing unless its parent test started it with the
+/// environment it needs, so run outside one it fails rather than passing empty.
+pub fn child_only(parent: &str) {
+    assert!(is_child(), "a child-process helper: run `{parent}`, which starts it with its environment");
+}
+
 /// Runs the test `name` of this test binary in a new process with `env` set (environment variables
 /// read at start-up, such as allocator options, can only be tested this way); panics with its
 /// output if it fails, else returns that output (stdout, then stderr).
 pub fn run_child(name: &str, env: &[(&str, &str)]) -> String {
+    run_child_in(name, env, &[])
+}
+
+/// [`run_child`] with the variables `removed` taken out of the child's environment.
+pub fn run_child_in(name: &str, env: &[(&str, &str)], removed: &[&str]) -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).env("FRAG_TEST_CHILD", "1");
+    for k in removed {
+        cmd.env_remove(k);
+    }
+    // Child helpers are `#[ignore]`d so that they do not count as tests of their own.
+    cmd.args(["--exact", name, "--include-ignored", "--nocapture", "--test-threads=1"]).env("FRAG_TEST_CHILD", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }

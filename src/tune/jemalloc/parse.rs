@@ -47,6 +47,18 @@ impl ConfError {
     pub fn is_invalid_for_jemalloc(&self) -> bool {
         !matches!(self, Self::Unmodelled { .. })
     }
+
+    /// What to change in the variable `var` that holds the pair.
+    #[must_use]
+    pub fn fix(&self, var: &str) -> String {
+        match self {
+            Self::Syntax { pair } => format!("write {pair:?} as key:value in {var}, or remove it"),
+            Self::UnknownKey { key, did_you_mean: Some(k) } => format!("rename {key:?} to {k:?} in {var}"),
+            Self::UnknownKey { key, did_you_mean: None } => format!("remove {key:?} from {var}"),
+            Self::InvalidValue { key, expected, .. } => format!("give {key} {expected} in {var}"),
+            Self::Unmodelled { key } => format!("nothing: jemalloc reads {key} (frag does not model it)"),
+        }
+    }
 }
 
 impl fmt::Display for ConfError {

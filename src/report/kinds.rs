@@ -1,0 +1,141 @@
+//! The report's typed labels: which allocator it describes, what its ratio was computed from, and the
+//! warnings a reader needs to interpret it.
+
+use core::fmt;
+
+use crate::backend::Backend;
+
+/// The allocator a report describes: one of the crate's known backends, or another allocator by the
+/// name its [`Probe`](crate::Probe) gives (else its type name).
+///
+/// Serialises (feature `serde`) and prints as the plain name: `"jemalloc"`, `"system"`, `"rounding"`.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// match frag::report().backend {
+///     Some(frag::WrappedBackend::Known(frag::Backend::System)) => println!("glibc malloc"),
+///     Some(other) => println!("wrapping {other}"),
+///     None => println!("no Tracked allocator is installed"),
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WrappedBackend {
+    /// A backend this crate knows by type.
+    Known(Backend),
+    /// Any other allocator: its probe's name, or its Rust type name without a probe.
+    Other(&'static str),
+}
+
+impl WrappedBackend {
+    /// The name reports show.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Known(b) => b.name(),
+            Self::Other(name) => name,
+        }
+    }
+
+    /// The known backend, if it is one.
+    #[must_use]
+    pub const fn known(self) -> Option<Backend> {
+        match self {
+            Self::Known(b) => Some(b),
+            Self::Other(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for WrappedBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<&str> for WrappedBackend {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for WrappedBackend {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// The figures [`Fragmentation::ratio`](crate::Fragmentation::ratio) was computed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum RatioInputs {
+    /// The allocator's own resident and allocated bytes (jemalloc).
+    Allocator,
+    /// Process RSS and tracked usable bytes: every backend without both allocator figures.
+    Process,
+}
+
+impl fmt::Display for RatioInputs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Allocator => "allocator resident vs allocator allocated",
+            Self::Process => "process rss_bytes vs tracked usable_bytes",
+        })
+    }
+}
+
+/// Something the reader should know to interpret a report: what is missing from it, or why a figure
+/// is not shown. Configuration traps appear here and as
+/// [`FindingKind::ConfigTrap`](crate::FindingKind::ConfigTrap) findings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Warning {
+    /// What the warning is about.
+    pub kind: WarningKind,
+    /// One sentence with the figures and what to do.
+    pub message: String,
+}
+
+impl Warning {
+    pub(crate) fn new(kind: WarningKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The kinds of [`Warning`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// No `Tracked` allocator has allocated: every count is zero.
+    NotInstalled,
+    /// The allocator's own statistics could not be read (or were skipped on a re-entered report).
+    AllocatorStats,
+    /// `FRAG_ALLOCATOR` named no backend of this build and [`Select`](crate::Select) fell back.
+    SelectFallback,
+    /// Too little live data for a fragmentation ratio to mean anything.
+    SmallHeap,
+    /// More threads than per-thread shards: some are counted together.
+    PoolFull,
+    /// Origin samples were lost because the side table was full.
+    DroppedSamples,
+    /// A configuration trap ([`tune::Trap`](crate::tune::Trap)).
+    ConfigTrap,
+    /// The `Tracked` was configured with an invalid sampling rate and uses the default.
+    InvalidSampling,
+}
