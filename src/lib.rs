@@ -68,7 +68,8 @@
 //! - thread exit is seen through a pthread key destructor; a released shard is reused by the next
 //!   thread and its past totals stay in the "retired" row;
 //! - a plain request of at most 32 KiB costs one table load for its size class and two plain adds
-//!   (see `src/tracked.rs`); origin sampling and live-byte publishing run on a cold path, reached
+//!   (three on glibc, mimalloc and a probe, which record each block's usable size; see
+//!   `src/tracked.rs`); origin sampling and live-byte publishing run on a cold path, reached
 //!   only by blocks whose address falls in a keyed-hash subset (one in 64 at the default rate) and
 //!   by large or over-aligned blocks, so a free learns from its pointer alone whether its block can
 //!   have been sampled;
@@ -115,6 +116,9 @@ pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
+#[cfg(not(feature = "serde"))]
+#[doc(hidden)]
+pub use report::needs_serde;
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, RatioInputs, Report, RowKind, ShardPool, SizeClassRow, ThreadRow,
     TrackedStats, Warning, WarningKind, WrappedBackend, report, size_classes, totals,

@@ -62,9 +62,34 @@ struct Plan {
     blocks: usize,
 }
 
+/// The class of a request by the documented rule, computed here rather than asked of the crate:
+/// one class up to 8 B, 8-byte steps up to 32 B, then four equal steps per power of two
+/// `(2^k, 2^(k+1)]`, and one last class above 64 MiB.
 fn class_index(size: usize) -> usize {
+    let index = match size {
+        0..=8 => 0,
+        9..=32 => size.div_ceil(8) - 1,
+        _ if size > 64 << 20 => 4 + 4 * (26 - 5),
+        _ => {
+            let k = (size - 1).ilog2() as usize; // size in (2^k, 2^(k+1)]
+            let step = (1 << k) / 4;
+            4 + 4 * (k - 5) + (size - (1 << k)).div_ceil(step) - 1
+        }
+    };
+    assert_eq!(frag::NUM_CLASSES, 4 + 4 * (26 - 5) + 1, "the rule's class count");
+    index
+}
+
+#[test]
+fn the_class_rule_matches_the_documented_bounds() {
     let classes = frag::size_classes();
-    classes.iter().position(|c| c.contains(size as u64)).expect("every size has a class")
+    for size in [0, 1, 8, 9, 16, 17, 32, 33, 40, 41, 64, 65, 80, 81, 1000, 1024, 1025, 4096, 32 << 10, (32 << 10) + 1]
+        .into_iter()
+        .chain([(64 << 20) - 1, 64 << 20, (64 << 20) + 1, usize::MAX])
+    {
+        let row = &classes[class_index(size)];
+        assert!(row.contains(size as u64), "{size} B: the rule says {}..={:?}", row.min_size, row.max_size);
+    }
 }
 
 fn enter(classes: &mut HashMap<usize, ClassModel>, size: usize) {

@@ -71,6 +71,7 @@ fn producer_consumer_default_rate() {
     run(1_000_000, |_| true);
     let after = frag::report();
     let (frees, cross) = delta(&before, &after);
+    common::assert_estimates_within_exact(&after);
     assert!(cross / frees >= 0.95, "{cross} / {frees}");
     assert_eq!(after.origin.as_ref().map(|o| o.sample_rate), Some(1024));
 }
@@ -86,6 +87,7 @@ fn thread_per_core_default_rate() {
     threads.into_iter().for_each(|t| t.join().unwrap());
     let after = frag::report();
     let (frees, cross) = delta(&before, &after);
+    common::assert_estimates_within_exact(&after);
     let samples = after.origin.as_ref().map_or(0, |o| o.sampled_blocks);
     eprintln!("thread per core: estimated {frees} frees, {cross} cross, {samples} samples");
     assert!(samples >= 300, "{samples} samples");

@@ -42,6 +42,7 @@ async fn workload(tasks: usize, rounds: usize, size: usize) {
 /// Cross-thread ratio of the class of `size`, once enough of its blocks were sampled.
 fn ratio(size: usize) -> f64 {
     let r = frag::report();
+    common::assert_estimates_within_exact(&r);
     let row = class_row(&r, size as u64).expect("class row");
     row.cross_thread_ratio.expect("sampled frees in the class")
 }
@@ -55,7 +56,10 @@ fn multi_thread_runtime_frees_across_workers() {
     drop(rt);
     let r = ratio(SIZE);
     eprintln!("multi-thread runtime: cross-thread ratio {r:.3}");
-    assert!(r > 0.05, "cross-thread ratio {r}");
+    // Measured on 2 cores: 0.69-0.71 over six idle runs, 0.38-0.58 with six runs competing for the
+    // cores (fewer steals when every worker is busy). A task that resumes on a uniformly random one
+    // of 4 workers would give 0.75. The bounds leave a margin on both sides of what was measured.
+    assert!((0.25..=0.85).contains(&r), "cross-thread ratio {r}");
 }
 
 #[test]

@@ -141,6 +141,21 @@ fn bad_input_gets_typed_errors() {
     assert!(matches!(e, TuneError::InvalidValue { .. }), "{e}");
     let e = jemalloc::set_max_background_threads(0).unwrap_err();
     assert!(matches!(e, TuneError::InvalidValue { knob: "max_background_threads", .. }), "{e}");
+    // Above the start-up ceiling jemalloc itself refuses (EINVAL); the check says so first, in words.
+    let ceiling = tikv_jemalloc_ctl::max_background_threads::read().unwrap().max(1);
+    let e = jemalloc::set_max_background_threads(usize::MAX).unwrap_err();
+    assert!(matches!(e, TuneError::InvalidValue { knob: "max_background_threads", .. }), "{e}");
+    assert!(!e.to_string().contains("newp"), "{e}");
+    // SAFETY: `opt.max_background_threads` is a size_t.
+    let opt = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"opt.max_background_threads\0") }.unwrap();
+    assert!(jemalloc::set_max_background_threads(opt + 1).is_err());
+    // jemalloc's own refusal of the same value, for the ground truth that the bound is jemalloc's.
+    assert!(tikv_jemalloc_ctl::max_background_threads::write(opt + 1).is_err());
+    assert!(ceiling <= opt);
+    // A mallctl failure is in words too: an unknown key.
+    // SAFETY: a read of a key that does not exist writes nothing.
+    let raw = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"no.such.key\0") }.unwrap_err();
+    assert!(raw.to_string().contains("`mib`"), "tikv-jemalloc-ctl's wording changed: {raw}");
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let e = frag::tune::glibc::set(frag::tune::glibc::Mallopt::ArenaMax(2)).unwrap_err();

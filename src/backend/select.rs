@@ -6,7 +6,8 @@ use core::ffi::CStr;
 use super::{Backend, Kind};
 use crate::sync::{AtomicU8, Ordering};
 
-/// The environment variable [`Select`] reads.
+/// The environment variable [`Select`] reads: a backend name (`system` or `glibc`, `jemalloc`,
+/// `mimalloc`, `snmalloc`), with surrounding whitespace and case ignored.
 pub const SELECT_ENV: &str = "FRAG_ALLOCATOR";
 const SELECT_ENV_C: &CStr = c"FRAG_ALLOCATOR";
 
@@ -109,14 +110,15 @@ fn from_env(default: Backend) -> (Backend, EnvStatus) {
     let bytes = unsafe { CStr::from_ptr(value) }.to_bytes();
     parse(bytes).map_or((default, EnvStatus::Unknown), |parsed| match parsed {
         Some(b) => (b, EnvStatus::Fine),
-        None if bytes.is_empty() => (default, EnvStatus::Fine),
+        None if bytes.trim_ascii().is_empty() => (default, EnvStatus::Fine),
         None => (default, EnvStatus::NotCompiled),
     })
 }
 
 /// `Ok(Some(b))` for a backend compiled in, `Ok(None)` for a known one that is not (or the empty
-/// string), `Err` for an unknown name. Case-insensitive.
+/// string), `Err` for an unknown name. One rule: surrounding whitespace is ignored, case too.
 fn parse(bytes: &[u8]) -> Result<Option<Backend>, ()> {
+    let bytes = bytes.trim_ascii();
     let is = |name: &str| bytes.eq_ignore_ascii_case(name.as_bytes());
     if bytes.is_empty() {
         return Ok(None);
@@ -211,8 +213,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_parse_case_insensitively() {
+    fn names_parse_trimmed_and_case_insensitively() {
         assert_eq!(parse(b"System"), Ok(Some(Backend::System)));
+        assert_eq!(parse(b" SYSTEM\n"), Ok(Some(Backend::System)));
+        assert_eq!(parse(b"  "), Ok(None));
+        assert_eq!(parse(b"sys tem"), Err(()));
         assert_eq!(parse(b"glibc"), Ok(Some(Backend::System)));
         assert_eq!(parse(b""), Ok(None));
         assert_eq!(parse(b"tcmalloc"), Err(()));

@@ -172,6 +172,12 @@ impl Countdown for Anyone {
 mod tests {
     use super::*;
 
+    /// `stats::live` and `TrackedStats::peak_allocated_bytes` state this step in MiB.
+    #[test]
+    fn flush_step_is_as_documented() {
+        assert_eq!(FLUSH_CHARGE >> 20, 16);
+    }
+
     #[test]
     fn weights_are_inverse_probabilities() {
         assert_eq!(weight(16 + OP_CHARGE, 0, 0), 1.0);

@@ -48,12 +48,12 @@ metrics_table! {
     InternalFragmentation: Gauge, "internal_fragmentation_bytes", Unit::Bytes, "Usable minus requested bytes of live blocks";
     CrossThreadFrees: Counter, "cross_thread_frees_total", Unit::Count, "Frees on another thread than the allocating one (estimated from samples)";
     CrossThreadFreedBytes: Counter, "cross_thread_freed_bytes_total", Unit::Bytes, "Bytes freed on another thread than the allocating one (estimated)";
-    SampledFrees: Counter, "origin_frees_total", Unit::Count, "Frees the cross-thread estimate is over";
+    SampledFrees: Counter, "origin_frees_total", Unit::Count, "Frees of blocks, estimated from samples: deallocations plus the old blocks of reallocations, at most deallocations_total + reallocations_total";
     CrossThreadRatio: Gauge, "cross_thread_free_ratio", Unit::Count, "Share of frees on another thread than the allocating one (estimated)";
     ClassLiveBytes: Gauge, "size_class_live_bytes", Unit::Bytes, "Requested bytes of live blocks per size class (label: class upper bound)";
     ClassLiveBlocks: Gauge, "size_class_live_blocks", Unit::Count, "Live blocks per size class";
     ClassUsableBytes: Gauge, "size_class_usable_bytes", Unit::Bytes, "Usable bytes of live blocks per size class";
-    ClassAllocations: Counter, "size_class_allocations_total", Unit::Count, "Allocations per size class";
+    ClassAllocations: Counter, "size_class_allocations_total", Unit::Count, "Blocks that entered each size class: allocations and the new blocks of reallocations (summed over classes: allocations_total + reallocations_total)";
     ThreadAllocations: Gauge, "thread_allocations", Unit::Count, "Allocations by the live threads of this name (exited threads move to thread=\"retired\")";
     ThreadAllocatedBytes: Gauge, "thread_allocated_bytes", Unit::Bytes, "Bytes allocated by the live threads of this name";
     ThreadFreedBytes: Gauge, "thread_freed_bytes", Unit::Bytes, "Bytes freed by the live threads of this name";

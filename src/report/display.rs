@@ -85,19 +85,30 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         "\norigin     sampling {rate}: {} sampled, {} freed, {} dropped",
         o.sampled_blocks, o.sampled_frees, o.dropped_samples
     )?;
+    if o.too_few_samples {
+        writeln!(
+            f,
+            "           cross-thread frees: too few samples to tell ({} sampled frees, fewer than {})",
+            o.sampled_frees,
+            super::origin::MIN_SAMPLES
+        )?;
+        return Ok(());
+    }
     let interval =
         o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0));
+    let clamped = if o.clamped { ", lowered to the exact count" } else { "" };
     writeln!(
         f,
-        "           cross-thread frees {} of {} = {}{interval}; bytes {} = {}",
+        "           cross-thread frees ≈{} of ≈{} = {}{interval}; bytes ≈{} = {} (estimates from {} sampled frees{clamped})",
         o.cross_thread_frees,
         o.frees,
         opt_percent(o.cross_thread_free_ratio),
         Bytes(o.cross_thread_bytes),
-        opt_percent(o.cross_thread_byte_ratio)
+        opt_percent(o.cross_thread_byte_ratio),
+        o.sampled_frees
     )?;
     if !o.pairs.is_empty() {
-        writeln!(f, "  {:<30}    {:<30} {:>12} {:>11}", "allocated by", "freed by", "frees", "bytes")?;
+        writeln!(f, "  {:<30}    {:<30} {:>12} {:>11}", "allocated by", "freed by", "≈frees", "≈bytes")?;
         for p in &o.pairs {
             let who = |tid: u64, name: &Option<String>| format!("{tid} {}", name.as_deref().unwrap_or("?"));
             writeln!(
@@ -120,7 +131,7 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         })
         .collect();
     if !lived.is_empty() {
-        writeln!(f, "  lifetimes (local/cross): {}", lived.join(", "))?;
+        writeln!(f, "  lifetimes (≈local/≈cross frees): {}", lived.join(", "))?;
     }
     Ok(())
 }
@@ -132,8 +143,8 @@ fn row_label(r: &ThreadRow) -> String {
             let state = if r.alive { "" } else { " (exited)" };
             format!("{} {name}{state}", r.tid.unwrap_or(0))
         }
-        RowKind::Retired => "(retired threads)".to_owned(),
-        RowKind::Overflow => "(overflow)".to_owned(),
+        RowKind::Retired => "(exited, slot reused)".to_owned(),
+        RowKind::Overflow => "(beyond the slots)".to_owned(),
     }
 }
 
@@ -214,13 +225,14 @@ impl Display for Report {
 
         writeln!(
             f,
-            "\nthreads ({} of {} shards live; elsewhere = its blocks freed by others, remote = others' blocks it freed)",
+            "\nthreads ({} running, tracked individually, of {} at most; elsewhere ≈ its blocks freed by others, \
+             remote ≈ others' blocks it freed, both estimated)",
             self.shards.live, self.shards.capacity
         )?;
         writeln!(
             f,
             "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
-            "thread", "allocs", "frees", "reallocs", "allocated", "freed", "elsewhere", "remote"
+            "thread", "allocs", "frees", "reallocs", "allocated", "freed", "≈elsewhere", "≈remote"
         )?;
         for r in &self.threads {
             if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
@@ -244,7 +256,7 @@ impl Display for Report {
         writeln!(
             f,
             "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
-            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal", "xthread"
+            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal", "≈xthread"
         )?;
         for c in &self.size_classes {
             let range = match c.max_size {

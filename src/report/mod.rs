@@ -64,8 +64,9 @@ pub struct TrackedStats {
     pub allocated_bytes: u64,
     /// Usable bytes in live blocks, as the backend rounds them (see `usable_source`).
     pub usable_bytes: u64,
-    /// Highest `allocated_bytes` seen. Exact at every `report()`; between reports it is tracked in
-    /// 1 MiB steps per size class and thread, so a spike no report saw can be off by that much.
+    /// Highest `allocated_bytes` seen. Exact at every `report()`; between reports each thread folds
+    /// its net into the peak after 16 MiB of sampled charge (`origin::sampler::FLUSH_CHARGE`), so a
+    /// spike no report saw can be off by up to that (plus one sampling interval) per live thread.
     pub peak_allocated_bytes: u64,
 }
 
@@ -125,14 +126,19 @@ pub struct ThreadRow {
     /// Requested bytes the thread freed (old sizes of reallocations included).
     pub freed_bytes: u64,
     /// Estimated frees the thread made of blocks it allocated itself (origin tracking; 0 when off).
+    #[cfg_attr(feature = "serde", serde(rename = "est_local_frees"))]
     pub local_frees: u64,
     /// Estimated frees other threads made of blocks this thread allocated.
+    #[cfg_attr(feature = "serde", serde(rename = "est_freed_elsewhere"))]
     pub freed_elsewhere: u64,
     /// Estimated requested bytes of those blocks.
+    #[cfg_attr(feature = "serde", serde(rename = "est_freed_elsewhere_bytes"))]
     pub freed_elsewhere_bytes: u64,
     /// Estimated frees this thread made of blocks other threads allocated.
+    #[cfg_attr(feature = "serde", serde(rename = "est_remote_frees"))]
     pub remote_frees: u64,
     /// Estimated requested bytes of those blocks.
+    #[cfg_attr(feature = "serde", serde(rename = "est_remote_freed_bytes"))]
     pub remote_freed_bytes: u64,
 }
 
@@ -198,13 +204,23 @@ pub struct Origin {
     pub sampled_frees: u64,
     /// Samples lost because the side table was full around their address.
     pub dropped_samples: u64,
-    /// Estimated frees of blocks, local and cross-thread.
+    /// Estimated frees of blocks, local and cross-thread: deallocations and the old blocks of
+    /// reallocations, at most their exact number (see `clamped`). JSON: `est_frees`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
-    /// Estimated frees made on another thread than the allocating one.
+    /// Whether an estimate came out above the exact count it is part of and was lowered to it
+    /// (sampling noise, mostly on few samples).
+    pub clamped: bool,
+    /// Fewer than 30 sampled frees: the estimates are too few to tell (the text report says so
+    /// instead of printing them).
+    pub too_few_samples: bool,
+    /// Estimated frees made on another thread than the allocating one. JSON: `est_cross_thread_frees`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees"))]
     pub cross_thread_frees: u64,
     /// `cross_thread_frees / frees`.
     pub cross_thread_free_ratio: Option<f64>,
-    /// Estimated requested bytes freed on another thread than the allocating one.
+    /// Estimated requested bytes freed on another thread than the allocating one. JSON: `est_cross_thread_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_bytes"))]
     pub cross_thread_bytes: u64,
     /// `cross_thread_bytes` over estimated freed bytes.
     pub cross_thread_byte_ratio: Option<f64>,
@@ -232,6 +248,7 @@ pub struct OriginPair {
     /// Its name, if it is still known.
     pub free_thread: Option<String>,
     /// Estimated frees.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
     /// Estimated requested bytes freed.
     pub bytes: u64,
@@ -246,6 +263,7 @@ pub struct LifetimeRow {
     /// last row.
     pub below_ns: Option<u64>,
     /// Estimated frees on the allocating thread.
+    #[cfg_attr(feature = "serde", serde(rename = "est_local_frees"))]
     pub local_frees: u64,
     /// Estimated frees on another thread.
     pub cross_thread_frees: u64,
@@ -274,4 +292,27 @@ impl Report {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+
+    /// Needs the `serde` feature (`frag-alloc = { version = "…", features = ["serde"] }`): without
+    /// it, a call does not compile, and rustc's error names the feature.
+    #[cfg(not(feature = "serde"))]
+    #[must_use]
+    pub fn to_json(&self) -> String
+    where
+        for<'a> &'a Report: needs_serde::SerdeFeature,
+    {
+        "{\"error\":\"frag-alloc was built without its serde feature\"}".to_owned()
+    }
+}
+
+/// The bound that makes `Report::to_json` name the missing feature when it is off.
+#[cfg(not(feature = "serde"))]
+#[doc(hidden)]
+pub mod needs_serde {
+    /// Implemented by nothing: the `serde` feature provides the real `to_json` instead.
+    #[diagnostic::on_unimplemented(
+        message = "`Report::to_json` needs the `serde` feature of frag-alloc",
+        label = "enable it: frag-alloc = {{ features = [\"serde\"] }}"
+    )]
+    pub trait SerdeFeature {}
 }

@@ -10,6 +10,10 @@ use crate::sync::Ordering;
 /// Pairs shown in a report.
 const TOP_PAIRS: usize = 10;
 
+/// Below this many sampled frees an estimate is shown as too few to tell (text) and flagged
+/// [`Origin::too_few_samples`] (JSON): with 30 samples a share's 95% interval is still about ±0.17.
+pub(crate) const MIN_SAMPLES: u64 = 30;
+
 /// Weighted fixed point to a whole estimate.
 pub(super) fn units(v: u64) -> u64 {
     (v + W_ONE / 2) / W_ONE
@@ -38,9 +42,23 @@ pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
     Some(((center - half).max(0.0), (center + half).min(1.0)))
 }
 
+/// Estimates `(a, b)` of two parts of an exact total `cap`, each at most what is left of `cap`: an
+/// estimate never exceeds the exact count it is part of. The first part and the sum are minimums of
+/// non-decreasing sequences, so both, published as counters, never go down.
+pub(super) fn clamp_parts(a: u64, b: u64, cap: u64) -> (u64, u64, bool) {
+    let a2 = a.min(cap);
+    let b2 = b.min(cap - a2);
+    (a2, b2, a2 != a || b2 != b)
+}
+
 /// Builds the section from the sum of every thread's origin totals. `name_of` maps a thread id to
-/// its name where known.
-pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>) -> Option<Origin> {
+/// its name where known; the exact number of blocks freed (deallocations plus reallocations) and of
+/// requested bytes freed bound the estimates.
+pub(super) fn section(
+    all: OriginTotals,
+    (exact_frees, exact_freed_bytes): (u64, u64),
+    name_of: &dyn Fn(u64) -> Option<String>,
+) -> Option<Origin> {
     let rate = sampler::rate_log2();
     let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
     if rate.is_none() && sampled_blocks == 0 {
@@ -79,15 +97,21 @@ pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>
         })
         .collect();
 
+    // The cross-thread part first: it is what the section is about, and the ratio (from the
+    // unclamped estimates) stays as estimated.
+    let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
+    let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
     Some(Origin {
         sample_rate: rate.map_or(0, |r| 1u32.checked_shl(r).unwrap_or(u32::MAX)),
         sampled_blocks,
-        sampled_frees: TALLY.sampled_frees.load(Ordering::Relaxed),
+        sampled_frees,
         dropped_samples: TABLE.dropped(),
-        frees: units(frees_w),
-        cross_thread_frees: units(all.remote),
+        frees: cross_thread_frees + local,
+        clamped,
+        too_few_samples: sampled_frees < MIN_SAMPLES,
+        cross_thread_frees,
         cross_thread_free_ratio: ratio,
-        cross_thread_bytes: units(all.remote_bytes),
+        cross_thread_bytes: units(all.remote_bytes).min(exact_freed_bytes),
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
         pairs,
@@ -100,6 +124,21 @@ pub(super) fn section(all: OriginTotals, name_of: &dyn Fn(u64) -> Option<String>
 mod tests {
     use super::wilson;
     use crate::origin::sampler::{OP_CHARGE, period, weight};
+
+    #[test]
+    fn parts_never_exceed_their_exact_total() {
+        use super::clamp_parts;
+        assert_eq!(clamp_parts(3, 4, 10), (3, 4, false));
+        assert_eq!(clamp_parts(8, 4, 10), (8, 2, true));
+        assert_eq!(clamp_parts(12, 4, 10), (10, 0, true));
+        // Monotone: as the estimates and the total grow, neither clamped part goes down.
+        let mut last = (0, 0);
+        for (a, b, cap) in [(5, 5, 8), (6, 5, 9), (6, 9, 12), (7, 9, 20)] {
+            let (x, y, _) = clamp_parts(a, b, cap);
+            assert!(x >= last.0 && x + y >= last.0 + last.1, "{a} {b} {cap}");
+            last = (x, y);
+        }
+    }
 
     #[test]
     fn wilson_matches_known_values() {

@@ -9,12 +9,18 @@ use core::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TuneError {
+    /// No `Tracked` allocator is installed (or it has not allocated yet), so there is no allocator
+    /// to tune. The call did nothing.
+    NotInstalled {
+        /// The knob asked for.
+        knob: &'static str,
+    },
     /// The knob belongs to another allocator than the one `Tracked` wraps. The call did nothing (in
     /// particular it did not initialise a second allocator).
     WrongBackend {
         /// The allocator the knob belongs to.
         wanted: &'static str,
-        /// The allocator the installed `Tracked` wraps (`"none"` if no `Tracked` has allocated yet).
+        /// The allocator the installed `Tracked` wraps.
         installed: &'static str,
     },
     /// The wrapped allocator has no such knob.
@@ -64,6 +70,11 @@ pub enum TuneError {
 impl fmt::Display for TuneError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NotInstalled { knob } => write!(
+                f,
+                "{knob}: no Tracked allocator is installed (install frag::Tracked with #[global_allocator]): nothing \
+                 was changed"
+            ),
             Self::WrongBackend { wanted, installed } => {
                 write!(f, "{wanted} knob, but the installed Tracked allocator wraps {installed}: nothing was changed")
             }

@@ -35,11 +35,13 @@ pub use traps::{Trap, check};
 
 use crate::backend::{self, Backend, Kind};
 
-/// Fails with [`TuneError::WrongBackend`] unless the registered allocator is `kind`.
+/// Fails with [`TuneError::WrongBackend`] unless the registered allocator is `kind`
+/// ([`TuneError::NotInstalled`] without one).
 pub(crate) fn require(kind: Kind, wanted: &'static str) -> Result<(), TuneError> {
     match backend::registered() {
         Some(r) if r.kind == kind => Ok(()),
-        r => Err(TuneError::WrongBackend { wanted, installed: r.map_or("none", |r| r.name()) }),
+        Some(r) => Err(TuneError::WrongBackend { wanted, installed: r.name() }),
+        None => Err(TuneError::NotInstalled { knob: wanted }),
     }
 }
 
@@ -54,26 +56,37 @@ pub struct Released {
 }
 
 impl Released {
-    /// Runs `f` between two RSS readings.
-    pub(crate) fn around(f: impl FnOnce()) -> Self {
+    /// Runs `f` between two RSS readings. `warm` runs first, outside the window: whatever the
+    /// operation allocates once per process (jemalloc's statistics on their first refresh) must not
+    /// count against what it releases.
+    pub(crate) fn around(warm: impl FnOnce(), f: impl FnOnce()) -> Self {
+        warm();
+        let _ = crate::process::rss(); // the reading's own first-use costs, too
         let rss_before = crate::process::rss();
         f();
         Self { rss_before, rss_after: crate::process::rss() }
     }
 
-    /// Resident bytes returned (zero if RSS grew meanwhile or is unknown).
+    /// Resident bytes returned (zero if RSS grew meanwhile or is unknown; see [`Self::change`]).
     #[must_use]
     pub fn released(&self) -> u64 {
-        match (self.rss_before, self.rss_after) {
-            (Some(b), Some(a)) => b.saturating_sub(a),
-            _ => 0,
-        }
+        self.change().map_or(0, |c| u64::try_from(-c).unwrap_or(0))
+    }
+
+    /// The change of RSS across the call, signed: negative when memory was returned, positive when
+    /// other threads' allocations (or the call's own) outweighed it. `None` without `/proc`.
+    #[must_use]
+    pub fn change(&self) -> Option<i64> {
+        let (b, a) = (self.rss_before?, self.rss_after?);
+        Some(a as i64 - b as i64)
     }
 }
 
 fn unsupported(knob: &'static str, hint: &'static str) -> TuneError {
-    let backend = backend::registered().map_or("none", |r| r.name());
-    TuneError::Unsupported { backend, knob, hint }
+    match backend::registered() {
+        Some(r) => TuneError::Unsupported { backend: r.name(), knob, hint },
+        None => TuneError::NotInstalled { knob },
+    }
 }
 
 /// Returns the wrapped allocator's free memory to the OS now: jemalloc purges every arena (after
@@ -97,11 +110,16 @@ pub fn release_free_memory() -> Result<Released, TuneError> {
         #[cfg(feature = "jemalloc")]
         Some(Kind::Known(Backend::Jemalloc)) => {
             let mut result = Ok(());
-            let released = Released::around(|| {
-                // A disabled thread cache cannot be flushed; purging still works.
-                let _ = jemalloc::flush_thread_tcache();
-                result = jemalloc::purge_all().map(drop);
-            });
+            let released = Released::around(
+                || {
+                    let _ = tikv_jemalloc_ctl::epoch::advance();
+                },
+                || {
+                    // A disabled thread cache cannot be flushed; purging still works.
+                    let _ = jemalloc::flush_thread_tcache();
+                    result = jemalloc::purge_all().map(drop);
+                },
+            );
             result.map(|()| released)
         }
         #[cfg(feature = "mimalloc")]

@@ -351,6 +351,19 @@ mod tests {
         assert!(matches!(&traps[1], Trap::IgnoredEnvVar { read_by: "mimalloc", .. }));
     }
 
+    /// Under mimalloc its own variables are read, and an unknown option name is called out.
+    #[cfg(feature = "mimalloc")]
+    #[test]
+    fn mimalloc_variables_are_checked_under_mimalloc() {
+        let traps = env_traps(
+            Some(Kind::Known(Backend::Mimalloc)),
+            &env(&[("MIMALLOC_PURGE_DELAY", "0"), ("MIMALLOC_PURGE_DELAYY", "0"), ("MALLOC_ARENA_MAX", "2")]),
+        );
+        assert_eq!(traps.len(), 2, "{traps:?}");
+        assert!(traps.contains(&Trap::MisspeltEnvVar { name: "MIMALLOC_PURGE_DELAYY".to_owned(), did_you_mean: None }));
+        assert!(traps.iter().any(|t| matches!(t, Trap::IgnoredEnvVar { read_by: "glibc malloc", .. })));
+    }
+
     #[test]
     fn glibc_variables_need_their_trailing_underscore() {
         let traps = env_traps(

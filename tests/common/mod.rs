@@ -351,3 +351,19 @@ pub fn scaled(n: usize) -> usize {
 pub fn under_memcheck() -> bool {
     std::env::var_os("FRAG_MEMCHECK").is_some()
 }
+
+/// Every estimate of `report` is at most the exact count it is part of: per thread, local and
+/// remote frees against the blocks the thread freed, remote bytes against the bytes it freed; in the
+/// origin section, all estimated frees against every block freed.
+pub fn assert_estimates_within_exact(report: &frag::Report) {
+    for r in &report.threads {
+        let freed = r.deallocations + r.reallocations;
+        assert!(r.local_frees + r.remote_frees <= freed, "estimates above the exact count: {r:?}");
+        assert!(r.remote_freed_bytes <= r.freed_bytes, "{r:?}");
+    }
+    if let Some(o) = &report.origin {
+        let t = &report.tracked;
+        assert!(o.frees <= t.deallocations + t.reallocations, "{} estimated frees of {t:?}", o.frees);
+        assert!(o.cross_thread_frees <= o.frees);
+    }
+}

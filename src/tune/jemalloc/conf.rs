@@ -105,8 +105,10 @@ pub struct JemallocConfig {
     /// `tcache`: per-thread caches on or off.
     pub tcache: Option<bool>,
     /// `tcache_max`: largest size class the thread cache holds, in bytes. jemalloc clips it to 8
-    /// pages (32 KiB on 4 KiB pages) without saying so, and each thread cache rounds it up to a size
-    /// class (5000 becomes 5120); [`effective`](super::effective) shows both.
+    /// pages (32 KiB on 4 KiB pages) without saying so, so on x86-64 a larger value is rejected by
+    /// [`render`](Self::render) (a compile error in [`jemalloc_conf!`](crate::jemalloc_conf)); each
+    /// thread cache rounds it up to a size class (5000 becomes 5120); [`effective`](super::effective)
+    /// shows both.
     pub tcache_max: Option<usize>,
     /// `narenas`: number of arenas (jemalloc's default is 4 per CPU).
     pub narenas: Option<u32>,
@@ -222,6 +224,11 @@ impl JemallocConfig {
             out = out.key("tcache").boolean(v);
         }
         if let Some(v) = self.tcache_max {
+            if let Some(limit) = TCACHE_MAX_LIMIT {
+                if v > limit {
+                    return Err("tcache_max: jemalloc clips it to 32768 (8 pages of 4 KiB): ask for at most that");
+                }
+            }
             out = out.key("tcache_max").unsigned(v as u64);
         }
         if let Some(v) = self.narenas {
@@ -262,6 +269,11 @@ impl fmt::Display for JemallocConfig {
         }
     }
 }
+
+/// The largest `tcache_max` jemalloc keeps, where it is known at compile time: 8 pages
+/// (`TCACHE_MAXCLASS_LIMIT`), and x86-64 jemalloc builds use 4 KiB pages. Elsewhere (page sizes vary
+/// by build) a clipped value is reported at run time as a [`Trap`](crate::tune::Trap) instead.
+const TCACHE_MAX_LIMIT: Option<usize> = if cfg!(target_arch = "x86_64") { Some(32 << 10) } else { None };
 
 /// The size of a rendered [`ConfBytes`] buffer: room for every option at its longest.
 pub const CONF_CAPACITY: usize = 512;

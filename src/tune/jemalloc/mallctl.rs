@@ -12,12 +12,32 @@ fn name_of(name: &[u8]) -> String {
 }
 
 fn failed(name: &[u8], e: tikv_jemalloc_ctl::Error) -> TuneError {
-    TuneError::Mallctl { name: name_of(name), message: e.to_string() }
+    TuneError::Mallctl { name: name_of(name), message: in_words(e) }
 }
 
 /// A result of one of tikv-jemalloc-ctl's typed keys, with the key's name on failure.
 pub(crate) fn typed<T>(name: &str, r: tikv_jemalloc_ctl::Result<T>) -> Result<T, TuneError> {
-    r.map_err(|e| TuneError::Mallctl { name: name.to_owned(), message: e.to_string() })
+    r.map_err(|e| TuneError::Mallctl { name: name.to_owned(), message: in_words(e) })
+}
+
+/// `mallctl`'s error in a user's words. tikv-jemalloc-ctl keeps the errno private and describes it
+/// in terms of `mallctl`'s C arguments (`newp`, `*oldlenp`), so the description is matched here.
+fn in_words(e: tikv_jemalloc_ctl::Error) -> String {
+    let text = e.to_string();
+    let words = if text.starts_with("`newp` is not `NULL`") {
+        "jemalloc refused the value (EINVAL): out of its accepted range"
+    } else if text.starts_with("`name` or `mib` specifies an unknown") {
+        "this jemalloc build has no such setting (ENOENT)"
+    } else if text.starts_with("Attempt to read or write `void`") {
+        "the setting is read-only once jemalloc has started (EPERM): set it as a start-up option"
+    } else if text.starts_with("A memory allocation failure") {
+        "jemalloc ran out of memory applying it (EAGAIN)"
+    } else if text.starts_with("An interface with side effects failed") {
+        "jemalloc could not apply it (EFAULT): the feature may be unsupported on this platform"
+    } else {
+        return format!("jemalloc error: {text}");
+    };
+    words.to_owned()
 }
 
 /// The number of arena slots (`arenas.narenas`) and the indices of those initialised.
@@ -113,5 +133,21 @@ pub(crate) fn call(name: &'static [u8]) -> Result<(), TuneError> {
         Ok(())
     } else {
         Err(TuneError::Mallctl { name: name_of(name), message: std::io::Error::from_raw_os_error(rc).to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// jemalloc's errors come out in words, not in terms of `mallctl`'s C arguments.
+    #[test]
+    fn errors_are_in_words() {
+        // SAFETY: reading a key that does not exist writes nothing.
+        let e = unsafe { raw::read::<usize>(b"no.such.key\0") }.unwrap_err();
+        assert_eq!(in_words(e), "this jemalloc build has no such setting (ENOENT)");
+        // SAFETY: `max_background_threads` is a size_t; jemalloc refuses values above its ceiling.
+        let e = unsafe { raw::write::<usize>(b"max_background_threads\0", usize::MAX) }.unwrap_err();
+        assert!(in_words(e).contains("EINVAL"));
     }
 }

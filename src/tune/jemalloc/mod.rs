@@ -327,15 +327,17 @@ pub fn set_background_threads(enabled: bool) -> Result<bool, TuneError> {
 ///
 /// # Errors
 ///
-/// [`TuneError::InvalidValue`] for 0; [`TuneError::WrongBackend`] unless jemalloc is wrapped;
-/// a `mallctl` failure.
+/// [`TuneError::InvalidValue`] for 0 or more than the start-up option `max_background_threads`
+/// allows (the CPU count unless set; jemalloc refuses anything above it);
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped; a `mallctl` failure.
 pub fn set_max_background_threads(n: usize) -> Result<usize, TuneError> {
     require()?;
-    if n == 0 {
+    let ceiling = mallctl::Key::<usize>::new(b"opt.max_background_threads\0").read()?;
+    if n == 0 || n > ceiling {
         return Err(TuneError::InvalidValue {
             knob: "max_background_threads",
-            value: "0".to_owned(),
-            expected: "at least 1",
+            value: format!("{n} (this process allows 1 to {ceiling})"),
+            expected: "between 1 and the start-up option max_background_threads (default: the CPU count)",
         });
     }
     mallctl::typed("max_background_threads", tikv_jemalloc_ctl::max_background_threads::update(n))

@@ -387,6 +387,9 @@ mod tests {
     #[test]
     fn render_refuses_what_jemalloc_would_not_take() {
         assert!(JemallocConfig::new().narenas(0).render().is_err());
+        #[cfg(target_arch = "x86_64")]
+        assert!(JemallocConfig::new().tcache_max(65536).render().is_err());
+        assert!(JemallocConfig::new().tcache_max(32768).render().is_ok());
         assert!(JemallocConfig::new().max_background_threads(0).render().is_err());
         assert!(JemallocConfig::new().dirty_decay(Decay::After(Duration::from_micros(10))).render().is_err());
         assert!(JemallocConfig::new().dirty_decay(Decay::After(Duration::ZERO)).render().is_err());
