@@ -42,6 +42,23 @@ impl Default for WatchConfig {
 }
 
 impl WatchConfig {
+    /// The thresholds a [`Watch`] uses: sample counts of at least 1, and a ratio that is not a
+    /// positive finite number (NaN, negative) replaced by its default. The one place they are
+    /// checked, whether set through the fields or the setters.
+    #[must_use]
+    pub fn normalized(self) -> Self {
+        let d = Self::default();
+        let ratio = |v: f64, default: f64| if v.is_finite() && v >= 0.0 { v } else { default };
+        Self {
+            step_ratio: ratio(self.step_ratio, d.step_ratio),
+            plateau_samples: self.plateau_samples.max(1),
+            explained_share: ratio(self.explained_share, d.explained_share),
+            fragmentation_ratio: ratio(self.fragmentation_ratio, d.fragmentation_ratio),
+            fragmentation_samples: self.fragmentation_samples.max(1),
+            window: self.window,
+        }
+    }
+
     /// Sets [`step_ratio`](Self::step_ratio).
     #[must_use]
     pub fn step_ratio(mut self, v: f64) -> Self {
@@ -51,7 +68,7 @@ impl WatchConfig {
     /// Sets [`plateau_samples`](Self::plateau_samples).
     #[must_use]
     pub fn plateau_samples(mut self, v: usize) -> Self {
-        self.plateau_samples = v.max(1);
+        self.plateau_samples = v;
         self
     }
     /// Sets [`explained_share`](Self::explained_share).
@@ -69,7 +86,7 @@ impl WatchConfig {
     /// Sets [`fragmentation_samples`](Self::fragmentation_samples).
     #[must_use]
     pub fn fragmentation_samples(mut self, v: usize) -> Self {
-        self.fragmentation_samples = v.max(1);
+        self.fragmentation_samples = v;
         self
     }
     /// Sets [`window`](Self::window).
@@ -155,11 +172,11 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// A detector with these thresholds.
+    /// A detector with these thresholds, [normalized](WatchConfig::normalized).
     #[must_use]
     pub fn new(config: WatchConfig) -> Self {
         Self {
-            config,
+            config: config.normalized(),
             base: None,
             candidate: None,
             below: 0,
@@ -261,6 +278,18 @@ mod tests {
             .enumerate()
             .flat_map(|(i, (rss, alloc))| w.observe(Duration::from_secs(10 * i as u64), rss * MIB, alloc * MIB, None))
             .collect()
+    }
+
+    /// Thresholds set through the public fields are checked like those set through the setters.
+    #[test]
+    fn fields_cannot_bypass_the_checks() {
+        let c =
+            WatchConfig { plateau_samples: 0, fragmentation_samples: 0, step_ratio: f64::NAN, ..Default::default() };
+        let w = Watch::new(c);
+        assert_eq!(w.config().plateau_samples, 1);
+        assert_eq!(w.config().fragmentation_samples, 1);
+        assert_eq!(w.config().step_ratio, 0.2);
+        assert_eq!(Watch::new(WatchConfig::default().plateau_samples(0)).config().plateau_samples, 1);
     }
 
     #[test]

@@ -128,7 +128,7 @@ fn publisher_prefix_labels_and_capped_thread_series() {
     let mut publisher =
         frag::Publisher::new().prefix("svc_heap_").label("service", "test").per_thread(true).thread_cap(3);
     let report = frag::report();
-    let series = record(|| drop(publisher.publish(&report)));
+    let series = record(|| drop(publisher.observe(&report)));
     drop(done_tx);
     threads.into_iter().for_each(|t| t.join().unwrap());
 
@@ -162,7 +162,7 @@ fn a_stair_step_is_warned_with_its_figures() {
             r.allocator = None;
             r.process.rss_bytes = Some(rss << 20);
             r.tracked.allocated_bytes = 40 << 20;
-            let _ = record(|| drop(publisher.publish(&r)));
+            let _ = record(|| drop(publisher.observe(&r)));
         }
     });
     assert_eq!(log.matches("frag publishing heap metrics").count(), 1, "{log}");
@@ -181,7 +181,7 @@ fn growth_with_live_data_is_warned_as_growth_not_a_stair_step() {
             r.allocator = None;
             r.process.rss_bytes = Some(rss << 20);
             r.tracked.allocated_bytes = live << 20;
-            let _ = record(|| drop(publisher.publish(&r)));
+            let _ = record(|| drop(publisher.observe(&r)));
         }
     });
     assert_eq!(log.matches("stepped up").count(), 0, "{log}");
@@ -198,7 +198,7 @@ fn the_grafana_dashboard_queries_only_published_metrics() {
     let mut publisher = frag::Publisher::new().per_thread(true);
     let names = publisher.metric_names();
     // What this backend publishes is a subset of the catalogue.
-    let emitted: Vec<String> = record(|| drop(publisher.publish(&report))).into_keys().map(|(n, _)| n).collect();
+    let emitted: Vec<String> = record(|| drop(publisher.observe(&report))).into_keys().map(|(n, _)| n).collect();
     assert!(emitted.iter().all(|n| names.contains(n)), "{emitted:?}");
     assert!(emitted.iter().any(|n| n == "frag_thread_allocated_bytes"));
     let published = names;

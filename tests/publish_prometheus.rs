@@ -42,7 +42,7 @@ fn scrape_matches_the_published_report() {
     let keep: Vec<Vec<u8>> = (0..500).map(|_| vec![7u8; 3000]).collect();
     let mut publisher = frag::Publisher::new().label("job", "test");
     let report = frag::report();
-    publisher.publish(&report);
+    publisher.observe(&report);
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
     let text = scrape(addr);
 

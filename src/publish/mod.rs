@@ -195,12 +195,14 @@ impl Publisher {
     /// `spawn_blocking`).
     pub fn publish_once(&mut self) -> Report {
         let report = report();
-        self.publish(&report);
+        self.observe(&report);
         report
     }
 
-    /// Publishes an existing report and raises alerts; returns them.
-    pub fn publish(&mut self, report: &Report) -> Vec<Alert> {
+    /// Publishes an existing report, feeds it to the watch and returns the alerts it raised (each
+    /// also logged). Named apart from the free function [`publish`](crate::publish), which only
+    /// publishes.
+    pub fn observe(&mut self, report: &Report) -> Vec<Alert> {
         if !self.announced {
             self.announced = true;
             let sample_rate = report.origin.as_ref().map_or(0, |o| o.sample_rate);
