@@ -137,6 +137,11 @@ pub trait Probe: Sync {
 
     /// The allocator's own figures, for the report's `allocator` section. Called from `report()`,
     /// outside the allocation path: it may allocate.
+    ///
+    /// The diagnosis's breakdown uses four of them when the probe gives them: `active` (bytes in
+    /// pages that hold blocks: minus the tracked usable bytes, the holes), `dirty` (free pages it
+    /// could return: reclaimable), `metadata`, and `resident` (all it holds resident: the rest of
+    /// RSS is outside the heap). A bucket without its figure is left in `unexplained`.
     fn stats(&self) -> Option<AllocatorStats> {
         None
     }

@@ -219,6 +219,25 @@ pub(crate) fn split(
             },
             None => empty(vec!["mimalloc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
         },
+        // An allocator frag does not know, whose probe gives some of the figures: each bucket it
+        // has is measured (by the probe), the others are not split.
+        (None, Some(a)) if a.active.is_some() || a.resident.is_some() => {
+            let or_not = |v: Option<u64>| v.map_or((0, NotSplit), |v| (v, Measured));
+            let mut not_split = Vec::new();
+            for (field, v) in [("active (holes)", a.active), ("dirty (reclaimable)", a.dirty), ("metadata", a.metadata)]
+            {
+                if v.is_none() {
+                    not_split.push(format!("the probe gives no {field}: in unexplained"));
+                }
+            }
+            Heap {
+                holes: or_not(a.active.map(|act| act.saturating_sub(usable))),
+                reclaimable: or_not(a.dirty),
+                metadata: or_not(a.metadata),
+                accounted: a.resident.map(|r| (r, Measured)),
+                not_split,
+            }
+        }
         (backend, _) => {
             let name = backend.map_or("this allocator", Backend::name);
             empty(vec![format!(
