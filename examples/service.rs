@@ -187,7 +187,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let metrics_addr =
             if o.load.is_some() { std::net::TcpListener::bind(bind(0))?.local_addr()? } else { bind(o.metrics_port) };
         metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(metrics_addr).install()?;
-        let _publisher = frag::Publisher::new().interval(o.interval).label("service", "echo").spawn()?;
+        let _publisher =
+            frag::Publisher::new().interval(o.interval).label("service", "echo").per_thread(true).spawn()?;
 
         let listener = TcpListener::bind(bind(o.port)).await?;
         let addr = listener.local_addr()?;
