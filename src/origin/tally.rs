@@ -57,6 +57,8 @@ pub(crate) struct Tally {
     /// Weighted frees and cross-thread frees per size class.
     class_frees: [AtomicU64; NUM_CLASSES],
     class_cross: [AtomicU64; NUM_CLASSES],
+    /// Sampled frees per size class (raw count): what the class's estimates rest on.
+    class_samples: [AtomicU64; NUM_CLASSES],
     /// Weighted frees per lifetime bucket: `[local, cross]`.
     lifetimes: [[AtomicU64; LIFETIME_BUCKETS]; 2],
     pairs: [Pair; PAIR_CAPACITY],
@@ -73,6 +75,7 @@ impl Tally {
             sampled_frees: AtomicU64::new(0),
             class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            class_samples: [const { AtomicU64::new(0) }; NUM_CLASSES],
             lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_BUCKETS] }; 2],
             pairs: [const { Pair { key: AtomicU64::new(0), frees: AtomicU64::new(0), bytes: AtomicU64::new(0) } };
                 PAIR_CAPACITY],
@@ -90,6 +93,7 @@ impl Tally {
         };
         self.sampled_frees.fetch_add(1, Ordering::Relaxed);
         add(self.class_frees.get(f.class), f.w);
+        add(self.class_samples.get(f.class), 1);
         if f.cross {
             add(self.class_cross.get(f.class), f.w);
         }
@@ -121,10 +125,10 @@ impl Tally {
         self.pair_drops.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Weighted `(frees, cross-thread frees)` of class `class`.
-    pub(crate) fn class(&self, class: usize) -> (u64, u64) {
+    /// Weighted `(frees, cross-thread frees)` of class `class`, and its sampled frees.
+    pub(crate) fn class(&self, class: usize) -> (u64, u64, u64) {
         let read = |a: &[AtomicU64; NUM_CLASSES]| a.get(class).map_or(0, |c| c.load(Ordering::Relaxed));
-        (read(&self.class_frees), read(&self.class_cross))
+        (read(&self.class_frees), read(&self.class_cross), read(&self.class_samples))
     }
 
     /// Weighted `(local, cross)` frees of lifetime bucket `i`.

@@ -309,6 +309,7 @@ fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> 
 
 fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow {
     let (live_blocks, live_bytes, usable_bytes) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
+    let (cross_thread_ratio, cross_thread_samples) = origin_section::class_ratio(i);
     SizeClassRow {
         min_size: class::lower_bound(i) as u64,
         max_size: class::upper_bound(i).map(|b| b as u64),
@@ -318,7 +319,8 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
         live_bytes,
         usable_bytes,
         internal_bytes: usable_bytes.saturating_sub(live_bytes),
-        cross_thread_ratio: origin_section::class_ratio(i),
+        cross_thread_ratio,
+        cross_thread_samples,
     }
 }
 

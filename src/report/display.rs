@@ -252,7 +252,10 @@ impl Display for Report {
             )?;
         }
 
-        writeln!(f, "\nsize classes (live)")?;
+        writeln!(
+            f,
+            "\nsize classes (live; ≈xthread: estimated share of frees on another thread, \"few\" below 30 samples)"
+        )?;
         writeln!(
             f,
             "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
@@ -273,7 +276,10 @@ impl Display for Report {
                 Bytes(c.live_bytes),
                 Bytes(c.usable_bytes),
                 Bytes(c.internal_bytes),
-                opt_percent(c.cross_thread_ratio)
+                match (c.cross_thread_ratio, c.cross_thread_samples) {
+                    (None, 1..) => "few".to_owned(), // sampled, but too few to tell
+                    (r, _) => opt_percent(r),
+                }
             )?;
         }
         if let Some(o) = &self.origin {

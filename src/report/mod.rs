@@ -166,8 +166,11 @@ pub struct SizeClassRow {
     /// `usable_bytes - live_bytes`: internal fragmentation in this class.
     pub internal_bytes: u64,
     /// Estimated share of this class's frees made on another thread than the allocating one; `None`
-    /// without sampled frees in the class.
+    /// on fewer than 30 sampled frees in the class (too few to tell). JSON: `est_cross_thread_ratio`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_ratio"))]
     pub cross_thread_ratio: Option<f64>,
+    /// Sampled frees in the class: what `cross_thread_ratio` rests on.
+    pub cross_thread_samples: u64,
 }
 
 impl SizeClassRow {

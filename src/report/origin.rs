@@ -23,10 +23,11 @@ fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
 
-/// Estimated cross-thread share of class `class`'s frees.
-pub(super) fn class_ratio(class: usize) -> Option<f64> {
-    let (frees, cross) = TALLY.class(class);
-    share(cross, frees)
+/// Estimated cross-thread share of class `class`'s frees (`None` on fewer than [`MIN_SAMPLES`]
+/// sampled frees: too few to tell), and the sampled frees it rests on.
+pub(super) fn class_ratio(class: usize) -> (Option<f64>, u64) {
+    let (frees, cross, samples) = TALLY.class(class);
+    (share(cross, frees).filter(|_| samples >= MIN_SAMPLES), samples)
 }
 
 /// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
