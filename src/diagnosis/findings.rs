@@ -125,8 +125,9 @@ pub(crate) struct Evidence<'a> {
     pub traps: &'a [Trap],
 }
 
+/// Bytes in the largest binary unit that keeps them readable (`0 B`, `4.2 KiB`, `112.6 MiB`).
 fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+    crate::report::Bytes(bytes).to_string()
 }
 
 fn pct(share: f64) -> String {

@@ -23,10 +23,10 @@ fn push_opt(out: &mut Vec<Sample>, metric: Metric, value: Option<u64>) {
     push_ratio(out, metric, value.map(|v| v as f64));
 }
 
+/// A ratio the report does not give (too little live data) is published as NaN, so that the gauge
+/// does not keep showing the last meaningful value.
 fn push_ratio(out: &mut Vec<Sample>, metric: Metric, value: Option<f64>) {
-    if let Some(value) = value {
-        out.push(Sample { metric, labels: Vec::new(), value });
-    }
+    out.push(Sample { metric, labels: Vec::new(), value: value.unwrap_or(f64::NAN) });
 }
 
 /// The label of a size class: its upper bound in bytes, `+Inf` for the last.

@@ -6,7 +6,7 @@ use super::{Origin, Report, RowKind, ThreadRow};
 use crate::diagnosis::{Diagnosis, Part, Severity, Source};
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
-struct Bytes(u64);
+pub(crate) struct Bytes(pub(crate) u64);
 
 impl Display for Bytes {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {

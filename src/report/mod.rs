@@ -8,6 +8,7 @@ mod kinds;
 mod origin;
 
 pub use collect::{report, size_classes, totals};
+pub(crate) use display::Bytes;
 pub use kinds::{RatioInputs, Warning, WarningKind, WrappedBackend};
 
 use crate::backend::AllocatorStats;
