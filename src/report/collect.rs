@@ -270,6 +270,11 @@ fn row(kind: RowKind, t: Totals) -> ThreadRow {
         freed_elsewhere_bytes: units(t.origin.elsewhere_bytes),
         remote_frees,
         remote_freed_bytes: units(t.origin.remote_bytes).min(t.freed_bytes),
+        free_samples: origin_section::effective_samples(
+            t.origin.local.saturating_add(t.origin.remote),
+            t.origin.local_w2.saturating_add(t.origin.remote_w2),
+        )
+        .round() as u64,
     }
 }
 

@@ -248,7 +248,11 @@ impl Display for Report {
                 Bytes(r.allocated_bytes),
                 Bytes(r.freed_bytes),
                 r.freed_elsewhere,
-                r.remote_frees
+                if r.free_samples < super::origin::MIN_SAMPLES && r.remote_frees > 0 {
+                    "few".to_owned()
+                } else {
+                    r.remote_frees.to_string()
+                }
             )?;
         }
 

@@ -141,6 +141,9 @@ pub struct ThreadRow {
     /// Estimated requested bytes of those blocks.
     #[cfg_attr(feature = "serde", serde(rename = "est_remote_freed_bytes"))]
     pub remote_freed_bytes: u64,
+    /// The effective number of sampled frees (Kish) behind `local_frees` and `remote_frees`: under
+    /// 30 they are too few to tell, and the text report shows "few" instead of the figure.
+    pub free_samples: u64,
 }
 
 /// One size class: requests from `min_size` to `max_size` bytes.

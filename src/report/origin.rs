@@ -43,6 +43,13 @@ pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
     Some(((center - half).max(0.0), (center + half).min(1.0)))
 }
 
+/// The effective number of samples (Kish: `(Σw)² / Σw²`) behind an estimate of `weighted` (fixed
+/// point) whose squared weights sum to `w2`.
+pub(super) fn effective_samples(weighted: u64, w2: u64) -> f64 {
+    let w = weighted as f64 / W_ONE as f64;
+    if w2 > 0 { w * w / w2 as f64 } else { 0.0 }
+}
+
 /// Estimates `(a, b)` of two parts of an exact total `cap`, each at most what is left of `cap`: an
 /// estimate never exceeds the exact count it is part of. The first part and the sum are minimums of
 /// non-decreasing sequences, so both, published as counters, never go down.
@@ -68,10 +75,8 @@ pub(super) fn section(
     let frees_w = all.local.saturating_add(all.remote);
     let bytes_w = all.local_bytes.saturating_add(all.remote_bytes);
     let ratio = share(all.remote, frees_w);
-    // Effective sample size (Kish): (sum w)^2 / sum w^2.
-    let w = frees_w as f64 / W_ONE as f64;
-    let w2 = all.local_w2.saturating_add(all.remote_w2) as f64;
-    let interval = ratio.and_then(|p| wilson(p, if w2 > 0.0 { w * w / w2 } else { 0.0 }));
+    let interval =
+        ratio.and_then(|p| wilson(p, effective_samples(frees_w, all.local_w2.saturating_add(all.remote_w2))));
 
     let mut pairs = TALLY.pairs();
     pairs.sort_by_key(|p| core::cmp::Reverse(p.frees));

@@ -362,6 +362,9 @@ pub fn assert_estimates_within_exact(report: &frag::Report) {
         assert!(r.remote_freed_bytes <= r.freed_bytes, "{r:?}");
     }
     if let Some(o) = &report.origin {
+        // Kish's effective sample size never exceeds the samples it is computed from.
+        let row_samples: u64 = report.threads.iter().map(|r| r.free_samples).sum();
+        assert!(row_samples <= o.sampled_frees + report.threads.len() as u64, "{row_samples} of {}", o.sampled_frees);
         let t = &report.tracked;
         assert!(o.frees <= t.deallocations + t.reallocations, "{} estimated frees of {t:?}", o.frees);
         assert!(o.cross_thread_frees <= o.frees);
