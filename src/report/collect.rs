@@ -98,11 +98,15 @@ pub fn report() -> Report {
     }
 
     let threads = thread_rows(&snap);
-    let name_of = |tid: u64| {
-        threads.iter().find(|r| r.tid == Some(tid)).and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid))
+    let thread_facts = |tid: u64| {
+        let row = threads.iter().find(|r| r.tid == Some(tid));
+        origin_section::ThreadFacts {
+            name: row.and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid)),
+            freed: row.map(|r| (r.deallocations + r.reallocations, r.freed_bytes)),
+        }
     };
     let exact_frees = thread_total.deallocations.saturating_add(thread_total.reallocations);
-    let origin = origin_section::section(thread_total.origin, (exact_frees, thread_total.freed_bytes), &name_of);
+    let origin = origin_section::section(thread_total.origin, (exact_frees, thread_total.freed_bytes), &thread_facts);
     if let Some(o) = &origin {
         if o.dropped_samples > 0 {
             warnings.push(Warning::new(

@@ -59,13 +59,20 @@ pub(super) fn clamp_parts(a: u64, b: u64, cap: u64) -> (u64, u64, bool) {
     (a2, b2, a2 != a || b2 != b)
 }
 
-/// Builds the section from the sum of every thread's origin totals. `name_of` maps a thread id to
-/// its name where known; the exact number of blocks freed (deallocations plus reallocations) and of
-/// requested bytes freed bound the estimates.
+/// What the section knows of a thread: its name, and the exact blocks and requested bytes it freed
+/// (deallocations plus reallocations), where its row is still in the report.
+pub(super) struct ThreadFacts {
+    pub(super) name: Option<String>,
+    pub(super) freed: Option<(u64, u64)>,
+}
+
+/// Builds the section from the sum of every thread's origin totals. `thread` tells what is known of
+/// a thread id; the exact number of blocks freed (deallocations plus reallocations) and of requested
+/// bytes freed bound the estimates, process-wide and per freeing thread.
 pub(super) fn section(
     all: OriginTotals,
     (exact_frees, exact_freed_bytes): (u64, u64),
-    name_of: &dyn Fn(u64) -> Option<String>,
+    thread: &dyn Fn(u64) -> ThreadFacts,
 ) -> Option<Origin> {
     let rate = sampler::rate_log2();
     let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
@@ -83,13 +90,18 @@ pub(super) fn section(
     let pairs = pairs
         .into_iter()
         .take(TOP_PAIRS)
-        .map(|p| OriginPair {
-            alloc_tid: u64::from(p.alloc_tid),
-            alloc_thread: name_of(u64::from(p.alloc_tid)),
-            free_tid: u64::from(p.free_tid),
-            free_thread: name_of(u64::from(p.free_tid)),
-            frees: units(p.frees),
-            bytes: units(p.bytes),
+        .map(|p| {
+            let freer = thread(u64::from(p.free_tid));
+            // A pair's frees are some of its freeing thread's frees: never more than that thread made.
+            let (max_frees, max_bytes) = freer.freed.unwrap_or((exact_frees, exact_freed_bytes));
+            OriginPair {
+                alloc_tid: u64::from(p.alloc_tid),
+                alloc_thread: thread(u64::from(p.alloc_tid)).name,
+                free_tid: u64::from(p.free_tid),
+                free_thread: freer.name,
+                frees: units(p.frees).min(max_frees),
+                bytes: units(p.bytes).min(max_bytes),
+            }
         })
         .collect();
     let lifetimes = (0..LIFETIME_BUCKETS)

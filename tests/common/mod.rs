@@ -367,6 +367,12 @@ pub fn assert_estimates_within_exact(report: &frag::Report) {
         assert!(row_samples <= o.sampled_frees + report.threads.len() as u64, "{row_samples} of {}", o.sampled_frees);
         let t = &report.tracked;
         assert!(o.frees <= t.deallocations + t.reallocations, "{} estimated frees of {t:?}", o.frees);
+        for p in &o.pairs {
+            if let Some(r) = report.threads.iter().find(|r| r.tid == Some(p.free_tid)) {
+                assert!(p.frees <= r.deallocations + r.reallocations, "pair {p:?} above its freer {r:?}");
+                assert!(p.bytes <= r.freed_bytes, "pair {p:?} above its freer {r:?}");
+            }
+        }
         assert!(o.cross_thread_frees <= o.frees);
     }
 }
