@@ -224,6 +224,7 @@ impl Publisher {
         let Some(rss) = rss else { return Vec::new() };
         let alerts =
             self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
+        let backend = report.backend.map_or("none", WrappedBackend::name);
         for alert in &alerts {
             match *alert {
                 Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
@@ -232,7 +233,7 @@ impl Publisher {
                     rss_to,
                     allocated_from,
                     allocated_to,
-                    backend = %report.backend.map_or("none", WrappedBackend::name),
+                    backend = %backend,
                     "resident memory stepped up from {} to {} MiB while live data went from {} to {} MiB: \
                      fragmentation, not a leak (see frag::report() size classes and origin)",
                     rss_from >> 20,
@@ -246,7 +247,7 @@ impl Publisher {
                     rss_to,
                     allocated_from,
                     allocated_to,
-                    backend = %report.backend.map_or("none", WrappedBackend::name),
+                    backend = %backend,
                     "resident memory rose from {} to {} MiB with live data, from {} to {} MiB: the program's \
                      own data grew (a leak or real growth), not fragmentation (see frag::report() live_data)",
                     rss_from >> 20,
