@@ -33,9 +33,8 @@ impl CgroupMemory {
     #[must_use]
     pub fn read() -> Option<Self> {
         let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let place = Place::cached(membership)?;
-        let dir = &place.dir;
-        if place.version == 2 {
+        let (version, dir) = Place::cached(membership)?;
+        if *version == 2 {
             let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
             let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
             let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
@@ -69,18 +68,14 @@ struct Place {
     found: Option<(u8, String)>,
 }
 
-struct Found<'a> {
-    version: u8,
-    dir: &'a str,
-}
-
 /// The last decision, leaked: replaced (and the old one leaked too) only when the process moves or
 /// forks, so a few bytes at most. An atomic pointer rather than a lock: a report in a forked child
 /// must not wait on a lock a parent's thread held at the fork.
 static PLACE: AtomicPtr<Place> = AtomicPtr::new(core::ptr::null_mut());
 
 impl Place {
-    fn cached(membership: String) -> Option<Found<'static>> {
+    /// The memory cgroup's `(version, directory)`, decided again only when the process moved or forked.
+    fn cached(membership: String) -> Option<&'static (u8, String)> {
         let pid = std::process::id();
         // SAFETY: a non-null PLACE points to a leaked `Place`, never freed or written after it was
         // published (Release below, Acquire here).
@@ -94,7 +89,7 @@ impl Place {
                 fresh
             }
         };
-        place.found.as_ref().map(|(version, dir)| Found { version: *version, dir })
+        place.found.as_ref()
     }
 }
 

@@ -4,13 +4,13 @@
 //! bucket and named in [`Breakdown::not_split`], never guessed. The last bucket, `unexplained`, is RSS
 //! minus all others (signed), so the sum is exact by construction.
 //!
-//! | bucket | jemalloc | glibc | mimalloc | snmalloc, others |
+//! | bucket | jemalloc | glibc | mimalloc | snmalloc; others with a probe's figures |
 //! |---|---|---|---|---|
 //! | live, rounding | tracked | tracked | tracked | tracked |
-//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split |
-//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split |
-//! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split |
-//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split |
+//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split; the probe's `active` − tracked usable |
+//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split; the probe's `dirty` |
+//! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
+//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the probe's `resident` |
 
 use crate::backend::{AllocatorStats, Backend};
 use crate::report::TrackedStats;

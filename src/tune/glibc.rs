@@ -115,12 +115,9 @@ pub fn set(option: Mallopt) -> Result<(), TuneError> {
 pub fn trim() -> Result<Released, TuneError> {
     super::require(Kind::Known(Backend::System), NAME)?;
     // SAFETY: malloc_trim has no preconditions.
-    Ok(Released::around(
-        || {},
-        || unsafe {
-            libc::malloc_trim(0);
-        },
-    ))
+    Ok(Released::around(|| unsafe {
+        libc::malloc_trim(0);
+    }))
 }
 
 #[cfg(test)]

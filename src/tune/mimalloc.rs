@@ -285,7 +285,7 @@ pub fn current() -> Result<Vec<MimallocOption>, TuneError> {
 pub fn collect(force: bool) -> Result<Released, TuneError> {
     require()?;
     // SAFETY: mi_collect has no preconditions.
-    Ok(Released::around(|| {}, || unsafe { sys::mi_collect(force) }))
+    Ok(Released::around(|| unsafe { sys::mi_collect(force) }))
 }
 
 /// Whether `MIMALLOC_<name>` names an option of the linked mimalloc (for the environment check).

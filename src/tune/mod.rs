@@ -56,12 +56,10 @@ pub struct Released {
 }
 
 impl Released {
-    /// Runs `f` between two RSS readings. `warm` runs first, outside the window: whatever the
-    /// operation allocates once per process (jemalloc's statistics on their first refresh) must not
-    /// count against what it releases.
-    pub(crate) fn around(warm: impl FnOnce(), f: impl FnOnce()) -> Self {
-        warm();
-        let _ = crate::process::rss(); // the reading's own first-use costs, too
+    /// Runs `f` between two RSS readings (after one reading whose own first-use costs stay outside
+    /// the window).
+    pub(crate) fn around(f: impl FnOnce()) -> Self {
+        let _ = crate::process::rss();
         let rss_before = crate::process::rss();
         f();
         Self { rss_before, rss_after: crate::process::rss() }
@@ -110,16 +108,14 @@ pub fn release_free_memory() -> Result<Released, TuneError> {
         #[cfg(feature = "jemalloc")]
         Some(Kind::Known(Backend::Jemalloc)) => {
             let mut result = Ok(());
-            let released = Released::around(
-                || {
-                    let _ = tikv_jemalloc_ctl::epoch::advance();
-                },
-                || {
-                    // A disabled thread cache cannot be flushed; purging still works.
-                    let _ = jemalloc::flush_thread_tcache();
-                    result = jemalloc::purge_all().map(drop);
-                },
-            );
+            // jemalloc allocates its statistics on their first refresh (the purge reads them): that
+            // happens before the window, so it does not count against what the purge releases.
+            let _ = tikv_jemalloc_ctl::epoch::advance();
+            let released = Released::around(|| {
+                // A disabled thread cache cannot be flushed; purging still works.
+                let _ = jemalloc::flush_thread_tcache();
+                result = jemalloc::purge_all().map(drop);
+            });
             result.map(|()| released)
         }
         #[cfg(feature = "mimalloc")]
