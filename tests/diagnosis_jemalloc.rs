@@ -124,9 +124,18 @@ fn a_mapping_outside_the_heap_is_outside_heap() {
     unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, len) };
     let r = frag::report();
     let b = &r.diagnosis.as_ref().unwrap().breakdown;
-    let grew = b.outside_heap_bytes - outside_before;
+    let grew = b.outside_heap_bytes.saturating_sub(outside_before);
     eprintln!("outside heap grew {:.1} MiB for a {} MiB mapping", grew as f64 / MIB as f64, len >> 20);
-    assert!(grew.abs_diff(len as u64) < 4 * MIB, "{grew}");
+    // The mapping is in the bucket, and nothing much else joined it. The growth itself can fall short
+    // of the mapping: when jemalloc's `resident` counted pages above anonymous RSS before (seen in CI:
+    // 4.4 MiB), the earlier figure was capped at anonymous RSS, and the mapping's anonymous pages lift
+    // that cap (growth 91.6 MiB for 96 MiB).
+    assert!(
+        b.outside_heap_bytes + 4 * MIB >= len as u64,
+        "outside heap {} for a {len} B mapping",
+        b.outside_heap_bytes
+    );
+    assert!(grew < len as u64 + 4 * MIB, "{grew}");
     assert_eq!(b.source(Part::OutsideHeap), frag::diagnosis::Source::Measured);
     let f = finding(&r, FindingKind::OutsideHeap).expect("an outside_heap finding");
     assert_eq!(f.severity, Severity::Warn);
