@@ -3,13 +3,16 @@
 //!
 //! - `POST /echo`: parses the JSON body, sleeps `--delay-ms`, serialises it back;
 //! - `GET /debug/frag`: the `frag::report()` as JSON; `GET /debug/frag/text`: the table;
+//! - `GET /debug/pprof/heap`: the live heap by allocation site, as a pprof profile
+//!   (`go tool pprof -top http://127.0.0.1:3000/debug/pprof/heap`);
 //! - Prometheus metrics on `http://127.0.0.1:<metrics-port>/metrics` (metrics-exporter-prometheus),
 //!   published by a `frag::Publisher` thread every `--interval-ms`, with stair-step alerts as
 //!   `tracing` warnings on stderr.
 //!
 //! Serve: `cargo run --release --example service -- --port 3000 --metrics-port 9000`
 //! Drive itself: `cargo run --release --example service -- --load 20000 --concurrency 64`
-//! (binds free loopback ports, sends the requests, prints the report and the `frag_` scrape, exits).
+//! (binds free loopback ports, sends the requests, prints the report and the `frag_` scrape, saves
+//! the heap profile to `target/service-heap.pb.gz`, exits).
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
 
 use std::net::SocketAddr;
@@ -76,13 +79,28 @@ async fn echo(State(delay): State<Duration>, body: axum::body::Bytes) -> impl In
     ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(&value).unwrap_or_default()).into_response()
 }
 
+/// A report with its allocation sites named (reading the debug information once, on first use).
+fn named_report() -> frag::Report {
+    let mut report = frag::report();
+    if let Some(sites) = report.sites.as_mut() {
+        sites.symbolize();
+    }
+    report
+}
+
 async fn debug_json() -> impl IntoResponse {
-    let report = tokio::task::spawn_blocking(frag::report).await.expect("report task");
+    let report = tokio::task::spawn_blocking(named_report).await.expect("report task");
     ([(header::CONTENT_TYPE, "application/json")], report.to_json())
 }
 
 async fn debug_text() -> String {
-    tokio::task::spawn_blocking(|| frag::report().to_string()).await.expect("report task")
+    tokio::task::spawn_blocking(|| named_report().to_string()).await.expect("report task")
+}
+
+/// The Go convention: `GET /debug/pprof/heap` answers a gzip-compressed pprof heap profile.
+async fn debug_pprof_heap() -> impl IntoResponse {
+    let profile = tokio::task::spawn_blocking(frag::profile::heap_pprof).await.expect("profile task");
+    ([(header::CONTENT_TYPE, "application/octet-stream")], profile)
 }
 
 fn app(delay: Duration) -> Router {
@@ -90,6 +108,7 @@ fn app(delay: Duration) -> Router {
         .route("/echo", post(echo))
         .route("/debug/frag", get(debug_json))
         .route("/debug/frag/text", get(debug_text))
+        .route("/debug/pprof/heap", get(debug_pprof_heap))
         .with_state(delay)
 }
 
@@ -163,6 +182,12 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
 
     let (_, text) = request(addr, "GET", "/debug/frag/text", b"").await.expect("/debug/frag/text");
     println!("GET /debug/frag/text\n{}", String::from_utf8_lossy(&text));
+    let (_, profile) = request(addr, "GET", "/debug/pprof/heap", b"").await.expect("/debug/pprof/heap");
+    let saved = "target/service-heap.pb.gz";
+    match std::fs::write(saved, &profile) {
+        Ok(()) => println!("GET /debug/pprof/heap: {} bytes, saved: go tool pprof -top {saved}\n", profile.len()),
+        Err(e) => println!("GET /debug/pprof/heap: {} bytes, not saved to {saved}: {e}\n", profile.len()),
+    }
     // Let the publisher thread run a round after the load, then scrape.
     tokio::time::sleep(interval + Duration::from_millis(200)).await;
     let (_, scrape) = request(metrics, "GET", "/metrics", b"").await.expect("/metrics");

@@ -1,6 +1,6 @@
 //! Thread-local state and the rules that keep it safe inside an allocator.
 //!
-//! Three thread-locals exist, and all follow the same rules:
+//! Four thread-locals exist, and all follow the same rules:
 //! - **const-initialised**: no lazy initialiser runs (which could allocate) on first access;
 //! - **no `Drop`**: the standard library then never registers a destructor for them, so access never
 //!   fails, not even while the thread is being torn down; we still use `try_with` with a fallback so
@@ -33,6 +33,24 @@ std::thread_local! {
     /// gate sends every operation to the cold path, which reads `SLOT`).
     static HOT: Cell<*const Shard> = const { Cell::new(&PARKED) };
     static IN_REPORT: Cell<bool> = const { Cell::new(false) };
+    /// The top of this thread's stack for site capture (`sites::unwind`): 0 until looked up, 1 when
+    /// it cannot be known.
+    static STACK_TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The top of the calling thread's stack (see `sites::unwind`), or 0 when unknown; looked up once
+/// per thread, without allocating.
+pub(crate) fn stack_top() -> usize {
+    match STACK_TOP.try_with(Cell::get) {
+        Ok(0) => {
+            let top = crate::sites::unwind::find_stack_top();
+            let _ = STACK_TOP.try_with(|t| t.set(top.max(1)));
+            top
+        }
+        Ok(1) => 0,
+        Ok(top) => top,
+        Err(_) => crate::sites::unwind::find_stack_top(),
+    }
 }
 
 /// The calling thread's slot word; `EXITED` if thread-local storage is unavailable.

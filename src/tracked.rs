@@ -35,6 +35,7 @@ use crate::backend::usable::{self, Usable};
 use crate::backend::{self, Probe, Registration, kind_of};
 use crate::origin::sampler::Countdown;
 use crate::origin::{self, Sampling, gate};
+use crate::sites::unwind::Entry as Frame;
 use crate::stats::class::{self, Class};
 use crate::stats::pool;
 use crate::stats::shard::{Anyone, Owner, Shard};
@@ -128,22 +129,22 @@ impl<A: 'static> Tracked<A> {
     /// Counts the allocation of `ptr` (non-null, `size` bytes requested) on the cold path: any
     /// layout, any address, any thread state. Returns `ptr`.
     #[inline(never)]
-    fn record_alloc(&self, ptr: *mut u8, size: usize, usable: Usable) -> *mut u8 {
-        self.record(ptr, size, usable, true);
+    fn record_alloc(&self, ptr: *mut u8, size: usize, usable: Usable, frame: Frame) -> *mut u8 {
+        self.record(ptr, size, usable, Some(frame));
         ptr
     }
 
     /// Counts the free of `ptr` (still live) on the cold path; the caller forwards it afterwards.
     #[inline(never)]
     fn record_free(&self, ptr: *mut u8, size: usize, usable: Usable) {
-        self.record(ptr, size, usable, false);
+        self.record(ptr, size, usable, None);
     }
 
-    /// The cold path's bookkeeping of a block of `size` requested bytes `entering` (allocated) or
-    /// leaving (freed): counted in the thread's shard, and passed to origin tracking when its address
-    /// is eligible.
+    /// The cold path's bookkeeping of a block of `size` requested bytes entering (allocated, with the
+    /// frame its stack starts from) or leaving (freed, `None`): counted in the thread's shard, and
+    /// passed to origin tracking when its address is eligible.
     #[inline(always)]
-    fn record(&self, ptr: *mut u8, size: usize, usable: Usable, entering: bool) {
+    fn record(&self, ptr: *mut u8, size: usize, usable: Usable, entering: Option<Frame>) {
         match pool::owned() {
             Some(s) => record_in::<Owner>(s, ptr, size, usable, entering),
             None => record_in::<Anyone>(self.slow_shard(), ptr, size, usable, entering),
@@ -153,18 +154,17 @@ impl<A: 'static> Tracked<A> {
 
 /// [`Tracked::record`] in shard `s`, written by `W`.
 #[inline(always)]
-fn record_in<W: Countdown>(s: &'static Shard, ptr: *mut u8, size: usize, usable: Usable, entering: bool) {
+fn record_in<W: Countdown>(s: &'static Shard, ptr: *mut u8, size: usize, usable: Usable, entering: Option<Frame>) {
     let class = Class::of(size);
-    if entering {
+    if entering.is_some() {
         s.count_in::<W>(class, size, usable);
     } else {
         s.count_out::<W>(class, size, usable);
     }
     if gate::eligible(ptr, size) {
-        if entering {
-            origin::on_alloc::<W>(s, ptr, size);
-        } else {
-            origin::on_free::<W>(s, ptr, size);
+        match entering {
+            Some(frame) => origin::on_alloc::<W>(s, ptr, size, frame),
+            None => origin::on_free::<W>(s, ptr, size),
         }
     }
 }
@@ -214,10 +214,11 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         if ptr.is_null() {
             return ptr;
         }
+        let frame = Frame::here();
         let usable = rule.resolve(kind_of::<A>(), probe, ptr, size);
         match pool::owned() {
-            Some(s) => record_in::<Owner>(s, ptr, size, usable, true),
-            None => record_in::<Anyone>(pool::slow_if_registered(), ptr, size, usable, true),
+            Some(s) => record_in::<Owner>(s, ptr, size, usable, Some(frame)),
+            None => record_in::<Anyone>(pool::slow_if_registered(), ptr, size, usable, Some(frame)),
         }
         ptr
     }
@@ -231,7 +232,7 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
             return ptr;
         }
         let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, layout);
-        self.record_alloc(ptr, layout.size(), usable)
+        self.record_alloc(ptr, layout.size(), usable, Frame::here())
     }
 
     /// A free off the fast path: counted (and settled with origin tracking) before the block goes

@@ -27,6 +27,8 @@ pub(crate) mod tally;
 
 use core::fmt;
 
+use crate::sites::unwind::Entry as Frame;
+use crate::sites::{self, Mark};
 use crate::stats::class::class_of;
 use crate::stats::pool::{self, Me};
 use crate::stats::shard::{Shard, origin_field};
@@ -182,13 +184,19 @@ fn now_ns() -> u64 {
 }
 
 /// An eligible block (see `gate`) was just allocated at `ptr` and counted in `shard` by its writer
-/// `W`: take its charge off the countdown, and sample it if an event is due.
+/// `W`: take its charge off the countdowns, and sample it (for its origin, its site, or both) if an
+/// event is due. `frame` leads to the allocating code's stack (see `sites::unwind`).
 #[cold]
 #[inline(never)]
-pub(crate) fn on_alloc<W: Countdown>(shard: &'static Shard, ptr: *mut u8, size: usize) {
+pub(crate) fn on_alloc<W: Countdown>(shard: &'static Shard, ptr: *mut u8, size: usize, frame: Frame) {
     let (charge, shift) = sampler::charge(size);
-    if let Some(Some(rate)) = sampler::consume::<W>(shard, charge) {
-        sample(ptr, size, sampler::weight(charge, shift, rate));
+    let weight = match sampler::consume::<W>(shard, charge) {
+        Some(Some(rate)) => sampler::weight(charge, shift, rate),
+        _ => 0.0,
+    };
+    let site = sites::pick::<W>(shard, size, frame);
+    if weight > 0.0 || site.is_some() {
+        sample(ptr, size, weight, site);
     }
 }
 
@@ -203,16 +211,22 @@ pub(crate) fn on_free<W: Countdown>(shard: &'static Shard, ptr: *mut u8, size: u
     let _ = sampler::consume::<W>(shard, sampler::charge(size).0);
 }
 
-/// Puts the block at `ptr` in the side table, with the weight it was sampled at.
-fn sample(ptr: *mut u8, size: usize, weight: f64) {
+/// Puts the block at `ptr` in the side table, with the weight it was sampled at for its origin (0:
+/// not sampled for its origin) and its site mark.
+fn sample(ptr: *mut u8, size: usize, weight: f64, site: Option<Mark>) {
     // Before the key is drawn (the first claim draws it) a free could not tell the block is sampled.
     if !gate::keyed() || !gate::eligible(ptr, size) {
         return;
     }
     let me = pool::me();
-    let entry = Entry { tid: me.tid, slot: me.slot, size: size as u64, weight, born: now_ns() };
+    let entry = Entry { tid: me.tid, slot: me.slot, size: size as u64, weight, born: now_ns(), site: Mark::pack(site) };
     if TABLE.insert(ptr, entry) {
-        TALLY.sampled.fetch_add(1, Ordering::Relaxed);
+        if weight > 0.0 {
+            TALLY.sampled.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(m) = site {
+            sites::taken(m, size);
+        }
     }
 }
 
@@ -261,38 +275,63 @@ fn put_back(ptr: *mut u8, e: Entry) {
     TABLE.insert(ptr, e);
 }
 
-/// The cold half of [`Move::finish`]. A sampled block keeps its entry (and its origin) if its new
-/// address is eligible too. Moving to a new small address keeps it with probability `2^-E`, so a
-/// survivor stands for `2^E` times as many blocks: its weight grows by that factor and the estimate
-/// stays unbiased. In place, the address stays eligible: nothing changes.
+/// The cold half of [`Move::finish`]. A sampled block keeps its entry (and its origin and site) if
+/// its new address is eligible too. Moving to a new small address keeps it with probability `2^-E`,
+/// so a survivor stands for `2^E` times as many blocks: its weights grow by that factor and the
+/// estimates stay unbiased. In place, the address stays eligible: nothing changes but the size.
+/// Called directly by `Tracked::realloc` (its frame leads to the reallocating code's stack).
 #[cold]
 #[inline(never)]
 fn moved<W: Countdown>(shard: &'static Shard, m: Move, ptr: *mut u8, size: usize, new_eligible: bool) {
-    // An entry whose new address is not eligible is let go: the survivors' weights stand for it.
-    // A full neighbourhood drops it, and the table counts that.
-    if let (Some(mut e), true) = (m.entry, new_eligible) {
-        if ptr != m.old {
-            e.weight *= (1u64 << gate::shift_for(size)) as f64;
+    let frame = Frame::here();
+    if let Some(mut e) = m.entry {
+        let old = Mark::unpack(e.site);
+        let mut kept = false;
+        // An entry whose new address is not eligible is let go: the survivors' weights stand for it.
+        // A full neighbourhood drops it, and the table counts that.
+        if new_eligible {
+            let factor = if ptr == m.old { 1.0 } else { (1u64 << gate::shift_for(size)) as f64 };
+            e.weight *= factor;
+            let new = old.map(|o| Mark { site: o.site, weight: (f64::from(o.weight) * factor) as f32 });
+            e.site = Mark::pack(new);
+            let old_size = e.size;
+            e.size = size as u64;
+            kept = TABLE.insert(ptr, e);
+            if let (true, Some(o), Some(n)) = (kept, old, new) {
+                sites::moved(o, old_size, n, e.size);
+            }
         }
-        e.size = size as u64;
-        TABLE.insert(ptr, e);
+        if let (false, Some(o)) = (kept, old) {
+            sites::let_go(o, m.entry.map_or(0, |e| e.size));
+        }
     }
     if new_eligible {
         let (charge, shift) = sampler::charge(size);
-        if let Some(Some(rate)) = sampler::consume::<W>(shard, charge) {
-            if m.entry.is_none() {
-                sample(ptr, size, sampler::weight(charge, shift, rate));
-            }
+        let weight = match sampler::consume::<W>(shard, charge) {
+            Some(Some(rate)) => sampler::weight(charge, shift, rate),
+            _ => 0.0,
+        };
+        let site = sites::pick::<W>(shard, size, frame);
+        if m.entry.is_none() && (weight > 0.0 || site.is_some()) {
+            sample(ptr, size, weight, site);
         }
     }
 }
 
 fn record_free(me: &Me, e: Entry) {
+    let cross = e.tid != me.tid;
+    let lifetime_ns = now_ns().saturating_sub(e.born);
+    if let Some(m) = Mark::unpack(e.site) {
+        sites::freed(m, e.size, cross, lifetime_ns);
+    }
+    if e.weight <= 0.0 {
+        // Sampled for its site only.
+        return;
+    }
     let w_f = e.weight;
     let w = ((w_f * W_ONE as f64).round() as u64).max(1);
     let wb = (w_f * e.size as f64 * W_ONE as f64).round() as u64;
     let w2 = (w_f * w_f).round().max(1.0) as u64;
-    let cross = e.tid != me.tid;
     let add = |shard: &Shard, field: usize, v: u64| {
         if let Some(c) = shard.origin.get(field) {
             c.fetch_add(v, Ordering::Relaxed);
@@ -324,7 +363,7 @@ fn record_free(me: &Me, e: Entry) {
     TALLY.free(&tally::SampledFree {
         class: class_of(e.size as usize),
         cross,
-        lifetime_ns: now_ns().saturating_sub(e.born),
+        lifetime_ns,
         alloc_tid: e.tid,
         free_tid: me.tid,
         w,

@@ -22,7 +22,7 @@
 
 use super::gate;
 use crate::stats::shard::{Anyone, Owner, Shard, Writer};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 /// Bytes every operation is charged on top of its size.
 pub(crate) const OP_CHARGE: u64 = 8 << 10;
@@ -101,7 +101,7 @@ pub(crate) fn seed(rng: &AtomicU64, index: usize, generation: u64) {
 }
 
 /// The next countdown: exponential with mean `period`, capped at 64 periods.
-fn draw(shard: &Shard, period: u64) -> i64 {
+pub(crate) fn draw(shard: &Shard, period: u64) -> i64 {
     if period == 0 {
         return 0;
     }
@@ -129,12 +129,26 @@ pub(crate) fn consume<W: Countdown>(shard: &Shard, charge: u64) -> Option<Option
 
 /// How each kind of writer runs a countdown.
 pub(crate) trait Countdown: Writer {
+    /// Takes `charge` off `counter` and returns what is left.
+    fn take(counter: &AtomicI64, charge: u64) -> i64;
+    /// Sets `counter` to `value`.
+    fn set(counter: &AtomicI64, value: i64);
     /// Takes `charge` off the countdown; `true` when it ran out.
     fn consume(shard: &Shard, charge: u64) -> bool;
     fn restart(shard: &Shard, interval: i64);
 }
 
 impl Countdown for Owner {
+    fn take(c: &AtomicI64, charge: u64) -> i64 {
+        let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
+        c.store(left, Ordering::Relaxed);
+        left
+    }
+
+    fn set(c: &AtomicI64, value: i64) {
+        c.store(value, Ordering::Relaxed);
+    }
+
     fn consume(shard: &Shard, charge: u64) -> bool {
         let c = &shard.hot.countdown;
         let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
@@ -158,6 +172,14 @@ impl Countdown for Owner {
 }
 
 impl Countdown for Anyone {
+    fn take(c: &AtomicI64, charge: u64) -> i64 {
+        c.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64)
+    }
+
+    fn set(c: &AtomicI64, value: i64) {
+        c.store(value, Ordering::Relaxed);
+    }
+
     fn consume(shard: &Shard, charge: u64) -> bool {
         shard.hot.countdown.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64) < 0
     }

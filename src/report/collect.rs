@@ -127,6 +127,26 @@ pub fn report() -> Report {
         ));
     }
 
+    let sites = super::sites::section();
+    if let Some(s) = &sites {
+        if !s.frame_pointers && s.samples > 0 {
+            warnings.push(Warning::new(
+                WarningKind::NoFramePointers,
+                "allocation sites have no stacks: build with RUSTFLAGS=\"-C force-frame-pointers=yes\"",
+            ));
+        }
+        if s.dropped_stacks > 0 {
+            warnings.push(Warning::new(
+                WarningKind::DroppedSites,
+                format!(
+                    "{} sampled stacks found the site table full and count as \"no stack\" (raise the mean with \
+                     frag::set_site_sampling)",
+                    s.dropped_stacks
+                ),
+            ));
+        }
+    }
+
     let size_classes = class_rows(&snap.classes, reg);
     let wrapped = reg.map(|r| match r.kind {
         backend::Kind::Known(b) => WrappedBackend::Known(b),
@@ -155,6 +175,7 @@ pub fn report() -> Report {
         threads,
         size_classes,
         origin,
+        sites,
         shards: ShardPool {
             capacity: POOL_SIZE,
             used: snap.slots_used,

@@ -2,7 +2,8 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{Origin, Report, RowKind, ThreadRow};
+use super::{Origin, Report, RowKind, Sites, ThreadRow};
+use crate::SiteSampling;
 use crate::diagnosis::{Diagnosis, Part, Severity, Source};
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
@@ -70,6 +71,49 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
         let approx = if x.estimated { "~" } else { "" };
         writeln!(f, "{severity:<10} {} {approx}{}: {}", x.kind.name(), Bytes(x.bytes), x.summary)?;
         writeln!(f, "           -> {}", x.remedy)?;
+    }
+    Ok(())
+}
+
+fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
+    let sampling = match s.sampling {
+        SiteSampling::MeanBytes(m) => format!("1 per {} allocated", Bytes(m)),
+        SiteSampling::EveryBlock => "every block".to_owned(),
+        _ => "off now".to_owned(),
+    };
+    let stacks = if s.frame_pointers { "" } else { " (no stacks: built without frame pointers)" };
+    writeln!(
+        f,
+        "\nsites      sampling {sampling}: {} samples, {} sites, {} stacks dropped{stacks}",
+        s.samples, s.sites, s.dropped_stacks
+    )?;
+    if s.no_stack_inuse_bytes > 0 {
+        writeln!(f, "           in use without a stack ≈{}", Bytes(s.no_stack_inuse_bytes))?;
+    }
+    if s.top.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "  {:>11} {:>10} {:>8} {:>7} {:>9}  leaf frames",
+        "≈in use", "≈blocks", "samples", "≈cross", "≈median"
+    )?;
+    for r in &s.top {
+        let few =
+            |v: Option<String>| v.unwrap_or_else(|| if r.free_samples > 0 { "few".to_owned() } else { "-".to_owned() });
+        writeln!(
+            f,
+            "  {:>11} {:>10} {:>8} {:>7} {:>9}  {}",
+            Bytes(r.inuse_bytes),
+            r.inuse_blocks,
+            r.samples,
+            few(r.cross_thread_share.map(|c| format!("{:.0}%", c * 100.0))),
+            few(r.median_lifetime_ns.map(duration)),
+            r.frames.first().map_or("?", String::as_str)
+        )?;
+        for frame in r.frames.iter().skip(1) {
+            writeln!(f, "  {:>50}  {frame}", "")?;
+        }
     }
     Ok(())
 }
@@ -288,6 +332,9 @@ impl Display for Report {
         }
         if let Some(o) = &self.origin {
             write_origin(f, o)?;
+        }
+        if let Some(s) = &self.sites {
+            write_sites(f, s)?;
         }
         writeln!(f, "\nusable sizes: {}", self.usable_source)?;
         for w in &self.warnings {

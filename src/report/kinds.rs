@@ -138,4 +138,8 @@ pub enum WarningKind {
     ConfigTrap,
     /// The `Tracked` was configured with an invalid sampling rate and uses the default.
     InvalidSampling,
+    /// Allocation sites are sampled but have no stacks: the build has no frame pointers.
+    NoFramePointers,
+    /// Stacks were lost because the site table was full.
+    DroppedSites,
 }

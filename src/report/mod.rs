@@ -6,10 +6,13 @@ mod collect;
 mod display;
 mod kinds;
 mod origin;
+mod sites;
 
 pub use collect::{report, size_classes, totals};
 pub(crate) use display::Bytes;
 pub use kinds::{RatioInputs, Warning, WarningKind, WrappedBackend};
+pub(crate) use origin::MIN_SAMPLES;
+pub use sites::{SiteRow, Sites};
 
 use crate::backend::AllocatorStats;
 use crate::diagnosis::Diagnosis;
@@ -40,6 +43,9 @@ pub struct Report {
     /// Cross-thread frees, estimated from sampled blocks; `None` while sampling is off and nothing
     /// was sampled.
     pub origin: Option<Origin>,
+    /// Allocation sites holding the most bytes in use, estimated from sampled stacks; `None` while
+    /// site sampling is off and nothing was sampled.
+    pub sites: Option<Sites>,
     /// Occupancy of the per-thread shard pool.
     pub shards: ShardPool,
     /// Where resident memory goes and what it means: `None` without a process RSS (no `/proc`).

@@ -201,6 +201,8 @@ pub(crate) struct Hot {
     /// State of the shard's pseudo-random sequence (a Weyl counter, hashed on use).
     pub(crate) rng: AtomicU64,
     pub(crate) reallocs: AtomicU64,
+    /// Bytes left until the next allocation-site sample: written only by `sites::sampler`.
+    pub(crate) site_countdown: AtomicI64,
 }
 
 /// A slot in the pool (or the overflow shard).
@@ -267,6 +269,7 @@ impl Shard {
                 unflushed: AtomicU64::new(0),
                 rng: AtomicU64::new(0),
                 reallocs: AtomicU64::new(0),
+                site_countdown: AtomicI64::new(0),
             }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
             published: [const { AtomicU64::new(0) }; NUM_CLASSES],

@@ -13,7 +13,7 @@ use crate::table::{Entry, Table};
 type Small = Table<4>;
 
 fn entry(tid: u32, size: u64) -> Entry {
-    Entry { tid, slot: Some((tid as u16, 1)), size, weight: 8.0, born: u64::from(tid) * 1000 + size }
+    Entry { tid, slot: Some((tid as u16, 1)), size, weight: 8.0, born: u64::from(tid) * 1000 + size, site: u64::from(tid) << 32 | 0x3f80_0000 }
 }
 
 /// `n` block addresses that share one home slot.

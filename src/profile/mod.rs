@@ -1,0 +1,239 @@
+//! Heap profiles in pprof's format, from the sampled allocation sites (see
+//! [`SiteSampling`](crate::SiteSampling)): what `go tool pprof`, Pyroscope, Parca or Grafana read.
+//!
+//! [`heap_pprof`] returns a gzip-compressed `profile.proto` with Go's heap-profile sample types:
+//! `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count` and `inuse_space/bytes` (the
+//! default), every value an estimate weighted by the inverse sampling probability (the profile's
+//! comments say so, with the sampling mean). Its stacks are symbolized in process; mappings carry the
+//! loaded objects' paths and GNU build IDs, so [`heap_pprof_unsymbolized`] (no names, no debug
+//! information read) can be symbolized offline against the same binaries.
+//!
+//! A site's leading frames that belong to the allocation machinery (frag, `__rust_alloc`, the
+//! standard library's `alloc::` plumbing) are trimmed, so that the leaf of each stack is the function
+//! that asked for the memory, as in Go's heap profiles; an unsymbolized profile asks `pprof` to do the
+//! same with its `drop_frames` pattern.
+
+mod mappings;
+mod proto;
+pub(crate) mod symbols;
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use crate::sites::read::{SiteFigures, snapshot};
+use crate::sites::{SiteSampling, site_sampling};
+use symbols::{PLUMBING_REGEX, Symbols, trimmed};
+
+/// The live heap as a gzip-compressed pprof profile, symbolized in process.
+///
+/// Serve it as `GET /debug/pprof/heap` (the Go convention) and read it with
+/// `go tool pprof -top http://host/debug/pprof/heap`. The first call reads the debug information of
+/// the loaded objects and keeps it (see README for its cost); use [`heap_pprof_unsymbolized`] to
+/// avoid that and symbolize elsewhere.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// std::fs::write("heap.pb.gz", frag::profile::heap_pprof())?;
+/// // go tool pprof -top -sample_index=inuse_space heap.pb.gz
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[must_use]
+pub fn heap_pprof() -> Vec<u8> {
+    gzip(&build(true))
+}
+
+/// [`heap_pprof`] without names: addresses and mappings (with build IDs) only, for `pprof` to
+/// symbolize against the binaries. Cheap: reads no debug information.
+#[must_use]
+pub fn heap_pprof_unsymbolized() -> Vec<u8> {
+    gzip(&build(false))
+}
+
+fn gzip(p: &proto::Profile) -> Vec<u8> {
+    let raw = prost::Message::encode_to_vec(p);
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 3), flate2::Compression::default());
+    // Writing to a `Vec` cannot fail.
+    let _ = gz.write_all(&raw);
+    gz.finish().unwrap_or_default()
+}
+
+/// Interned strings: index 0 is "", as the format requires.
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        Self { table: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
+    }
+
+    fn id(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+fn build(symbolize: bool) -> proto::Profile {
+    let sites = snapshot();
+    // In a child forked mid-symbolization, the profile goes out unsymbolized (with `drop_frames`).
+    let symbols = if symbolize { Symbols::new() } else { None };
+    let symbolize = symbols.is_some();
+    let mut symbols = symbols.unwrap_or_else(Symbols::none);
+    let mut strings = Strings::new();
+    let vt = |s: &mut Strings, t: &str, u: &str| proto::ValueType { r#type: s.id(t), unit: s.id(u) };
+    let sample_type = vec![
+        vt(&mut strings, "alloc_objects", "count"),
+        vt(&mut strings, "alloc_space", "bytes"),
+        vt(&mut strings, "inuse_objects", "count"),
+        vt(&mut strings, "inuse_space", "bytes"),
+    ];
+    let period_type = Some(vt(&mut strings, "space", "bytes"));
+    let period = match site_sampling() {
+        SiteSampling::MeanBytes(m) => m as i64,
+        _ => 1,
+    };
+
+    let maps = mappings::executable();
+    let mapping: Vec<proto::Mapping> = maps
+        .iter()
+        .enumerate()
+        .map(|(i, m)| proto::Mapping {
+            id: i as u64 + 1,
+            memory_start: m.start,
+            memory_limit: m.limit,
+            file_offset: m.file_offset,
+            filename: strings.id(&m.file),
+            build_id: strings.id(&m.build_id),
+            has_functions: symbolize,
+            has_filenames: symbolize,
+            has_line_numbers: symbolize,
+            has_inline_frames: symbolize,
+        })
+        .collect();
+    let mapping_of = |pc: usize| {
+        let pc = pc as u64;
+        maps.iter().position(|m| m.start <= pc && pc < m.limit).map_or(0, |i| i as u64 + 1)
+    };
+
+    let mut functions: Vec<proto::Function> = Vec::new();
+    let mut function_ids: HashMap<(i64, i64, i64), u64> = HashMap::new();
+    let mut locations: Vec<proto::Location> = Vec::new();
+    let mut location_ids: HashMap<(usize, usize), u64> = HashMap::new();
+    let mut samples = Vec::with_capacity(sites.len());
+
+    for site in &sites {
+        let frames: Vec<(usize, usize)> = if site.stack.is_empty() {
+            Vec::new()
+        } else if symbolize {
+            trimmed(&mut symbols, &site.stack)
+        } else {
+            site.stack.iter().map(|&pc| (pc, 0)).collect()
+        };
+        let mut ids = Vec::with_capacity(frames.len().max(1));
+        for (pc, first) in frames {
+            let next_id = locations.len() as u64 + 1;
+            let id = *location_ids.entry((pc, first)).or_insert(next_id);
+            if id == next_id {
+                let line = if symbolize {
+                    let lines = symbols.lines(pc).get(first..).unwrap_or(&[]).to_vec();
+                    lines
+                        .iter()
+                        .map(|l| {
+                            let key = (strings.id(&l.function), strings.id(&l.system_name), strings.id(&l.file));
+                            let next_fn = functions.len() as u64 + 1;
+                            let function_id = *function_ids.entry(key).or_insert(next_fn);
+                            if function_id == next_fn {
+                                functions.push(proto::Function {
+                                    id: function_id,
+                                    name: key.0,
+                                    system_name: key.1,
+                                    filename: key.2,
+                                    start_line: 0,
+                                });
+                            }
+                            proto::Line { function_id, line: i64::from(l.line), column: 0 }
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                // The call instruction the return address follows: what a symbolizer should look up.
+                let address = pc.saturating_sub(1) as u64;
+                locations.push(proto::Location { id, mapping_id: mapping_of(pc), address, line, is_folded: false });
+            }
+            ids.push(id);
+        }
+        if ids.is_empty() {
+            ids.push(no_stack_location(&mut strings, &mut functions, &mut locations));
+        }
+        samples.push(proto::Sample { location_id: ids, value: values(site), label: Vec::new() });
+    }
+
+    let comment = vec![
+        strings.id("frag heap profile: every value is an estimate from sampled allocations, weighted by the inverse sampling probability"),
+        strings.id(&format!("site sampling: {:?}; frame pointers: {}", site_sampling(), crate::frame_pointers())),
+    ];
+    let drop_frames = if symbolize { 0 } else { strings.id(PLUMBING_REGEX) };
+    let default_sample_type = strings.id("inuse_space");
+    let time_nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    proto::Profile {
+        sample_type,
+        sample: samples,
+        mapping,
+        location: locations,
+        function: functions,
+        string_table: strings.table,
+        drop_frames,
+        keep_frames: 0,
+        time_nanos,
+        duration_nanos: 0,
+        period_type,
+        period,
+        comment,
+        default_sample_type,
+    }
+}
+
+/// `[alloc_objects, alloc_space, inuse_objects, inuse_space]`, rounded.
+fn values(site: &SiteFigures) -> Vec<i64> {
+    [site.alloc_blocks, site.alloc_bytes, site.inuse_blocks, site.inuse_bytes]
+        .iter()
+        .map(|v| v.round() as i64)
+        .collect()
+}
+
+/// A location standing for samples without a stack, named for why.
+fn no_stack_location(
+    strings: &mut Strings,
+    functions: &mut Vec<proto::Function>,
+    locations: &mut Vec<proto::Location>,
+) -> u64 {
+    let name = if crate::frame_pointers() {
+        "[no stack: stack table full or foreign thread stack]"
+    } else {
+        "[no stack: built without -C force-frame-pointers=yes]"
+    };
+    let function_id = functions.len() as u64 + 1;
+    let name = strings.id(name);
+    functions.push(proto::Function { id: function_id, name, system_name: name, filename: 0, start_line: 0 });
+    let id = locations.len() as u64 + 1;
+    locations.push(proto::Location {
+        id,
+        mapping_id: 0,
+        address: 0,
+        line: vec![proto::Line { function_id, line: 0, column: 0 }],
+        is_folded: false,
+    });
+    id
+}

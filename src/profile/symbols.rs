@@ -1,0 +1,157 @@
+//! In-process symbolization of site stacks, off the allocation path: the `backtrace` crate (gimli
+//! and addr2line over the binary's own debug information), run only by `report()` and the profile.
+//!
+//! The first call parses the debug information of every loaded object it is asked about and keeps it
+//! for the life of the process (that is `backtrace`'s cache; see README for its measured cost).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One function of a (possibly inlined) frame.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Line {
+    /// Demangled, without the hash suffix.
+    pub(crate) function: String,
+    /// The mangled name, where the symbol table has it.
+    pub(crate) system_name: String,
+    pub(crate) file: String,
+    pub(crate) line: u32,
+}
+
+/// The lines of each return address, innermost inlined function first; empty when unknown. While
+/// one exists, the process counts as symbolizing (see [`Symbols::new`]).
+pub(crate) struct Symbols {
+    cache: HashMap<usize, Vec<Line>>,
+    /// Whether names are looked up at all (see [`Symbols::new`]).
+    names: bool,
+}
+
+/// Symbolizers at work: the process id in the high half, their count in the low half. A child
+/// forked while the count was non-zero inherits it with its parent's id: the `backtrace` lock may be
+/// held by a thread that does not exist in the child, so the child never symbolizes.
+static ACTIVE: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Symbols {
+    fn drop(&mut self) {
+        if self.names {
+            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Symbols {
+    /// A symbolizer, or `None` in a child forked while another thread was symbolizing.
+    pub(crate) fn new() -> Option<Self> {
+        let me = u64::from(std::process::id());
+        let mut seen = ACTIVE.load(Ordering::Acquire);
+        loop {
+            let (pid, count) = (seen >> 32, seen & 0xffff_ffff);
+            if count > 0 && pid != me {
+                return None;
+            }
+            match ACTIVE.compare_exchange(seen, (me << 32) | (count + 1), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(Self { cache: HashMap::new(), names: true }),
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// A symbolizer that names nothing (every address stays unknown).
+    pub(crate) fn none() -> Self {
+        Self { cache: HashMap::new(), names: false }
+    }
+
+    /// The lines of the return address `pc` (the call site just before it).
+    pub(crate) fn lines(&mut self, pc: usize) -> &[Line] {
+        let names = self.names;
+        self.cache.entry(pc).or_insert_with(|| if names { resolve(pc) } else { Vec::new() })
+    }
+}
+
+fn resolve(pc: usize) -> Vec<Line> {
+    let mut lines = Vec::new();
+    // `resolve` looks up `pc - 1`: inside the call instruction that `pc` returns after.
+    backtrace::resolve(pc as *mut core::ffi::c_void, |sym| {
+        let Some(name) = sym.name() else { return };
+        lines.push(Line {
+            function: format!("{name:#}"),
+            system_name: name.as_str().unwrap_or_default().to_owned(),
+            file: sym.filename().map(|f| f.display().to_string()).unwrap_or_default(),
+            line: sym.lineno().unwrap_or(0),
+        });
+    });
+    lines
+}
+
+/// Whether a function belongs to the allocation machinery rather than to the code that allocates:
+/// frag itself, the `__rust_alloc` family, and the standard library's allocation plumbing
+/// (`alloc::`, `core::alloc`, `std::alloc`). Leading frames (from the leaf) that match are trimmed,
+/// so that a site's leaf is the function that asked for the memory, as in Go's heap profiles.
+pub(crate) fn is_plumbing(function: &str) -> bool {
+    const PREFIXES: [&str; 7] = ["__rust_", "__rdl_", "__rg_", "alloc::", "core::alloc::", "std::alloc::", "frag::"];
+    let f = function.trim_start_matches('<');
+    let f = f.strip_prefix("__rustc::").unwrap_or(f);
+    if f.starts_with("__rust_") {
+        return ["__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc"].contains(&f);
+    }
+    // `<T as Trait>::method`: plumbing when either the type or the trait is.
+    let trait_path = f.split_once(" as ").map(|(_, t)| t.trim_start_matches('<'));
+    PREFIXES.iter().any(|p| f.starts_with(p) || trait_path.is_some_and(|t| t.starts_with(p)))
+}
+
+/// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
+/// used when the profile carries no names and `pprof` symbolizes it itself.
+pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*";
+
+/// A site's stack as logical frames, leaf first: each return address expanded into its inlined
+/// functions, leading allocation plumbing trimmed. Each frame is `(pc, index of its first kept line)`.
+pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(stack.len());
+    let mut trimming = true;
+    for &pc in stack {
+        let lines = symbols.lines(pc);
+        let mut first = 0;
+        if trimming {
+            first = lines.iter().take_while(|l| is_plumbing(&l.function)).count();
+            if first == lines.len() && !lines.is_empty() {
+                continue;
+            }
+            trimming = false;
+        }
+        out.push((pc, first));
+    }
+    // Everything was plumbing (an allocation made by frag or the standard library itself): keep the
+    // stack whole rather than show nothing.
+    if out.is_empty() {
+        return stack.iter().map(|&pc| (pc, 0)).collect();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plumbing_is_recognised_in_both_forms() {
+        let re_words = [
+            "__rustc::__rust_alloc",
+            "alloc::raw_vec::finish_grow",
+            "<alloc::vec::Vec<T>>::push",
+            "frag::x",
+            "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
+        ];
+        for f in re_words {
+            assert!(is_plumbing(f), "{f}");
+        }
+        for f in [
+            "myapp::handler",
+            "tokio::runtime::task",
+            "<myapp::Codec as tokio_util::codec::Decoder>::decode",
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+            "__rust_begin_short_backtrace",
+        ] {
+            assert!(!is_plumbing(f), "{f}");
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The report's `sites` section: the allocation sites holding the most bytes in use.
+
+use crate::profile::symbols::{Symbols, trimmed};
+use crate::sites::read::{self, SiteFigures};
+use crate::sites::{self, SiteSampling};
+
+/// Sites listed in the report (the profile has them all).
+pub(crate) const TOP: usize = 10;
+/// Frames named per site, from the leaf.
+const LEAF_FRAMES: usize = 4;
+
+/// Allocation sites, estimated from sampled allocations (see [`SiteSampling`]). Every figure named
+/// `est_*` is an estimate weighted by the inverse sampling probability.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Sites {
+    /// The sampling in effect; serialises as `{"mean_bytes": n}`, `"every_block"` or `"off"`.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "sampling_json"))]
+    pub sampling: SiteSampling,
+    /// Whether this build captures stacks (see [`frame_pointers`](crate::frame_pointers)).
+    pub frame_pointers: bool,
+    /// Sampled allocations, with or without a stack.
+    pub samples: u64,
+    /// Distinct stacks seen.
+    pub sites: usize,
+    /// Stacks lost because the site table was full (their blocks count under "no stack").
+    pub dropped_stacks: u64,
+    /// Estimated bytes in use of sampled blocks that have no stack.
+    #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_inuse_bytes"))]
+    pub no_stack_inuse_bytes: u64,
+    /// The sites holding the most bytes in use, largest first (at most 10).
+    pub top: Vec<SiteRow>,
+    /// Whether `frames` hold names ([`Sites::symbolize`] ran).
+    pub symbolized: bool,
+}
+
+impl Sites {
+    /// Names the leaf frames of every row, from the binary's own debug information (the `backtrace`
+    /// crate). `report()` does not do this itself: the first call reads and keeps the debug
+    /// information of the program (its cost is in README), which a report published every few
+    /// seconds should not impose. Does nothing in a process forked while another thread was
+    /// symbolizing (the symbolizer's lock may be held forever there).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// #[global_allocator]
+    /// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+    ///
+    /// let mut report = frag::report();
+    /// if let Some(sites) = report.sites.as_mut() {
+    ///     sites.symbolize();
+    /// }
+    /// println!("{report}");
+    /// ```
+    pub fn symbolize(&mut self) {
+        let Some(mut symbols) = Symbols::new() else { return };
+        for row in &mut self.top {
+            let stack: Vec<usize> = row.stack.iter().map(|&pc| pc as usize).collect();
+            row.frames = named_frames(&mut symbols, &stack);
+        }
+        self.symbolized = true;
+    }
+}
+
+/// One allocation site.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct SiteRow {
+    /// The site's stack: return addresses, leaf first (the first is in the function that called
+    /// the allocator, often `__rust_alloc` or the standard library's allocation plumbing).
+    pub stack: Vec<u64>,
+    /// The leaf frames (at most 4), leaf first. Before [`Sites::symbolize`]: the first addresses
+    /// of `stack` in hex. After: `function (file:line)` from the leaf after the allocation machinery
+    /// (frag, `__rust_alloc`, `alloc::`), the address in hex where no name is known.
+    pub frames: Vec<String>,
+    /// Estimated bytes in use.
+    #[cfg_attr(feature = "serde", serde(rename = "est_inuse_bytes"))]
+    pub inuse_bytes: u64,
+    /// Estimated blocks in use.
+    #[cfg_attr(feature = "serde", serde(rename = "est_inuse_blocks"))]
+    pub inuse_blocks: u64,
+    /// Estimated bytes allocated since start (requested sizes).
+    #[cfg_attr(feature = "serde", serde(rename = "est_alloc_bytes"))]
+    pub alloc_bytes: u64,
+    /// Estimated blocks allocated since start.
+    #[cfg_attr(feature = "serde", serde(rename = "est_alloc_blocks"))]
+    pub alloc_blocks: u64,
+    /// Sampled allocations behind the estimates.
+    pub samples: u64,
+    /// Estimated share of the site's freed blocks that were freed on another thread than the
+    /// allocating one; `None` under 30 sampled frees.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_share"))]
+    pub cross_thread_share: Option<f64>,
+    /// Sampled frees behind the share and the lifetime.
+    pub free_samples: u64,
+    /// Estimated median lifetime of the site's freed blocks (power-of-two resolution); `None`
+    /// under 30 sampled frees.
+    #[cfg_attr(feature = "serde", serde(rename = "est_median_lifetime_ns"))]
+    pub median_lifetime_ns: Option<u64>,
+}
+
+#[cfg(feature = "serde")]
+fn sampling_json<S: serde::Serializer>(s: &SiteSampling, ser: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match s {
+        SiteSampling::MeanBytes(m) => {
+            let mut map = ser.serialize_map(Some(1))?;
+            map.serialize_entry("mean_bytes", m)?;
+            map.end()
+        }
+        SiteSampling::EveryBlock => ser.serialize_str("every_block"),
+        SiteSampling::Off => ser.serialize_str("off"),
+    }
+}
+
+/// The section; `None` when site sampling is off and nothing was sampled.
+pub(crate) fn section() -> Option<Sites> {
+    let all = read::snapshot();
+    let sampling = sites::site_sampling();
+    if all.is_empty() && sampling == SiteSampling::Off {
+        return None;
+    }
+    let (no_stack, stacked): (Vec<&SiteFigures>, Vec<&SiteFigures>) = all.iter().partition(|s| s.stack.is_empty());
+    let top = stacked.iter().take(TOP).map(|s| row(s)).collect();
+    Some(Sites {
+        sampling,
+        frame_pointers: sites::frame_pointers(),
+        samples: all.iter().map(|s| s.samples).sum(),
+        sites: stacked.len(),
+        dropped_stacks: read::dropped(),
+        no_stack_inuse_bytes: no_stack.iter().map(|s| s.inuse_bytes.round() as u64).sum(),
+        top,
+        symbolized: false,
+    })
+}
+
+/// The leaf frames of `stack`, named, after the allocation machinery.
+fn named_frames(symbols: &mut Symbols, stack: &[usize]) -> Vec<String> {
+    let mut frames = Vec::new();
+    for (pc, first) in trimmed(symbols, stack) {
+        let lines = symbols.lines(pc);
+        if lines.len() <= first {
+            frames.push(format!("{pc:#x}"));
+        }
+        for l in lines.iter().skip(first) {
+            let file = l.file.rsplit('/').next().unwrap_or_default();
+            frames.push(if file.is_empty() {
+                l.function.clone()
+            } else {
+                format!("{} ({file}:{})", l.function, l.line)
+            });
+        }
+        if frames.len() >= LEAF_FRAMES {
+            break;
+        }
+    }
+    frames.truncate(LEAF_FRAMES);
+    frames
+}
+
+fn row(s: &SiteFigures) -> SiteRow {
+    SiteRow {
+        stack: s.stack.iter().map(|&pc| pc as u64).collect(),
+        frames: s.stack.iter().take(LEAF_FRAMES).map(|pc| format!("{pc:#x}")).collect(),
+        inuse_bytes: s.inuse_bytes.round() as u64,
+        inuse_blocks: s.inuse_blocks.round() as u64,
+        alloc_bytes: s.alloc_bytes.round() as u64,
+        alloc_blocks: s.alloc_blocks.round() as u64,
+        samples: s.samples,
+        cross_thread_share: s.cross_share(),
+        free_samples: s.free_samples,
+        median_lifetime_ns: s.median_lifetime_ns(),
+    }
+}

@@ -1,0 +1,276 @@
+//! The site table: each distinct sampled stack, interned once, with its tallies.
+//!
+//! A fixed array of [`CAPACITY`] sites with open addressing on a 64-bit hash of the stack (at most
+//! [`MAX_PROBE`] slots from the home slot). Lock-free and allocation-free, like the origin side table:
+//! a new stack claims an empty slot with a compare-and-swap to `BUSY`, writes its frames, then
+//! publishes its hash with a release store; a reader that meets a `BUSY` slot probes on (two threads
+//! racing to intern one stack may make two sites of it, which the report merges). Slots are never
+//! freed: a site keeps its tallies for the life of the process. A full neighbourhood counts a drop, and
+//! the sample goes to the "no stack" site ([`NO_SITE`]), so totals still add up.
+//!
+//! Two stacks with the same 64-bit hash share a site (odds about `n² / 2^65` for `n` stacks: one in
+//! 10^12 for 4,096).
+//!
+//! Memory: [`CAPACITY`] slots of 864 bytes (64 frames, tallies, 32 lifetime buckets) ≈ 3.4 MiB of
+//! zero-initialised static memory, resident only where touched (one or two pages per site seen).
+
+use super::unwind::{Frames, MAX_FRAMES};
+use crate::origin::sampler::W_ONE;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// Sites kept.
+pub(crate) const CAPACITY: usize = 1 << 12;
+/// Longest run of slots a site may be placed in, from its home slot.
+pub(crate) const MAX_PROBE: usize = 64;
+/// Lifetime buckets: bucket `i` holds lifetimes in `[2^(i+6), 2^(i+7))` ns, the first everything
+/// below 128 ns and the last everything from 2^37 ns (2.3 minutes) on.
+pub(crate) const LIFETIME_BUCKETS: usize = 32;
+
+/// The site of samples without a stack (no frame pointers, a foreign stack, a full table).
+pub(crate) const NO_SITE: u32 = 0;
+
+const EMPTY: u64 = 0;
+const BUSY: u64 = 1;
+
+/// One site's tallies, weighted fixed point (`W_ONE` = one block) unless said otherwise.
+pub(crate) struct Tallies {
+    /// Sampled allocations and their bytes.
+    pub(crate) allocs: AtomicU64,
+    pub(crate) alloc_bytes: AtomicU64,
+    /// In use = `live_in - live_out` (blocks and bytes); reallocations move both.
+    pub(crate) live_in: [AtomicU64; 2],
+    pub(crate) live_out: [AtomicU64; 2],
+    /// Sampled blocks freed, and those freed on another thread than the allocating one.
+    pub(crate) frees: AtomicU64,
+    pub(crate) cross: AtomicU64,
+    /// Raw counts: samples taken, sampled frees seen.
+    pub(crate) samples: AtomicU64,
+    pub(crate) free_samples: AtomicU64,
+    /// Weighted frees per lifetime bucket.
+    pub(crate) lifetimes: [AtomicU64; LIFETIME_BUCKETS],
+}
+
+impl Tallies {
+    const fn new() -> Self {
+        Self {
+            allocs: AtomicU64::new(0),
+            alloc_bytes: AtomicU64::new(0),
+            live_in: [const { AtomicU64::new(0) }; 2],
+            live_out: [const { AtomicU64::new(0) }; 2],
+            frees: AtomicU64::new(0),
+            cross: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
+            free_samples: AtomicU64::new(0),
+            lifetimes: [const { AtomicU64::new(0) }; LIFETIME_BUCKETS],
+        }
+    }
+
+    /// A block of `size` bytes, weighing `weight`, was sampled here.
+    pub(crate) fn sampled(&self, weight: f64, size: u64) {
+        let (w, wb) = fixed(weight, size);
+        self.allocs.fetch_add(w, Ordering::Relaxed);
+        self.alloc_bytes.fetch_add(wb, Ordering::Relaxed);
+        self.live_in[0].fetch_add(w, Ordering::Relaxed);
+        self.live_in[1].fetch_add(wb, Ordering::Relaxed);
+        self.samples.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A sampled block was freed, on another thread than the allocating one when `cross`.
+    pub(crate) fn freed(&self, weight: f64, size: u64, cross: bool, lifetime_ns: u64) {
+        let (w, _) = fixed(weight, size);
+        self.gone(weight, size);
+        self.frees.fetch_add(w, Ordering::Relaxed);
+        if cross {
+            self.cross.fetch_add(w, Ordering::Relaxed);
+        }
+        self.free_samples.fetch_add(1, Ordering::Relaxed);
+        if let Some(b) = self.lifetimes.get(lifetime_bucket(lifetime_ns)) {
+            b.fetch_add(w, Ordering::Relaxed);
+        }
+    }
+
+    /// A sampled block no longer counts as in use (freed, or let go by a reallocation).
+    pub(crate) fn gone(&self, weight: f64, size: u64) {
+        let (w, wb) = fixed(weight, size);
+        self.live_out[0].fetch_add(w, Ordering::Relaxed);
+        self.live_out[1].fetch_add(wb, Ordering::Relaxed);
+    }
+
+    /// A sampled block is now `weight` × `size` in use instead of `old_weight` × `old_size` (a
+    /// reallocation that kept it).
+    pub(crate) fn moved(&self, old_weight: f64, old_size: u64, weight: f64, size: u64) {
+        self.gone(old_weight, old_size);
+        let (w, wb) = fixed(weight, size);
+        self.live_in[0].fetch_add(w, Ordering::Relaxed);
+        self.live_in[1].fetch_add(wb, Ordering::Relaxed);
+    }
+}
+
+fn fixed(weight: f64, size: u64) -> (u64, u64) {
+    let w = (weight * W_ONE as f64).round() as u64;
+    (w, (weight * size as f64 * W_ONE as f64).round() as u64)
+}
+
+/// Lifetime bucket of `ns` (see [`LIFETIME_BUCKETS`]).
+pub(crate) fn lifetime_bucket(ns: u64) -> usize {
+    let log2 = 63 - (ns | 1).leading_zeros() as usize;
+    log2.saturating_sub(6).min(LIFETIME_BUCKETS - 1)
+}
+
+/// Lower bound of lifetime bucket `i`, in nanoseconds (0 for the first).
+pub(crate) fn lifetime_lower_ns(i: usize) -> u64 {
+    if i == 0 { 0 } else { 1 << (i + 6) }
+}
+
+struct Slot {
+    key: AtomicU64,
+    depth: AtomicUsize,
+    frames: [AtomicUsize; MAX_FRAMES],
+    tallies: Tallies,
+}
+
+impl Slot {
+    const fn new() -> Self {
+        Self {
+            key: AtomicU64::new(EMPTY),
+            depth: AtomicUsize::new(0),
+            frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
+            tallies: Tallies::new(),
+        }
+    }
+}
+
+/// The process's sites (`sites::SITES`).
+pub(crate) struct Table {
+    /// The "no stack" site.
+    none: Tallies,
+    slots: [Slot; CAPACITY],
+    /// Stacks that found no room.
+    dropped: AtomicU64,
+}
+
+impl Table {
+    pub(crate) const fn new() -> Self {
+        Self { none: Tallies::new(), slots: [const { Slot::new() }; CAPACITY], dropped: AtomicU64::new(0) }
+    }
+
+    /// The site of the stack `frames[..depth]`, interned on first sight; [`NO_SITE`] for an empty
+    /// stack or a full neighbourhood (counted).
+    pub(crate) fn intern(&self, frames: &Frames, depth: usize) -> u32 {
+        let stack = frames.get(..depth).unwrap_or(&[]);
+        if stack.is_empty() {
+            return NO_SITE;
+        }
+        let key = hash(stack);
+        let home = (key as usize) & (CAPACITY - 1);
+        for i in 0..MAX_PROBE {
+            let index = (home + i) & (CAPACITY - 1);
+            let Some(slot) = self.slots.get(index) else { break };
+            let k = slot.key.load(Ordering::Acquire);
+            if k == key {
+                return index as u32 + 1;
+            }
+            if k == EMPTY && slot.key.compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                for (to, &pc) in slot.frames.iter().zip(stack) {
+                    to.store(pc, Ordering::Relaxed);
+                }
+                slot.depth.store(stack.len(), Ordering::Relaxed);
+                slot.key.store(key, Ordering::Release);
+                return index as u32 + 1;
+            }
+        }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        NO_SITE
+    }
+
+    /// The tallies of site `id` (the "no stack" site for [`NO_SITE`] or an unknown id).
+    pub(crate) fn tallies(&self, id: u32) -> &Tallies {
+        match (id as usize).checked_sub(1).and_then(|i| self.slots.get(i)) {
+            Some(slot) => &slot.tallies,
+            None => &self.none,
+        }
+    }
+
+    /// Stacks that found no room in the table.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Every published site: its id and stack (allocates: report side only).
+    pub(crate) fn stacks(&self) -> Vec<(u32, Vec<usize>)> {
+        let mut out = vec![(NO_SITE, Vec::new())];
+        for (i, slot) in self.slots.iter().enumerate() {
+            if slot.key.load(Ordering::Acquire) > BUSY {
+                let depth = slot.depth.load(Ordering::Relaxed).min(MAX_FRAMES);
+                let stack = slot.frames.iter().take(depth).map(|f| f.load(Ordering::Relaxed)).collect();
+                out.push((i as u32 + 1, stack));
+            }
+        }
+        out
+    }
+}
+
+/// A 64-bit hash of a stack, never `EMPTY` or `BUSY`.
+fn hash(stack: &[usize]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ stack.len() as u64;
+    for &pc in stack {
+        h = crate::origin::sampler::splitmix64(h ^ pc as u64);
+    }
+    h.max(BUSY + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module docs state the slot size and the table's memory.
+    #[test]
+    fn memory_is_as_documented() {
+        assert_eq!(size_of::<Slot>(), 864);
+        assert_eq!((size_of::<Table>() as f64 / (1u64 << 20) as f64 * 10.0).round() / 10.0, 3.4);
+    }
+
+    #[test]
+    fn lifetime_buckets_are_powers_of_two() {
+        assert_eq!(lifetime_bucket(0), 0);
+        assert_eq!(lifetime_bucket(127), 0);
+        assert_eq!(lifetime_bucket(128), 1);
+        assert_eq!(lifetime_bucket(255), 1);
+        assert_eq!(lifetime_bucket(256), 2);
+        assert_eq!(lifetime_lower_ns(2), 256);
+        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_BUCKETS - 1);
+        assert_eq!(lifetime_lower_ns(LIFETIME_BUCKETS - 1), 1 << 37);
+    }
+
+    #[test]
+    fn stacks_intern_once_and_overflow_to_no_site() {
+        // Built on the heap: 3.5 MiB is too much for a test thread's stack.
+        let layout = std::alloc::Layout::new::<Table>();
+        // SAFETY: all-zero bytes are a valid `Table` (atomics at zero, EMPTY keys); the box takes
+        // ownership of memory allocated with the global allocator and `Table`'s layout.
+        let t: Box<Table> = unsafe {
+            let p = std::alloc::alloc_zeroed(layout) as *mut Table;
+            assert!(!p.is_null());
+            Box::from_raw(p)
+        };
+        let mut a: Frames = [0; MAX_FRAMES];
+        a[..3].copy_from_slice(&[0x1000, 0x2000, 0x3000]);
+        let id = t.intern(&a, 3);
+        assert_ne!(id, NO_SITE);
+        assert_eq!(t.intern(&a, 3), id);
+        assert_ne!(t.intern(&a, 2), id, "a shorter stack is another site");
+        assert_eq!(t.intern(&a, 0), NO_SITE);
+        let stacks = t.stacks();
+        assert!(stacks.contains(&(id, vec![0x1000, 0x2000, 0x3000])));
+        // Fill the table: every stack beyond the capacity is dropped to NO_SITE and counted.
+        let mut distinct = 0;
+        for i in 0..CAPACITY * 2 {
+            a[0] = 0x10_0000 + i * 16;
+            if t.intern(&a, 3) != NO_SITE {
+                distinct += 1;
+            }
+        }
+        assert!(distinct <= CAPACITY, "{distinct}");
+        assert!(t.dropped() >= (CAPACITY as u64) - 2, "{}", t.dropped());
+    }
+}
