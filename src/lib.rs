@@ -40,6 +40,10 @@
 //!   another thread than the allocating one, per thread, per size class, per thread pair and per
 //!   lifetime, with a 95% interval. See [`Sampling`] for the rate, its cost and its bias; the side
 //!   table that remembers sampled blocks is a fixed 784 KiB of static memory.
+//! - **Allocation sites**, estimated from allocations sampled by bytes (one per 512 KiB by default):
+//!   the stacks that hold the bytes in use, with each site's cross-thread share and median lifetime,
+//!   in [`Report::sites`] and as a pprof heap profile ([`profile::heap_pprof`]). Stacks need frame
+//!   pointers (`-C force-frame-pointers=yes`); see [`SiteSampling`].
 //!
 //! ## Publishing
 //!

@@ -1,0 +1,88 @@
+//! What a sampled allocation costs for its site: an allocation and free of a 64-byte block at a
+//! stack depth of 8, 32 and 64 frames, with every block sampled for its site (`EveryBlock`) and with
+//! site sampling off, both with every block on the cold path (exact mode leaves the gate open), so
+//! the difference is the capture: the frame-pointer walk, the site table look-up, the side-table
+//! entry and the tallies at allocation and free. Each measurement runs on a fresh thread, so the walk
+//! sees the requested depth plus the few frames of a thread's start.
+//!
+//! Also prints the first `Sites::symbolize` (reading the debug information) in time and in resident
+//! memory, once.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion};
+
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+#[cfg(not(feature = "jemalloc"))]
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+
+/// Runs `f` at `depth` frames below this one.
+#[inline(never)]
+fn at_depth<R>(depth: usize, f: &mut dyn FnMut() -> R) -> R {
+    if depth == 0 { f() } else { black_box(at_depth(depth - 1, f)) }
+}
+
+/// Times `iters` allocation + free pairs at `depth`, on a fresh thread.
+fn pairs(depth: usize, iters: u64) -> Duration {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            at_depth(depth, &mut || {
+                let start = Instant::now();
+                for i in 0..iters {
+                    black_box(Box::new([i as u8; 64]));
+                }
+                start.elapsed()
+            })
+        })
+        .join()
+        .expect("bench thread")
+    })
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    assert!(frag::frame_pointers(), "build with -C force-frame-pointers=yes (the repository's .cargo/config.toml)");
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    // Exact mode opens the gate for good: from here on every operation takes the cold path.
+    frag::set_site_sampling(frag::SiteSampling::EveryBlock).expect("every block");
+    let mut group = c.benchmark_group("sites");
+    for depth in [8, 32, 64] {
+        for (name, sampling) in [("off", frag::SiteSampling::Off), ("every_block", frag::SiteSampling::EveryBlock)] {
+            frag::set_site_sampling(sampling).expect("sampling");
+            group.bench_with_input(BenchmarkId::new(name, depth), &depth, |b, &d| b.iter_custom(|n| pairs(d, n)));
+        }
+    }
+    group.finish();
+
+    frag::set_site_sampling(frag::SiteSampling::EveryBlock).expect("every block");
+    let held: Vec<Box<[u8]>> = (0..64).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect();
+    let mut report = frag::report();
+    let before = rss_kib();
+    let start = Instant::now();
+    if let Some(sites) = report.sites.as_mut() {
+        sites.symbolize();
+    }
+    println!(
+        "first Sites::symbolize: {:.0} ms, resident +{:.1} MiB; deepest stack captured: {} frames",
+        start.elapsed().as_secs_f64() * 1e3,
+        rss_kib().saturating_sub(before) as f64 / 1024.0,
+        report.sites.as_ref().map_or(0, |s| s.top.iter().map(|r| r.stack.len()).max().unwrap_or(0))
+    );
+    drop(held);
+}
