@@ -11,8 +11,8 @@
 //!
 //! Serve: `cargo run --release --example service -- --port 3000 --metrics-port 9000`
 //! Drive itself: `cargo run --release --example service -- --load 20000 --concurrency 64`
-//! (binds free loopback ports, sends the requests, prints the report and the `frag_` scrape, saves
-//! the heap profile to `target/service-heap.pb.gz`, exits).
+//! (binds free loopback ports, sends the requests, saves the heap profile taken half-way through to
+//! `target/service-heap.pb.gz`, prints the report and the `frag_` scrape, exits).
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
 
 use std::net::SocketAddr;
@@ -169,10 +169,21 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
             })
         })
         .collect();
+    // The heap profile half-way through the load, while requests are in flight.
+    let midway = {
+        let next = Arc::clone(&next);
+        tokio::spawn(async move {
+            while next.load(std::sync::atomic::Ordering::Relaxed) < total / 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            request(addr, "GET", "/debug/pprof/heap", b"").await.map(|(_, profile)| profile)
+        })
+    };
     let mut failures = 0;
     for w in workers {
         failures += w.await.expect("load worker");
     }
+    let profile = midway.await.expect("profile task").expect("/debug/pprof/heap");
     let elapsed = start.elapsed();
     println!(
         "{total} requests, concurrency {concurrency}: {:.1} s, {:.0} req/s, {failures} failed\n",
@@ -180,14 +191,15 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
         total as f64 / elapsed.as_secs_f64()
     );
 
-    let (_, text) = request(addr, "GET", "/debug/frag/text", b"").await.expect("/debug/frag/text");
-    println!("GET /debug/frag/text\n{}", String::from_utf8_lossy(&text));
-    let (_, profile) = request(addr, "GET", "/debug/pprof/heap", b"").await.expect("/debug/pprof/heap");
     let saved = "target/service-heap.pb.gz";
     match std::fs::write(saved, &profile) {
-        Ok(()) => println!("GET /debug/pprof/heap: {} bytes, saved: go tool pprof -top {saved}\n", profile.len()),
-        Err(e) => println!("GET /debug/pprof/heap: {} bytes, not saved to {saved}: {e}\n", profile.len()),
+        Ok(()) => {
+            println!("GET /debug/pprof/heap (half-way): {} bytes, saved: go tool pprof -top {saved}\n", profile.len())
+        }
+        Err(e) => println!("GET /debug/pprof/heap (half-way): {} bytes, not saved to {saved}: {e}\n", profile.len()),
     }
+    let (_, text) = request(addr, "GET", "/debug/frag/text", b"").await.expect("/debug/frag/text");
+    println!("GET /debug/frag/text\n{}", String::from_utf8_lossy(&text));
     // Let the publisher thread run a round after the load, then scrape.
     tokio::time::sleep(interval + Duration::from_millis(200)).await;
     let (_, scrape) = request(metrics, "GET", "/metrics", b"").await.expect("/metrics");

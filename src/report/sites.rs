@@ -29,7 +29,7 @@ pub struct Sites {
     /// Estimated bytes in use of sampled blocks that have no stack.
     #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_inuse_bytes"))]
     pub no_stack_inuse_bytes: u64,
-    /// The sites holding the most bytes in use, largest first (at most 10).
+    /// The sites holding the most bytes in use, largest first (ties by bytes allocated; at most 10).
     pub top: Vec<SiteRow>,
     /// Whether `frames` hold names ([`Sites::symbolize`] ran).
     pub symbolized: bool,
