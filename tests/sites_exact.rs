@@ -4,45 +4,12 @@
 
 mod common;
 
-use std::hint::black_box;
+use common::symbolized_report;
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 
-/// A report whose site rows are named.
-fn symbolized_report() -> frag::Report {
-    let mut report = frag::report();
-    report.sites.as_mut().expect("a sites section").symbolize();
-    report
-}
-
-/// `n` blocks of `size` bytes, in a vector sized up front (its own block is this site's too).
-#[inline(never)]
-fn site_alpha(n: usize, size: usize) -> Vec<Box<[u8]>> {
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    black_box(v)
-}
-
-#[inline(never)]
-fn site_beta(n: usize, size: usize) -> Vec<Box<[u8]>> {
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    black_box(v)
-}
-
-#[inline(never)]
-fn site_gamma(n: usize, size: usize) -> Vec<Box<[u8]>> {
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    black_box(v)
-}
+sites!(site_alpha, site_beta, site_gamma);
 
 /// The report's rows whose leaf frame is `function`, summed: (bytes, blocks) in use.
 fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
@@ -50,7 +17,7 @@ fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
     sites
         .top
         .iter()
-        .filter(|r| r.frames.first().is_some_and(|f| f.starts_with(function)))
+        .filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function)))
         .fold((0, 0), |(b, n), r| (b + r.inuse_bytes, n + r.inuse_blocks))
 }
 
@@ -60,13 +27,13 @@ fn every_block_mode_is_exact_per_site() {
     frag::set_site_sampling(frag::SiteSampling::EveryBlock).unwrap();
     let (na, sa) = (common::scaled(2_000).max(20), 1_000);
     let (nb, sb) = (common::scaled(600).max(20), 3_000);
-    let a = site_alpha(na, sa);
-    let b = site_beta(nb, sb);
-    drop(site_gamma(300, 5_000));
+    let (a, _) = site_alpha(na * sa, sa);
+    let (b, _) = site_beta(nb * sb, sb);
+    drop(site_gamma(300 * 5_000, 5_000));
     let report = symbolized_report();
     let ptr = size_of::<Box<[u8]>>();
-    assert_eq!(in_use(&report, "sites_exact::site_alpha"), ((na * sa + na * ptr) as u64, na as u64 + 1), "{report}");
-    assert_eq!(in_use(&report, "sites_exact::site_beta"), ((nb * sb + nb * ptr) as u64, nb as u64 + 1), "{report}");
-    assert_eq!(in_use(&report, "sites_exact::site_gamma"), (0, 0), "{report}");
+    assert_eq!(in_use(&report, "site_alpha"), ((na * sa + na * ptr) as u64, na as u64 + 1), "{report}");
+    assert_eq!(in_use(&report, "site_beta"), ((nb * sb + nb * ptr) as u64, nb as u64 + 1), "{report}");
+    assert_eq!(in_use(&report, "site_gamma"), (0, 0), "{report}");
     drop((a, b));
 }

@@ -11,50 +11,15 @@
 
 mod common;
 
-use std::hint::black_box;
+use common::symbolized_report;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 
-/// A report whose site rows are named.
-fn symbolized_report() -> frag::Report {
-    let mut report = frag::report();
-    report.sites.as_mut().expect("a sites section").symbolize();
-    report
-}
-
-/// `bytes` in blocks of `size`, in a vector sized up front (part of the site, counted in the truth).
-#[inline(never)]
-fn site_small(bytes: usize, size: usize) -> (Vec<Box<[u8]>>, u64) {
-    let n = bytes / size;
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    (black_box(v), (n * size + n * size_of::<Box<[u8]>>()) as u64)
-}
-
-#[inline(never)]
-fn site_medium(bytes: usize, size: usize) -> (Vec<Box<[u8]>>, u64) {
-    let n = bytes / size;
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    (black_box(v), (n * size + n * size_of::<Box<[u8]>>()) as u64)
-}
-
-#[inline(never)]
-fn site_large(bytes: usize, size: usize) -> (Vec<Box<[u8]>>, u64) {
-    let n = bytes / size;
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        v.push(vec![i as u8; size].into_boxed_slice());
-    }
-    (black_box(v), (n * size + n * size_of::<Box<[u8]>>()) as u64)
-}
+sites!(site_small, site_medium, site_large);
 
 /// A batch of `n` blocks of `size` bytes, to be freed elsewhere.
 #[inline(never)]
@@ -71,7 +36,7 @@ fn site_local(n: usize, size: usize) -> Vec<Box<[u8]>> {
 /// The report's rows whose leaf frame is `function`, as (bytes in use, rows).
 fn rows<'a>(report: &'a frag::Report, function: &str) -> Vec<&'a frag::SiteRow> {
     let sites = report.sites.as_ref().expect("a sites section");
-    sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| f.starts_with(function))).collect()
+    sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function))).collect()
 }
 
 fn in_use(report: &frag::Report, function: &str) -> u64 {
@@ -86,11 +51,7 @@ fn in_use_bytes_per_site_within_ten_percent_at_the_default_rate() {
     let (medium, medium_truth) = site_medium(gib, 2048);
     let (large, large_truth) = site_large(gib / 4, 4 << 20);
     let report = symbolized_report();
-    for (name, truth) in [
-        ("sites_sampled::site_small", small_truth),
-        ("sites_sampled::site_medium", medium_truth),
-        ("sites_sampled::site_large", large_truth),
-    ] {
+    for (name, truth) in [("site_small", small_truth), ("site_medium", medium_truth), ("site_large", large_truth)] {
         let est = in_use(&report, name);
         let err = est as f64 / truth as f64 - 1.0;
         eprintln!("{name}: truth {truth}, estimate {est}, error {:+.2}%", err * 100.0);
@@ -133,8 +94,8 @@ fn handed_over_sites_cross_threads_and_local_ones_do_not() {
         assert!(frees >= 30, "{name}: {frees} sampled frees\n{report}");
         cross / frees as f64
     };
-    let handed = share("sites_sampled::site_handed");
-    let local = share("sites_sampled::site_local");
+    let handed = share("site_handed");
+    let local = share("site_local");
     eprintln!("cross-thread share: handed {handed:.3}, local {local:.3}");
     assert!(handed >= 0.9, "handed {handed}\n{report}");
     assert!(local <= 0.05, "local {local}\n{report}");
@@ -143,12 +104,12 @@ fn handed_over_sites_cross_threads_and_local_ones_do_not() {
 
 #[inline(never)]
 fn site_long_lived(n: usize) -> Vec<Box<[u8]>> {
-    (0..n).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect()
+    (0..n).map(|i| vec![i as u8; 64 << 10].into_boxed_slice()).collect()
 }
 
 #[inline(never)]
 fn site_short_lived(n: usize) -> Vec<Box<[u8]>> {
-    (0..n).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect()
+    (0..n).map(|i| vec![i as u8; 64 << 10].into_boxed_slice()).collect()
 }
 
 #[test]
@@ -156,13 +117,15 @@ fn median_lifetimes_tell_long_lived_sites_from_short_lived_ones() {
     let hold = Duration::from_millis(40);
     let mut shortest_hold = Duration::MAX;
     let mut keep = Vec::new();
-    // 24 rounds of 4 MiB through each site: about 190 samples each.
+    // 24 rounds of 4 MiB through each site: about 180 samples each. Blocks of 64 KiB: every one can
+    // be sampled (a loop that reuses the same few small-block addresses is sampled through those
+    // addresses only, see `Sampling`, and an unlucky key can leave it with no samples at all).
     for round in 0..24 {
-        let long = site_long_lived(1024);
+        let long = site_long_lived(64);
         let started = Instant::now();
         for k in 0..8 {
             // One call line, so one stack: the last batch stays in use (and the site in the report).
-            let short = site_short_lived(128);
+            let short = site_short_lived(8);
             if round == 23 && k == 7 {
                 keep.push(short);
             }
@@ -178,8 +141,9 @@ fn median_lifetimes_tell_long_lived_sites_from_short_lived_ones() {
         let r = rows(&report, name);
         r.iter().filter_map(|r| r.median_lifetime_ns.map(|m| (r.free_samples, m))).max().map(|(_, m)| m)
     };
-    let long = median("sites_sampled::site_long_lived").expect("long-lived site has a median");
-    let short = median("sites_sampled::site_short_lived").expect("short-lived site has a median");
+    let (Some(long), Some(short)) = (median("site_long_lived"), median("site_short_lived")) else {
+        panic!("a site without a median lifetime\n{report}");
+    };
     eprintln!("median lifetimes: long {long} ns, short {short} ns (held at least {shortest_hold:?})");
     // Power-of-two buckets, reported at their geometric middle: within a factor of 1.42 of the truth.
     assert!(long as f64 >= hold.as_nanos() as f64 / 1.42, "long-lived median {long} ns\n{report}");

@@ -99,6 +99,18 @@ pub(crate) fn is_plumbing(function: &str) -> bool {
     PREFIXES.iter().any(|p| f.starts_with(p) || trait_path.is_some_and(|t| t.starts_with(p)))
 }
 
+/// Whether a source file is the standard library's allocation plumbing: how frames are recognised
+/// in builds with line tables only (`debug = "line-tables-only"`), where inlined functions carry
+/// their short names (`with_capacity_in<…>`) and no path.
+pub(crate) fn is_plumbing_file(file: &str) -> bool {
+    ["/library/alloc/src/", "/library/core/src/alloc/", "/library/std/src/alloc.rs"].iter().any(|p| file.contains(p))
+}
+
+/// Whether a line belongs to the allocation machinery, by name or by file.
+fn is_plumbing_line(line: &Line) -> bool {
+    is_plumbing(&line.function) || is_plumbing_file(&line.file)
+}
+
 /// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
 /// used when the profile carries no names and `pprof` symbolizes it itself.
 pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*";
@@ -112,7 +124,7 @@ pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usi
         let lines = symbols.lines(pc);
         let mut first = 0;
         if trimming {
-            first = lines.iter().take_while(|l| is_plumbing(&l.function)).count();
+            first = lines.iter().take_while(|l| is_plumbing_line(l)).count();
             if first == lines.len() && !lines.is_empty() {
                 continue;
             }
@@ -131,6 +143,16 @@ pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plumbing_files_are_the_standard_librarys_allocation_code() {
+        let rustc = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860";
+        assert!(is_plumbing_file(&format!("{rustc}/library/alloc/src/raw_vec/mod.rs")));
+        assert!(is_plumbing_file("/home/u/.rustup/toolchains/x/lib/rustlib/src/rust/library/alloc/src/vec/mod.rs"));
+        assert!(is_plumbing_file(&format!("{rustc}/library/std/src/alloc.rs")));
+        assert!(!is_plumbing_file(&format!("{rustc}/library/core/src/iter/traits/iterator.rs")));
+        assert!(!is_plumbing_file("/work/app/src/alloc/pool.rs"));
+    }
 
     #[test]
     fn plumbing_is_recognised_in_both_forms() {

@@ -376,3 +376,36 @@ pub fn assert_estimates_within_exact(report: &frag::Report) {
         assert!(o.cross_thread_frees <= o.frees);
     }
 }
+
+/// A report whose allocation sites have named leaf frames.
+pub fn symbolized_report() -> frag::Report {
+    let mut report = frag::report();
+    report.sites.as_mut().expect("a sites section").symbolize();
+    report
+}
+
+/// Whether a site row's frame (`function (file:line)`) is `function` (unqualified) or a closure in
+/// it: full paths in builds with full debug information, the bare name for functions that builds
+/// with line tables only name by their DWARF name.
+pub fn frame_is(frame: &str, function: &str) -> bool {
+    let name = frame.split(" (").next().unwrap_or(frame);
+    name.split("::").any(|segment| segment == function)
+}
+
+/// Declares allocation sites: functions (never inlined, so each is its own site) that allocate
+/// `bytes / size` blocks of `size` bytes into a vector sized up front, and return them with the bytes
+/// the site holds (the vector's own block included).
+#[macro_export]
+macro_rules! sites {
+    ($($name:ident),+ $(,)?) => {$(
+        #[inline(never)]
+        fn $name(bytes: usize, size: usize) -> (Vec<Box<[u8]>>, u64) {
+            let n = bytes / size;
+            let mut v = Vec::with_capacity(n);
+            for i in 0..n {
+                v.push(vec![i as u8; size].into_boxed_slice());
+            }
+            (std::hint::black_box(v), (n * size + n * size_of::<Box<[u8]>>()) as u64)
+        }
+    )+};
+}
