@@ -11,6 +11,19 @@ static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::Sys
 
 sites!(site_alpha, site_beta, site_gamma);
 
+/// A vector grown by pushes (reallocations) and then shrunk: one block, whose site is where it was
+/// first allocated.
+#[inline(never)]
+fn site_grown(n: usize, keep: usize) -> Vec<u64> {
+    let mut v = Vec::new();
+    for i in 0..n as u64 {
+        v.push(i);
+    }
+    v.truncate(keep);
+    v.shrink_to_fit();
+    std::hint::black_box(v)
+}
+
 /// The report's rows whose leaf frame is `function`, summed: (bytes, blocks) in use.
 fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
     let sites = report.sites.as_ref().expect("a sites section");
@@ -30,10 +43,12 @@ fn every_block_mode_is_exact_per_site() {
     let (a, _) = site_alpha(na * sa, sa);
     let (b, _) = site_beta(nb * sb, sb);
     drop(site_gamma(300 * 5_000, 5_000));
+    let grown = site_grown(100_000, 1_000);
     let report = symbolized_report();
     let ptr = size_of::<Box<[u8]>>();
     assert_eq!(in_use(&report, "site_alpha"), ((na * sa + na * ptr) as u64, na as u64 + 1), "{report}");
     assert_eq!(in_use(&report, "site_beta"), ((nb * sb + nb * ptr) as u64, nb as u64 + 1), "{report}");
     assert_eq!(in_use(&report, "site_gamma"), (0, 0), "{report}");
-    drop((a, b));
+    assert_eq!(in_use(&report, "site_grown"), ((grown.capacity() * 8) as u64, 1), "{report}");
+    drop((a, b, grown));
 }

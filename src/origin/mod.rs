@@ -285,24 +285,22 @@ fn put_back(ptr: *mut u8, e: Entry) {
 fn moved<W: Countdown>(shard: &'static Shard, m: Move, ptr: *mut u8, size: usize, new_eligible: bool) {
     let frame = Frame::here();
     if let Some(mut e) = m.entry {
-        let old = Mark::unpack(e.site);
-        let mut kept = false;
+        let (old_size, old_site) = (e.size, Mark::unpack(e.site));
+        let mut kept = None;
         // An entry whose new address is not eligible is let go: the survivors' weights stand for it.
         // A full neighbourhood drops it, and the table counts that.
         if new_eligible {
             let factor = if ptr == m.old { 1.0 } else { (1u64 << gate::shift_for(size)) as f64 };
+            let new_site = old_site.map(|o| Mark { site: o.site, weight: (f64::from(o.weight) * factor) as f32 });
             e.weight *= factor;
-            let new = old.map(|o| Mark { site: o.site, weight: (f64::from(o.weight) * factor) as f32 });
-            e.site = Mark::pack(new);
-            let old_size = e.size;
+            e.site = Mark::pack(new_site);
             e.size = size as u64;
-            kept = TABLE.insert(ptr, e);
-            if let (true, Some(o), Some(n)) = (kept, old, new) {
-                sites::moved(o, old_size, n, e.size);
-            }
+            kept = TABLE.insert(ptr, e).then_some(new_site);
         }
-        if let (false, Some(o)) = (kept, old) {
-            sites::let_go(o, m.entry.map_or(0, |e| e.size));
+        match (old_site, kept) {
+            (Some(o), Some(Some(n))) => sites::moved(o, old_size, n, size as u64),
+            (Some(o), _) => sites::let_go(o, old_size),
+            (None, _) => {}
         }
     }
     if new_eligible {
@@ -311,9 +309,12 @@ fn moved<W: Countdown>(shard: &'static Shard, m: Move, ptr: *mut u8, size: usize
             Some(Some(rate)) => sampler::weight(charge, shift, rate),
             _ => 0.0,
         };
-        let site = sites::pick::<W>(shard, size, frame);
-        if m.entry.is_none() && (weight > 0.0 || site.is_some()) {
-            sample(ptr, size, weight, site);
+        // A block already sampled keeps its entry: only a new one is offered to the site sampler.
+        if m.entry.is_none() {
+            let site = sites::pick::<W>(shard, size, frame);
+            if weight > 0.0 || site.is_some() {
+                sample(ptr, size, weight, site);
+            }
         }
     }
 }
