@@ -38,8 +38,8 @@ fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
 fn every_block_mode_is_exact_per_site() {
     assert!(frag::frame_pointers(), "this repository builds with frame pointers (.cargo/config.toml)");
     frag::set_site_sampling(frag::SiteSampling::EveryBlock).unwrap();
-    let (na, sa) = (common::scaled(2_000).max(20), 1_000);
-    let (nb, sb) = (common::scaled(600).max(20), 3_000);
+    let (na, sa) = (2_000, 1_000);
+    let (nb, sb) = (600, 3_000);
     let (a, _) = site_alpha(na * sa, sa);
     let (b, _) = site_beta(nb * sb, sb);
     drop(site_gamma(300 * 5_000, 5_000));
