@@ -134,7 +134,9 @@ pub(crate) trait Countdown: Writer {
     /// Sets `counter` to `value`.
     fn set(counter: &AtomicI64, value: i64);
     /// Takes `charge` off the countdown; `true` when it ran out.
-    fn consume(shard: &Shard, charge: u64) -> bool;
+    fn consume(shard: &Shard, charge: u64) -> bool {
+        Self::take(&shard.hot.countdown, charge) < 0
+    }
     fn restart(shard: &Shard, interval: i64);
 }
 
@@ -147,13 +149,6 @@ impl Countdown for Owner {
 
     fn set(c: &AtomicI64, value: i64) {
         c.store(value, Ordering::Relaxed);
-    }
-
-    fn consume(shard: &Shard, charge: u64) -> bool {
-        let c = &shard.hot.countdown;
-        let left = c.load(Ordering::Relaxed).wrapping_sub(charge as i64);
-        c.store(left, Ordering::Relaxed);
-        left < 0
     }
 
     fn restart(shard: &Shard, interval: i64) {
@@ -178,10 +173,6 @@ impl Countdown for Anyone {
 
     fn set(c: &AtomicI64, value: i64) {
         c.store(value, Ordering::Relaxed);
-    }
-
-    fn consume(shard: &Shard, charge: u64) -> bool {
-        shard.hot.countdown.fetch_sub(charge as i64, Ordering::Relaxed).wrapping_sub(charge as i64) < 0
     }
 
     /// The overflow shard publishes live bytes on every operation already; only the countdown moves.
