@@ -60,17 +60,17 @@ fn main() {
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
     // Exact mode opens the gate for good: from here on every operation takes the cold path.
-    frag::set_site_sampling(frag::SiteSampling::EveryBlock).expect("every block");
+    frag::set_sampling(frag::Sampling::EveryBlock).expect("every block");
     let mut group = c.benchmark_group("sites");
     for depth in [8, 32, 64] {
-        for (name, sampling) in [("off", frag::SiteSampling::Off), ("every_block", frag::SiteSampling::EveryBlock)] {
-            frag::set_site_sampling(sampling).expect("sampling");
+        for (name, sampling) in [("off", frag::Sampling::Off), ("every_block", frag::Sampling::EveryBlock)] {
+            frag::set_sampling(sampling).expect("sampling");
             group.bench_with_input(BenchmarkId::new(name, depth), &depth, |b, &d| b.iter_custom(|n| pairs(d, n)));
         }
     }
     group.finish();
 
-    frag::set_site_sampling(frag::SiteSampling::EveryBlock).expect("every block");
+    frag::set_sampling(frag::Sampling::EveryBlock).expect("every block");
     let held: Vec<Box<[u8]>> = (0..64).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect();
     let mut report = frag::report();
     let before = rss_kib();

@@ -109,6 +109,7 @@ mod process;
 pub mod profile;
 mod publish;
 mod report;
+mod sampler;
 mod sites;
 mod stats;
 mod sync;
@@ -119,7 +120,6 @@ pub mod watch;
 pub use backend::select::{SELECT_ENV, Select};
 pub use backend::{AllocatorStats, Backend, Probe};
 pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
-pub use origin::{Sampling, SamplingError, sampling, set_sampling};
 pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 #[cfg(not(feature = "serde"))]
@@ -129,7 +129,8 @@ pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, RatioInputs, Report, RowKind, ShardPool, SiteRow, Sites,
     SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, WrappedBackend, report, size_classes, totals,
 };
-pub use sites::{SiteSampling, SiteSamplingError, frame_pointers, set_site_sampling, site_sampling};
+pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
+pub use sites::frame_pointers;
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;
 pub use tracked::Tracked;

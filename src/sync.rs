@@ -1,11 +1,11 @@
-//! Atomics and cache padding used by the shard pool.
+//! Atomics and cache padding used by the shard pool and the side tables.
 //!
 //! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
 //! slot registry and the origin side table) take their atomics, and the two macros below, from
 //! `crate::sync` only: the loom models in `tests/loom/src/` include those files with a `sync` module of
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 
 /// Adds `v` to a counter that only the calling thread ever writes.
 ///

@@ -40,9 +40,14 @@ extern "C" fn at_exit() {
     drop(kept);
     drop(report);
     let (truth1, t1) = quiescent_totals();
-    let served = (truth1.allocations - truth0.allocations, truth1.deallocations - truth0.deallocations);
-    let counted = (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations);
-    if served != counted || served.0 < 100 || text.is_empty() {
+    let served = (
+        truth1.allocations - truth0.allocations,
+        truth1.deallocations - truth0.deallocations,
+        truth1.reallocations - truth0.reallocations,
+    );
+    let counted =
+        (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations, t1.reallocations - t0.reallocations);
+    if common::counted_as_served(counted, served).is_err() || counted.0 < 100 || text.is_empty() {
         say(&format!("after-main: MISMATCH counted {counted:?}, backend served {served:?}\n"));
         // SAFETY: leaves at once with a failure status.
         unsafe { libc::_exit(3) };

@@ -1,5 +1,5 @@
 //! Bad input everywhere gets a typed error, never a panic: generated `malloc_conf` strings (valid
-//! ones round-trip), every sampling rate, tuning values out of range, and knobs of an allocator that
+//! ones round-trip), every sampling mean, tuning values out of range, and knobs of an allocator that
 //! is not the wrapped one.
 
 use proptest::prelude::*;
@@ -10,20 +10,22 @@ static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::Sys
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Any `OneIn(n)` is accepted and rounded up to a power of two (up to 2^31); `OneIn(0)` is the
-    /// one typed error.
+    /// Any `MeanBytes(n)` from 4096 up is accepted as it is; below that (and `u64::MAX`) it is the
+    /// one typed error, and the setting in force does not change.
     #[test]
-    fn every_sampling_rate_is_accepted_or_a_typed_error(n in prop_oneof![any::<u32>(), 0u32..=4096, (1u32 << 31)..=u32::MAX]) {
-        match frag::set_sampling(frag::Sampling::OneIn(n)) {
-            Err(frag::SamplingError::Zero) => prop_assert_eq!(n, 0),
+    fn every_sampling_mean_is_accepted_or_a_typed_error(n in prop_oneof![any::<u64>(), 0u64..=8192, Just(u64::MAX)]) {
+        let before = frag::sampling();
+        match frag::set_sampling(frag::Sampling::MeanBytes(n)) {
+            Err(frag::SamplingError::TooSmall { mean }) => {
+                prop_assert!(n < 4096 || n == u64::MAX, "{n} refused");
+                prop_assert_eq!(mean, n);
+                prop_assert_eq!(frag::sampling(), before);
+            }
             Err(e) => prop_assert!(false, "unexpected error {e:?}"),
             Ok(effective) => {
-                let expected = match u64::from(n).next_power_of_two().min(1 << 31) {
-                    1 => frag::Sampling::EveryBlock,
-                    p => frag::Sampling::OneIn(p as u32),
-                };
-                prop_assert_eq!(effective, expected);
-                prop_assert_eq!(frag::sampling(), expected);
+                prop_assert!((4096..u64::MAX).contains(&n), "{n} accepted");
+                prop_assert_eq!(effective, frag::Sampling::MeanBytes(n));
+                prop_assert_eq!(frag::sampling(), effective);
             }
         }
     }

@@ -88,8 +88,12 @@ fn rounding_is_what_nallocx_says() {
     // The class's own figures (allocation-free reads): other threads of the harness may allocate
     // meanwhile, but not 1,025-byte blocks.
     let internal = || frag::size_classes().iter().find(|c| c.contains(SIZE as u64)).map(|c| c.internal_bytes).unwrap();
+    // Unsampled, so that every block gets the class nallocx names: a sampled block carries the mark
+    // (4 KiB alignment), and its usable size is what jemalloc gives that (`tests/sampler_mark.rs`).
+    frag::set_sampling(frag::Sampling::Off).unwrap();
     let before = internal();
     let blocks: Vec<Vec<u8>> = (0..n).map(|_| Vec::with_capacity(SIZE)).collect();
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     let expected = (n * (class - SIZE)) as u64;
     assert_eq!(internal() - before, expected);
 

@@ -25,15 +25,14 @@ fn child() -> Result<(), String> {
     let text = report.to_string();
     drop(blocks);
     let (truth1, t1) = quiescent_totals();
-    let served = truth1.allocations - truth0.allocations;
-    let counted = t1.allocations - t0.allocations;
-    if served != counted {
-        return Err(format!("child counted {counted} allocations, the backend served {served}"));
-    }
-    let freed = (truth1.deallocations - truth0.deallocations, t1.deallocations - t0.deallocations);
-    if freed.0 != freed.1 {
-        return Err(format!("child counted {} frees, the backend saw {}", freed.1, freed.0));
-    }
+    let served = (
+        truth1.allocations - truth0.allocations,
+        truth1.deallocations - truth0.deallocations,
+        truth1.reallocations - truth0.reallocations,
+    );
+    let counted =
+        (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations, t1.reallocations - t0.reallocations);
+    common::counted_as_served(counted, served).map_err(|e| format!("child: {e}"))?;
     // SAFETY: getpid cannot fail.
     let pid = u64::try_from(unsafe { libc::getpid() }).unwrap_or(0);
     let alive: Vec<_> = report.threads.iter().filter(|t| t.alive).map(|t| (t.tid, t.name.clone())).collect();

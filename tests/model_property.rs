@@ -131,7 +131,15 @@ fn plan(ops: &[Op], thread_count: usize) -> Plan {
                 let i = pick % live.len();
                 let (id, old, origin) = live[i];
                 steps.push((t, Step::Realloc { id, old, new_size }));
-                live[i] = (id, Layout::from_size_align(new_size, old.align()).expect("valid layout"), origin);
+                // As the allocator sees it, a reallocation frees the old block on this thread and
+                // hands out a new one, which this thread allocated.
+                live[i] = (id, Layout::from_size_align(new_size, old.align()).expect("valid layout"), t);
+                if origin == t {
+                    threads[t].local_frees += 1;
+                } else {
+                    threads[t].remote_frees += 1;
+                    threads[origin].freed_elsewhere += 1;
+                }
                 threads[t].reallocations += 1;
                 threads[t].allocated_bytes += new_size as u64;
                 threads[t].freed_bytes += old.size() as u64;
@@ -144,7 +152,6 @@ fn plan(ops: &[Op], thread_count: usize) -> Plan {
                 steps.push((t, Step::Free { id, layout }));
                 threads[t].deallocations += 1;
                 threads[t].freed_bytes += layout.size() as u64;
-                // A reallocated block keeps the thread that first allocated it as its origin.
                 if origin == t {
                     threads[t].local_frees += 1;
                 } else {

@@ -38,7 +38,7 @@ fn producer_consumer_is_all_cross_thread() {
     producer.join().unwrap();
     assert_eq!(class_row(&r, SIZE as u64).and_then(|c| c.cross_thread_ratio), Some(1.0));
     let o = r.origin.as_ref().expect("origin section");
-    assert_eq!(o.sample_rate, 1);
+    assert_eq!(o.sampling, Sampling::EveryBlock);
     assert_eq!(o.dropped_samples, 0);
     let (p, c) = (tid_of(&r, "producer").expect("producer row"), tid_of(&r, "consumer").expect("consumer row"));
     let pair = o.pairs.iter().find(|x| x.alloc_tid == p && x.free_tid == c).expect("producer -> consumer cell");

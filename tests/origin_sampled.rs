@@ -73,7 +73,7 @@ fn producer_consumer_default_rate() {
     let (frees, cross) = delta(&before, &after);
     common::assert_estimates_within_exact(&after);
     assert!(cross / frees >= 0.95, "{cross} / {frees}");
-    assert_eq!(after.origin.as_ref().map(|o| o.sample_rate), Some(1024));
+    assert_eq!(after.origin.as_ref().map(|o| o.sampling), Some(frag::Sampling::DEFAULT));
 }
 
 /// Each thread frees what it allocated. A ring of 4,096 live blocks per thread spreads them over

@@ -37,7 +37,7 @@ fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
 #[test]
 fn every_block_mode_is_exact_per_site() {
     assert!(frag::frame_pointers(), "this repository builds with frame pointers (.cargo/config.toml)");
-    frag::set_site_sampling(frag::SiteSampling::EveryBlock).unwrap();
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let (na, sa) = (2_000, 1_000);
     let (nb, sb) = (600, 3_000);
     let (a, _) = site_alpha(na * sa, sa);

@@ -45,7 +45,7 @@ fn in_use(report: &frag::Report, function: &str) -> u64 {
 
 #[test]
 fn in_use_bytes_per_site_within_ten_percent_at_the_default_rate() {
-    assert_eq!(frag::site_sampling(), frag::SiteSampling::MeanBytes(512 << 10));
+    assert_eq!(frag::sampling(), frag::Sampling::MeanBytes(512 << 10));
     let gib = 1 << 30;
     let (small, small_truth) = site_small(gib, 256);
     let (medium, medium_truth) = site_medium(gib, 2048);

@@ -153,8 +153,8 @@ pub(crate) struct Registration {
     pub(crate) kind: Kind,
     pub(crate) type_name: &'static str,
     pub(crate) probe: Option<&'static dyn Probe>,
-    /// Origin sampling the `Tracked` was configured with.
-    pub(crate) sampling: crate::origin::Sampling,
+    /// The sampling the `Tracked` was configured with.
+    pub(crate) sampling: crate::sampler::Sampling,
 }
 
 impl Registration {
@@ -236,15 +236,17 @@ unsafe impl Sync for Slot {}
 
 static REGISTERED: Slot = Slot { state: AtomicU8::new(EMPTY), value: UnsafeCell::new(None) };
 
-/// Records the wrapped allocator if none is recorded yet. Allocation-free; first caller wins.
-pub(crate) fn register(reg: Registration) {
+/// Records the wrapped allocator if none is recorded yet. Allocation-free; the first caller wins and
+/// gets `true`.
+pub(crate) fn register(reg: Registration) -> bool {
     if REGISTERED.state.compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
         // SAFETY: we won the EMPTY -> WRITING transition, so nobody else writes, and readers wait for
         // READY.
         unsafe { *REGISTERED.value.get() = Some(reg) };
-        crate::origin::configure(reg.sampling);
         REGISTERED.state.store(READY, Ordering::Release);
+        return true;
     }
+    false
 }
 
 /// The registered allocator, if any `Tracked` has allocated yet.

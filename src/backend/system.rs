@@ -139,7 +139,7 @@ mod other {
     /// Nothing to record: usable bytes are reported as requested bytes.
     #[inline(always)]
     pub(crate) fn fast(layout: Layout) -> Option<Rule> {
-        is_plain(layout, crate::origin::gate::SMALL_MAX).then_some(Rule::Uniform)
+        is_plain(layout, crate::stats::class::TABLE_MAX).then_some(Rule::Uniform)
     }
 
     pub(crate) fn stats() -> Option<AllocatorStats> {

@@ -25,7 +25,7 @@
 use core::alloc::Layout;
 
 use super::{Backend, Kind, Probe};
-use crate::origin::gate::SMALL_MAX;
+use crate::stats::class::TABLE_MAX as SMALL_MAX;
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
@@ -102,8 +102,7 @@ pub(crate) enum Rule {
 }
 
 /// The fast-path rule for `layout` on a `kind` allocator, or `None` when the request takes the cold
-/// path (over-aligned, or larger than [`gate::SMALL_MAX`](crate::origin::gate::SMALL_MAX), where
-/// every block is also eligible for sampling).
+/// path (over-aligned, or larger than `class::TABLE_MAX`, 32 KiB).
 ///
 /// The alignment test is the one every backend makes to choose its plain entry point (`malloc`
 /// rather than an aligned one), so after inlining the compiler merges the two.

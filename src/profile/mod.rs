@@ -20,8 +20,8 @@ pub(crate) mod symbols;
 use std::collections::HashMap;
 use std::io::Write;
 
+use crate::sampler::{Sampling, sampling};
 use crate::sites::read::{SiteFigures, snapshot};
-use crate::sites::{SiteSampling, site_sampling};
 use symbols::{PLUMBING_REGEX, Symbols, trimmed};
 
 /// The live heap as a gzip-compressed pprof profile, symbolized in process.
@@ -98,8 +98,8 @@ fn build(symbolize: bool) -> proto::Profile {
         vt(&mut strings, "inuse_space", "bytes"),
     ];
     let period_type = Some(vt(&mut strings, "space", "bytes"));
-    let period = match site_sampling() {
-        SiteSampling::MeanBytes(m) => m as i64,
+    let period = match sampling() {
+        Sampling::MeanBytes(m) => m as i64,
         _ => 1,
     };
 
@@ -181,7 +181,7 @@ fn build(symbolize: bool) -> proto::Profile {
 
     let comment = vec![
         strings.id("frag heap profile: every value is an estimate from sampled allocations, weighted by the inverse sampling probability"),
-        strings.id(&format!("site sampling: {:?}; frame pointers: {}", site_sampling(), crate::frame_pointers())),
+        strings.id(&format!("sampling: {:?}; frame pointers: {}", sampling(), crate::frame_pointers())),
     ];
     let drop_frames = if symbolize { 0 } else { strings.id(PLUMBING_REGEX) };
     let default_sample_type = strings.id("inuse_space");

@@ -205,12 +205,11 @@ impl Publisher {
     pub fn observe(&mut self, report: &Report) -> Vec<Alert> {
         if !self.announced {
             self.announced = true;
-            let sample_rate = report.origin.as_ref().map_or(0, |o| o.sample_rate);
             tracing::info!(
                 target: "frag",
                 backend = %report.backend.map_or("none", WrappedBackend::name),
                 allocator_config = %crate::tune::effective_config(),
-                sample_rate,
+                sampling = ?crate::sampling(),
                 "frag publishing heap metrics"
             );
         }

@@ -112,7 +112,7 @@ pub fn report() -> Report {
             warnings.push(Warning::new(
                 WarningKind::DroppedSamples,
                 format!(
-                    "{} origin samples dropped: the side table was full (lower the rate with frag::set_sampling)",
+                    "{} origin samples dropped: the side table was full (raise the mean with frag::set_sampling)",
                     o.dropped_samples
                 ),
             ));
@@ -120,10 +120,10 @@ pub fn report() -> Report {
     }
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(|t| Warning::new(WarningKind::ConfigTrap, t.to_string())));
-    if reg.is_some_and(|r| r.sampling == crate::Sampling::OneIn(0)) {
+    if let Some(Err(e)) = reg.map(|r| r.sampling.mean()) {
         warnings.push(Warning::new(
             WarningKind::InvalidSampling,
-            "Tracked configured with Sampling::OneIn(0), which is not a rate: the default is used",
+            format!("Tracked configured with an invalid sampling ({e}): the default is used"),
         ));
     }
 

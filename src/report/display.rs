@@ -3,7 +3,7 @@
 use core::fmt::{self, Display, Formatter};
 
 use super::{Origin, Report, RowKind, Sites, ThreadRow};
-use crate::SiteSampling;
+use crate::Sampling;
 use crate::diagnosis::{Diagnosis, Part, Severity, Source};
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
@@ -76,11 +76,7 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
 }
 
 fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
-    let sampling = match s.sampling {
-        SiteSampling::MeanBytes(m) => format!("1 per {} allocated", Bytes(m)),
-        SiteSampling::EveryBlock => "every block".to_owned(),
-        _ => "off now".to_owned(),
-    };
+    let sampling = sampling_text(s.sampling);
     let stacks = if s.frame_pointers { "" } else { " (no stacks: built without frame pointers)" };
     writeln!(
         f,
@@ -118,12 +114,17 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     Ok(())
 }
 
+/// The sampling in words: "1 per 512 KiB allocated", "every block", "off now".
+fn sampling_text(s: Sampling) -> String {
+    match s {
+        Sampling::MeanBytes(m) => format!("1 per {} allocated", Bytes(m)),
+        Sampling::EveryBlock => "every block".to_owned(),
+        _ => "off now".to_owned(),
+    }
+}
+
 fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
-    let rate = match o.sample_rate {
-        0 => "off now".to_owned(),
-        1 => "every block".to_owned(),
-        n => format!("1 in {n} small blocks"),
-    };
+    let rate = sampling_text(o.sampling);
     writeln!(
         f,
         "\norigin     sampling {rate}: {} sampled, {} freed, {} dropped",

@@ -208,9 +208,9 @@ impl SizeClassRow {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Origin {
-    /// About one small block in `sample_rate` is sampled; 1 means every block; 0 means sampling is off
-    /// now (figures are from earlier samples).
-    pub sample_rate: u32,
+    /// The sampling in effect (figures from earlier samples stay when it is off now); serialises as
+    /// `{"mean_bytes": n}`, `"every_block"` or `"off"`.
+    pub sampling: crate::Sampling,
     /// Blocks sampled at allocation and recorded in the side table.
     pub sampled_blocks: u64,
     /// Sampled blocks freed since (the figures below come from these).

@@ -1,9 +1,9 @@
 //! The `origin` section of a report, from the shards' origin totals and the process-wide tallies.
 
 use super::{LifetimeRow, Origin, OriginPair};
-use crate::origin::sampler::{self, W_ONE};
+use crate::origin::TALLY;
 use crate::origin::tally::{self, LIFETIME_BUCKETS};
-use crate::origin::{TABLE, TALLY};
+use crate::sampler::{self, Sampling, TABLE, W_ONE};
 use crate::stats::shard::OriginTotals;
 use crate::sync::Ordering;
 
@@ -74,9 +74,9 @@ pub(super) fn section(
     (exact_frees, exact_freed_bytes): (u64, u64),
     thread: &dyn Fn(u64) -> ThreadFacts,
 ) -> Option<Origin> {
-    let rate = sampler::rate_log2();
+    let sampling = sampler::sampling();
     let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
-    if rate.is_none() && sampled_blocks == 0 {
+    if sampling == Sampling::Off && sampled_blocks == 0 {
         return None;
     }
     let frees_w = all.local.saturating_add(all.remote);
@@ -120,7 +120,7 @@ pub(super) fn section(
     let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
     let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
     Some(Origin {
-        sample_rate: rate.map_or(0, |r| 1u32.checked_shl(r).unwrap_or(u32::MAX)),
+        sampling,
         sampled_blocks,
         sampled_frees,
         dropped_samples: TABLE.dropped(),
@@ -141,7 +141,7 @@ pub(super) fn section(
 #[cfg(test)]
 mod tests {
     use super::wilson;
-    use crate::origin::sampler::{OP_CHARGE, period, weight};
+    use crate::sampler::clock::Clock;
 
     #[test]
     fn parts_never_exceed_their_exact_total() {
@@ -169,8 +169,9 @@ mod tests {
         assert_eq!(wilson(0.5, 0.0), None);
     }
 
-    /// The interval's coverage, by simulation: many independent samplings of a workload with a known
-    /// cross-thread share, each estimated and bounded the way `section` does it.
+    /// The interval's coverage, by simulation: many independent sampling clocks (the real one)
+    /// over a workload with a known cross-thread share, each estimated and bounded the way `section`
+    /// does it.
     #[test]
     fn interval_covers_the_truth_95_percent_of_the_time() {
         let mut state = 0x2545_F491_4F6C_DD1Du64;
@@ -180,22 +181,22 @@ mod tests {
             state ^= state << 17;
             (state >> 11) as f64 / (1u64 << 53) as f64
         };
-        let rate = 10;
-        let p = period(rate) as f64;
-        let (replicates, blocks) = (400, 200_000);
+        let mean = 64 << 10;
+        let (replicates, blocks) = (400, 100_000);
         let mut covered = 0;
-        for _ in 0..replicates {
+        for r in 0..replicates {
+            let clock = Clock::new();
+            clock.start((r as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15), mean);
             let (mut w_all, mut w_cross, mut w2) = (0.0, 0.0, 0.0);
             let mut truth_cross = 0usize;
             for i in 0..blocks {
                 let size = 16 + (i * 37) % 1009;
                 let cross = uniform() < 0.3;
                 truth_cross += usize::from(cross);
-                // Eligible one address in 64, then charged 64 times its size (see `origin::gate`).
-                let charge = (size as u64 + OP_CHARGE) << 6;
-                let sampled = uniform() < 1.0 / 64.0 && uniform() < -(-(charge as f64) / p).exp_m1();
-                if sampled {
-                    let w = weight(charge, 6, rate);
+                if clock.take(size) {
+                    continue;
+                }
+                if let Some(w) = clock.charge(size, mean, false).and_then(|e| e.weight) {
                     w_all += w;
                     w2 += w * w;
                     if cross {

@@ -1,23 +1,23 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
 use crate::profile::symbols::{Symbols, trimmed};
+use crate::sampler::{self, Sampling};
+use crate::sites;
 use crate::sites::read::{self, SiteFigures};
-use crate::sites::{self, SiteSampling};
 
 /// Sites listed in the report (the profile has them all).
 pub(crate) const TOP: usize = 10;
 /// Frames named per site, from the leaf.
 const LEAF_FRAMES: usize = 4;
 
-/// Allocation sites, estimated from sampled allocations (see [`SiteSampling`]). Every figure named
+/// Allocation sites, estimated from sampled allocations (see [`Sampling`]). Every figure named
 /// `est_*` is an estimate weighted by the inverse sampling probability.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Sites {
     /// The sampling in effect; serialises as `{"mean_bytes": n}`, `"every_block"` or `"off"`.
-    #[cfg_attr(feature = "serde", serde(serialize_with = "sampling_json"))]
-    pub sampling: SiteSampling,
+    pub sampling: Sampling,
     /// Whether this build captures stacks (see [`frame_pointers`](crate::frame_pointers)).
     pub frame_pointers: bool,
     /// Sampled allocations, with or without a stack.
@@ -102,25 +102,11 @@ pub struct SiteRow {
     pub median_lifetime_ns: Option<u64>,
 }
 
-#[cfg(feature = "serde")]
-fn sampling_json<S: serde::Serializer>(s: &SiteSampling, ser: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    match s {
-        SiteSampling::MeanBytes(m) => {
-            let mut map = ser.serialize_map(Some(1))?;
-            map.serialize_entry("mean_bytes", m)?;
-            map.end()
-        }
-        SiteSampling::EveryBlock => ser.serialize_str("every_block"),
-        SiteSampling::Off => ser.serialize_str("off"),
-    }
-}
-
 /// The section; `None` when site sampling is off and nothing was sampled.
 pub(crate) fn section() -> Option<Sites> {
     let all = read::snapshot();
-    let sampling = sites::site_sampling();
-    if all.is_empty() && sampling == SiteSampling::Off {
+    let sampling = sampler::sampling();
+    if all.is_empty() && sampling == Sampling::Off {
         return None;
     }
     let (no_stack, stacked): (Vec<&SiteFigures>, Vec<&SiteFigures>) = all.iter().partition(|s| s.stack.is_empty());

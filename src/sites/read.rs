@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::SITES;
 use super::table::{LIFETIME_BUCKETS, Tallies, lifetime_lower_ns};
-use crate::origin::sampler::W_ONE;
+use crate::sampler::W_ONE;
 use crate::sync::Ordering;
 
 /// Below this many sampled frees a site's cross-thread share and median lifetime are "too few to

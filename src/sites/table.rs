@@ -15,7 +15,7 @@
 //! zero-initialised static memory, resident only where touched (one or two pages per site seen).
 
 use super::unwind::{Frames, MAX_FRAMES};
-use crate::origin::sampler::W_ONE;
+use crate::sampler::W_ONE;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Sites kept.
@@ -89,20 +89,11 @@ impl Tallies {
         }
     }
 
-    /// A sampled block no longer counts as in use (freed, or let go by a reallocation).
-    pub(crate) fn gone(&self, weight: f64, size: u64) {
+    /// A sampled block no longer counts as in use.
+    fn gone(&self, weight: f64, size: u64) {
         let (w, wb) = fixed(weight, size);
         self.live_out[0].fetch_add(w, Ordering::Relaxed);
         self.live_out[1].fetch_add(wb, Ordering::Relaxed);
-    }
-
-    /// A sampled block is now `weight` × `size` in use instead of `old_weight` × `old_size` (a
-    /// reallocation that kept it).
-    pub(crate) fn moved(&self, old_weight: f64, old_size: u64, weight: f64, size: u64) {
-        self.gone(old_weight, old_size);
-        let (w, wb) = fixed(weight, size);
-        self.live_in[0].fetch_add(w, Ordering::Relaxed);
-        self.live_in[1].fetch_add(wb, Ordering::Relaxed);
     }
 }
 
@@ -214,7 +205,7 @@ impl Table {
 fn hash(stack: &[usize]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ stack.len() as u64;
     for &pc in stack {
-        h = crate::origin::sampler::splitmix64(h ^ pc as u64);
+        h = crate::sampler::clock::splitmix64(h ^ pc as u64);
     }
     h.max(BUSY + 1)
 }

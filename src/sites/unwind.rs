@@ -97,7 +97,7 @@ mod imp {
     /// Walks from the frame record at `fp`, skipping its own return address (into the
     /// `GlobalAlloc` method, frag's own code).
     pub(super) fn walk(mut fp: usize, out: &mut Frames) -> usize {
-        let (sp, top) = (stack_pointer(), crate::guard::stack_top());
+        let (sp, top) = (stack_pointer(), super::stack_top());
         let mut n = 0;
         let mut skip = true;
         while n < MAX_FRAMES && fp >= sp && fp.saturating_add(16) <= top && fp % 8 == 0 {
@@ -123,7 +123,7 @@ mod imp {
     }
 
     /// The top of the calling thread's stack, or 0 when it cannot be known without allocating.
-    pub(crate) fn find_stack_top() -> usize {
+    pub(super) fn find_stack_top() -> usize {
         unsafe extern "C" {
             static __libc_stack_end: *mut core::ffi::c_void;
         }
@@ -163,9 +163,31 @@ mod imp {
         0
     }
 
-    pub(crate) fn find_stack_top() -> usize {
+    pub(super) fn find_stack_top() -> usize {
         0
     }
 }
 
-pub(crate) use imp::find_stack_top;
+use imp::find_stack_top;
+
+std::thread_local! {
+    /// The top of this thread's stack: 0 until looked up, 1 when it cannot be known. Follows the
+    /// thread-local rules of `guard` (const-initialised, no `Drop`, read with `try_with`).
+    static STACK_TOP: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// The top of the calling thread's stack, or 0 when unknown; looked up once per thread, without
+/// allocating.
+#[cfg_attr(not(frag_frame_pointers), allow(dead_code))]
+fn stack_top() -> usize {
+    match STACK_TOP.try_with(core::cell::Cell::get) {
+        Ok(0) => {
+            let top = find_stack_top();
+            let _ = STACK_TOP.try_with(|t| t.set(top.max(1)));
+            top
+        }
+        Ok(1) => 0,
+        Ok(top) => top,
+        Err(_) => find_stack_top(),
+    }
+}

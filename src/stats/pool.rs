@@ -1,22 +1,21 @@
 //! The static shard pool: claim on a thread's first allocation, release at thread exit, reuse later.
 //!
 //! Nothing here allocates or takes a lock. A thread finds its shard through one thread-local pointer
-//! (`guard::hot`), which points at the [`PARKED`] shard until the thread owns one: the fast path's gate
-//! sends every operation there to the cold path, which reads the thread's state (`guard::slot`). The
-//! first allocation on a thread takes the slow path below, which claims a slot with a
-//! compare-and-swap, arms its gate lane, and registers a pthread key destructor that releases the slot
-//! when the thread exits. Released slots keep their counters: a new owner records where they stood as its `base`, so
+//! (`thread::hot`), which points at the [`PARKED`] shard until the thread owns one: the parked
+//! shard's clock is never started, so every allocation there takes the cold path, which reads the
+//! thread's state (`thread::slot`). The first allocation on a thread takes the slow path below,
+//! which claims a slot with a compare-and-swap, starts its sampling clock, and registers a pthread
+//! key destructor that releases the slot when the thread exits. Released slots keep their counters: a new owner records where they stood as its `base`, so
 //! process totals are plain sums over all slots and nothing is ever folded, moved or lost.
 //!
 //! Threads that find the pool full, allocate while claiming, or allocate after their slot was released
 //! (late thread-teardown code) are counted in the shared overflow shard with atomic adds. There is no
 //! thread limit that can fail: past [`POOL_SIZE`] live threads, attribution degrades, counts don't.
 
-use crate::guard::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
-use crate::origin::sampler;
 use crate::stats::registry::{Claimable, Registry, TAKING};
 pub(crate) use crate::stats::registry::{LIVE, RELEASED};
 use crate::stats::shard::Shard;
+use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
 use crate::sync::{AtomicU8, AtomicU64, Ordering};
 
 /// Number of per-thread shards. Each is 6.9 KiB of zeroed static memory (3.4 MiB in all, virtual)
@@ -25,25 +24,35 @@ pub const POOL_SIZE: usize = 512;
 
 static POOL: Registry<Shard, POOL_SIZE> = Registry::new([const { Shard::new() }; POOL_SIZE]);
 static OVERFLOW: Shard = Shard::new();
-/// The shard the fast path sees on a thread without one of its own: never armed, never written, so
-/// every operation there takes the cold path (see `origin::gate::Lane`).
+/// The shard the fast path sees on a thread without one of its own: its clock is never started and
+/// nothing ever writes to it, so every allocation there takes the cold path (see
+/// `sampler::clock::Clock::take`), and so does every free that would count in it (`is_parked`).
 pub(crate) static PARKED: Shard = Shard::new();
+/// Mixed into every clock's seed, so that processes draw independent samples: from `getrandom`,
+/// once, at the first claim.
+static PROCESS_SEED: AtomicU64 = AtomicU64::new(0);
 /// Threads that found no free slot and write to the overflow shard.
 static UNSLOTTED_THREADS: AtomicU64 = AtomicU64::new(0);
 
 /// The calling thread's own shard, if it has one; `None` means "take the slow path".
 #[inline(always)]
 pub(crate) fn owned() -> Option<&'static Shard> {
-    let word = guard::slot();
+    let word = thread::slot();
     // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `slow` below, and are the
     // address of an element of the `'static` POOL array.
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
-/// The shard the fast path writes to if its gate lets it: the calling thread's own, or `PARKED`.
+/// The shard the fast path writes to: the calling thread's own, or `PARKED`.
 #[inline(always)]
 pub(crate) fn current() -> &'static Shard {
-    guard::hot()
+    thread::hot()
+}
+
+/// Whether `s` is the parked shard: a thread without a shard of its own (yet, or any more).
+#[inline(always)]
+pub(crate) fn is_parked(s: &Shard) -> bool {
+    core::ptr::eq(s, &PARKED)
 }
 
 /// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
@@ -85,15 +94,14 @@ pub(crate) fn slot_if_generation(index: u16, generation: u16) -> Option<&'static
 }
 
 /// The shard for a thread that has none of its own: the first allocation on a thread claims one
-/// (running `register` once); threads without a slot get the overflow shard. Callers write to the
-/// result with atomic adds, which is correct on any shard.
-pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
-    if guard::slot() != UNCLAIMED {
+/// (running `register` once, then starting the shard's clock at `mean()`); threads without a slot
+/// get the overflow shard. Callers write to the result with atomic adds, which is correct on any
+/// shard.
+pub(crate) fn slow(register: impl FnOnce(), mean: fn() -> u64) -> &'static Shard {
+    if thread::slot() != UNCLAIMED {
         return &OVERFLOW;
     }
-    guard::set_slot(CLAIMING);
-    // Before this thread can sample anything (see `origin::gate`).
-    crate::origin::gate::draw_key();
+    thread::set_slot(CLAIMING);
     register();
     match POOL.take() {
         Some(shard) => {
@@ -102,27 +110,43 @@ pub(crate) fn slow(register: impl FnOnce()) -> &'static Shard {
             shard.meta.tid.store(os::thread_id(), Ordering::Relaxed);
             shard.set_name(os::thread_name());
             let generation = shard.meta.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-            sampler::seed(&shard.hot.rng, index_of(shard).unwrap_or(0), generation);
+            let seed = (index_of(shard).unwrap_or(0) as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+                ^ generation.rotate_left(32)
+                ^ process_seed();
+            shard.hot.clock.start(seed, mean());
             POOL.publish(shard);
-            shard.hot.lane.arm();
             exit_hook::install(shard);
             fork_hook::install();
-            guard::set_slot(shard as *const Shard as usize);
+            thread::set_slot(shard as *const Shard as usize);
             shard
         }
         None => {
             UNSLOTTED_THREADS.fetch_add(1, Ordering::Relaxed);
-            guard::set_slot(NO_SLOT);
+            thread::set_slot(NO_SLOT);
             &OVERFLOW
         }
     }
 }
 
-/// [`slow`] for a caller that cannot register the allocator: claims only once some `Tracked` has
-/// registered (a claim before that would leave the report without a backend), else counts in the
-/// overflow shard and leaves the thread unclaimed, so that its next cold path claims.
-pub(crate) fn slow_if_registered() -> &'static Shard {
-    if crate::backend::registered().is_some() { slow(|| {}) } else { &OVERFLOW }
+/// The process's seed: drawn once from `getrandom` (a system call: no allocation, no lock); the
+/// clock's address and the time stand in where it fails.
+fn process_seed() -> u64 {
+    let seed = PROCESS_SEED.load(Ordering::Relaxed);
+    if seed != 0 {
+        return seed;
+    }
+    let mut bytes = [0u8; 8];
+    // SAFETY: `bytes` is a valid buffer of the length passed; GRND_NONBLOCK never waits.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), libc::GRND_NONBLOCK) };
+    let mut seed = u64::from_ne_bytes(bytes);
+    if n != bytes.len() as isize {
+        seed = crate::sampler::now_ns().rotate_left(29) ^ (&PROCESS_SEED as *const AtomicU64 as u64);
+    }
+    let seed = seed | 1;
+    match PROCESS_SEED.compare_exchange(0, seed, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => seed,
+        Err(won) => won,
+    }
 }
 
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.
@@ -132,7 +156,7 @@ fn release(shard: &'static Shard) {
     // name is final.
     shard.set_name(os::thread_name());
     // From here on this thread's allocations go to the overflow shard; it must not touch `shard` again.
-    guard::set_slot(EXITED);
+    thread::set_slot(EXITED);
     POOL.release(shard);
 }
 

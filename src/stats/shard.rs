@@ -6,10 +6,10 @@
 //! freed on another balances out in the totals without any shard going negative.
 
 use crate::backend::usable::Usable;
-use crate::origin::gate::Lane;
+use crate::sampler::clock::Clock;
 use crate::stats::class::{Class, NUM_CLASSES, ROW_WORDS};
 use crate::stats::live;
-use crate::sync::{AtomicI64, AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
+use crate::sync::{AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
 
 /// Counters for one size class in one shard: exactly one cache line ([`ROW_WORDS`] words), so an
 /// update touches one line.
@@ -85,7 +85,7 @@ pub(crate) struct Totals {
 }
 
 /// Origin estimates of one thread (or several), from sampled blocks. Counts and bytes are weighted by
-/// the inverse sampling probability and kept in fixed point (`origin::sampler::W_ONE` = 1.0); the
+/// the inverse sampling probability and kept in fixed point (`sampler::W_ONE` = 1.0); the
 /// squared weights (plain integers) give the estimate's variance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OriginTotals {
@@ -189,20 +189,9 @@ impl Totals {
 /// The owner's per-operation state besides the class counters: one cache line.
 #[derive(Debug)]
 pub(crate) struct Hot {
-    /// The gate's key and limit, read by the fast path (see `origin::gate`).
-    pub(crate) lane: Lane,
-    /// The event countdown and its bookkeeping: written only by `origin::sampler`.
-    /// Charged bytes left until the next event.
-    pub(crate) countdown: AtomicI64,
-    /// The interval the countdown last started from.
-    pub(crate) drawn: AtomicI64,
-    /// Bytes moved since the classes were last published to `stats::live`.
-    pub(crate) unflushed: AtomicU64,
-    /// State of the shard's pseudo-random sequence (a Weyl counter, hashed on use).
-    pub(crate) rng: AtomicU64,
+    /// The sampling clock, which the fast path counts down on every allocation (see `sampler::clock`).
+    pub(crate) clock: Clock,
     pub(crate) reallocs: AtomicU64,
-    /// Bytes left until the next allocation-site sample: written only by `sites::sampler`.
-    pub(crate) site_countdown: AtomicI64,
 }
 
 /// A slot in the pool (or the overflow shard).
@@ -221,6 +210,8 @@ pub(crate) struct Shard {
 
 /// Whether an update comes from the shard's single owner or from any thread.
 pub(crate) trait Writer {
+    /// Whether other threads may write at the same time (atomic read-modify-writes needed).
+    const SHARED: bool;
     fn add(counter: &AtomicU64, v: u64);
     /// Adds `size` to one of class `class`'s requested-bytes counters (`req_in` when `entering`,
     /// else `req_out`).
@@ -233,6 +224,8 @@ pub(crate) enum Owner {}
 pub(crate) enum Anyone {}
 
 impl Writer for Owner {
+    const SHARED: bool = false;
+
     #[inline(always)]
     fn add(counter: &AtomicU64, v: u64) {
         owned_add(counter, v);
@@ -245,6 +238,8 @@ impl Writer for Owner {
 }
 
 impl Writer for Anyone {
+    const SHARED: bool = true;
+
     #[inline]
     fn add(counter: &AtomicU64, v: u64) {
         shared_add(counter, v);
@@ -262,15 +257,7 @@ impl Writer for Anyone {
 impl Shard {
     pub(crate) const fn new() -> Self {
         Self {
-            hot: CachePadded(Hot {
-                lane: Lane::new(),
-                countdown: AtomicI64::new(0),
-                drawn: AtomicI64::new(0),
-                unflushed: AtomicU64::new(0),
-                rng: AtomicU64::new(0),
-                reallocs: AtomicU64::new(0),
-                site_countdown: AtomicI64::new(0),
-            }),
+            hot: CachePadded(Hot { clock: Clock::new(), reallocs: AtomicU64::new(0) }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
             published: [const { AtomicU64::new(0) }; NUM_CLASSES],
             origin: CachePadded([const { AtomicU64::new(0) }; OriginTotals::FIELDS]),

@@ -1,4 +1,4 @@
-//! loom models of frag-alloc's lock-free parts: the origin side table and the shard registry's
+//! loom models of frag-alloc's lock-free parts: the sampler's side table and the shard registry's
 //! claim / release / recycle protocol. The modules under test are the crate's own source files,
 //! included with `#[path]`; the `sync` module below hands them loom's atomics in place of `core`'s.
 //!
@@ -31,7 +31,7 @@ mod sync {
 }
 
 #[allow(dead_code)]
-#[path = "../../../src/origin/table.rs"]
+#[path = "../../../src/sampler/table.rs"]
 mod table;
 
 #[allow(dead_code)]

@@ -1,4 +1,4 @@
-//! loom model of the origin side table (`src/origin/table.rs`, included here with loom's atomics): on
+//! loom model of the sampler's side table (`src/sampler/table.rs`, included here with loom's atomics): on
 //! a table of four slots, where every probe wraps and every key collides, concurrent inserts, removals
 //! and hand-offs never lose, duplicate or corrupt an entry, a removed key is never found again, and
 //! the filter returns to zero.
@@ -13,7 +13,7 @@ use crate::table::{Entry, Table};
 type Small = Table<4>;
 
 fn entry(tid: u32, size: u64) -> Entry {
-    Entry { tid, slot: Some((tid as u16, 1)), size, weight: 8.0, born: u64::from(tid) * 1000 + size, site: u64::from(tid) << 32 | 0x3f80_0000 }
+    Entry { tid, slot: Some((tid as u16, 1)), size, weight: 8.0, born: u64::from(tid) * 1000 + size, site: tid + 7, marked: tid % 2 == 0 }
 }
 
 /// `n` block addresses that share one home slot.

@@ -1,9 +1,10 @@
-//! The side table of sampled blocks: who allocated each one, when, and how large it was.
+//! The side table of sampled blocks: who allocated each one, when, how large it was, its site and
+//! whether it carries the mark.
 //!
 //! A fixed array of [`CAPACITY`] entries with open addressing (at most [`MAX_PROBE`] slots from a
 //! block's home slot), plus a filter of one byte per home slot counting the entries that live there.
-//! The free of an eligible block (see `gate`) reads only the filter byte for its address; a block whose byte is zero (almost
-//! every unsampled block) costs nothing more.
+//! A free that reaches the table (a marked pointer, see `sampler::mark`) reads the filter byte for
+//! its address first; a block whose byte is zero (almost every unsampled block) costs nothing more.
 //!
 //! Lock-free and allocation-free:
 //! - an insert claims a free slot (`EMPTY` or `TOMB`) with a compare-and-swap to `BUSY`, writes the
@@ -22,15 +23,15 @@
 
 use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Ordering, atomic_array, atomics_ctor};
 
-/// Number of entries. At the default rate (about one small block in 1024, see `origin`) a full table
-/// stands for roughly 16 Mi live small blocks (a GiB of 64-byte blocks), or about 128 GiB of blocks of
-/// 8 MiB and more; past that, samples are dropped and counted.
+/// Number of entries. At the default mean (one sample per 512 KiB allocated) a full table stands for
+/// about 8 GiB of live blocks; past that, samples are dropped and counted (and a dropped block is
+/// allocated without the mark).
 pub(crate) const CAPACITY: usize = 1 << 14;
 /// Longest run of slots an entry may be placed in, counted from its home slot (fewer in a table
 /// smaller than that). Exact mode with 10,000 live blocks fills 61% of the table, where linear
 /// probing makes long runs: in simulation (10,400 random homes, 100 runs) 64 dropped samples in 3
 /// runs and 128 in none, and `tests/origin_exact.rs` saw a drop at 64 in CI. A run is scanned only by
-/// the free of an eligible block whose home holds an entry (the filter byte), on the cold path.
+/// a free that reaches the table and whose home holds an entry (the filter byte), on the cold path.
 pub(crate) const MAX_PROBE: usize = 128;
 
 const EMPTY: usize = 0;
@@ -46,14 +47,16 @@ pub(crate) struct Entry {
     pub(crate) slot: Option<(u16, u16)>,
     /// Requested size.
     pub(crate) size: u64,
-    /// The inverse of the probability that the block was sampled (and kept through reallocations):
-    /// what one sample stands for in the estimates.
+    /// The inverse of the probability that the block was sampled: what one sample stands for in
+    /// the estimates.
     pub(crate) weight: f64,
     /// Monotonic time of the allocation, in nanoseconds.
     pub(crate) born: u64,
-    /// The block's allocation site and its weight there, packed by `sites::Mark` (0: not sampled
-    /// for its site). `weight` is 0 for a block sampled for its site only.
-    pub(crate) site: u64,
+    /// The block's allocation site (`sites`).
+    pub(crate) site: u32,
+    /// Whether the block was allocated with the mark (`sampler::mark`): then it must be freed with
+    /// the marked layout.
+    pub(crate) marked: bool,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -64,7 +67,11 @@ impl Entry {
         (u64::from(self.tid) << 32) | u64::from(slot)
     }
 
-    fn unpack(who: u64, size: u64, weight: u64, born: u64, site: u64) -> Self {
+    fn how(self) -> u64 {
+        (u64::from(self.site) << 1) | u64::from(self.marked)
+    }
+
+    fn unpack(who: u64, size: u64, weight: u64, born: u64, how: u64) -> Self {
         let slot = who as u32;
         Self {
             tid: (who >> 32) as u32,
@@ -72,7 +79,8 @@ impl Entry {
             size,
             weight: f64::from_bits(weight),
             born,
-            site,
+            site: (how >> 1) as u32,
+            marked: how & 1 == 1,
         }
     }
 }
@@ -84,7 +92,7 @@ struct Slot {
     size: AtomicU64,
     weight: AtomicU64,
     born: AtomicU64,
-    site: AtomicU64,
+    how: AtomicU64,
 }
 
 impl Slot {
@@ -96,14 +104,14 @@ impl Slot {
                 size: AtomicU64::new(0),
                 weight: AtomicU64::new(0),
                 born: AtomicU64::new(0),
-                site: AtomicU64::new(0),
+                how: AtomicU64::new(0),
             }
         }
     }
 }
 
 /// The table, of `N` slots (a power of two). One static instance serves the process
-/// (`origin::TABLE`); tests build their own.
+/// (`sampler::TABLE`); tests build their own.
 pub(crate) struct Table<const N: usize = CAPACITY> {
     slots: [Slot; N],
     filter: [AtomicU8; N],
@@ -126,7 +134,7 @@ impl<const N: usize> Table<N> {
     /// Home slot of an address: a multiply, an xor-shift and a second multiply, keeping the top bits.
     /// A multiply alone (Fibonacci hashing) maps evenly spaced addresses onto few slots for some
     /// spacings: 3,000 glibc chunks of 1,008 bytes lost 1,287 samples to full neighbourhoods, which
-    /// `tests/sites_exact.rs` caught in "every block" mode. Cold path only (eligible frees).
+    /// `tests/sites_exact.rs` caught in "every block" mode. Cold path only.
     #[inline(always)]
     pub(crate) fn home(ptr: usize) -> usize {
         let h = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -161,7 +169,7 @@ impl<const N: usize> Table<N> {
                 slot.size.store(entry.size, Ordering::Relaxed);
                 slot.weight.store(entry.weight.to_bits(), Ordering::Relaxed);
                 slot.born.store(entry.born, Ordering::Relaxed);
-                slot.site.store(entry.site, Ordering::Relaxed);
+                slot.how.store(entry.how(), Ordering::Relaxed);
                 if let Some(f) = self.filter.get(h) {
                     f.fetch_add(1, Ordering::Relaxed);
                 }
@@ -173,9 +181,20 @@ impl<const N: usize> Table<N> {
         false
     }
 
+    /// The entry for `ptr`, if it was sampled, left in place. Only the thread that owns the block
+    /// may call this (so that nobody removes it meanwhile).
+    pub(crate) fn get(&self, ptr: *mut u8) -> Option<Entry> {
+        self.find(ptr, false)
+    }
+
     /// Removes and returns the entry for `ptr`, if it was sampled. Only the thread that owns the
-    /// block (is freeing or reallocating it) may call this.
+    /// block (is freeing or reallocating it) may call this, before the block goes back to the
+    /// allocator.
     pub(crate) fn remove(&self, ptr: *mut u8) -> Option<Entry> {
+        self.find(ptr, true)
+    }
+
+    fn find(&self, ptr: *mut u8, remove: bool) -> Option<Entry> {
         let key = ptr as usize;
         let h = Self::home(key);
         if !self.may_contain(ptr) {
@@ -190,11 +209,13 @@ impl<const N: usize> Table<N> {
                         slot.size.load(Ordering::Relaxed),
                         slot.weight.load(Ordering::Relaxed),
                         slot.born.load(Ordering::Relaxed),
-                        slot.site.load(Ordering::Relaxed),
+                        slot.how.load(Ordering::Relaxed),
                     );
-                    slot.key.store(TOMB, Ordering::Release);
-                    if let Some(f) = self.filter.get(h) {
-                        f.fetch_sub(1, Ordering::Relaxed);
+                    if remove {
+                        slot.key.store(TOMB, Ordering::Release);
+                        if let Some(f) = self.filter.get(h) {
+                            f.fetch_sub(1, Ordering::Relaxed);
+                        }
                     }
                     return Some(e);
                 }
@@ -204,7 +225,6 @@ impl<const N: usize> Table<N> {
         }
         None
     }
-
     /// Samples dropped because the table was full around their home slot.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -230,11 +250,11 @@ mod tests {
     use std::sync::Arc;
 
     fn entry(tid: u32, size: u64) -> Entry {
-        Entry { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99, site: 0x0000_0002_3f80_0000 }
+        Entry { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99, site: 4095, marked: true }
     }
 
     fn table() -> Box<Table> {
-        // Built on the heap: 2 MiB is too much for a test thread's stack.
+        // Built on the heap: 784 KiB is too much for a test thread's stack.
         let layout = std::alloc::Layout::new::<Table>();
         // SAFETY: all-zero bytes are a valid `Table` (atomics at zero, EMPTY keys); the box takes
         // ownership of memory allocated with the global allocator and `Table`'s layout.
@@ -247,10 +267,18 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let e = Entry { tid: 4_000_000, slot: None, size: u64::MAX, weight: 1.0, born: u64::MAX, site: u64::MAX };
-        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.site), e);
+        let e = Entry {
+            tid: 4_000_000,
+            slot: None,
+            size: u64::MAX,
+            weight: 1.0,
+            born: u64::MAX,
+            site: u32::MAX,
+            marked: false,
+        };
+        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
         let e = entry(1, 12345);
-        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.site), e);
+        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
     }
 
     #[test]

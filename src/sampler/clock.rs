@@ -1,0 +1,255 @@
+//! A thread's sampling clock: a Poisson countdown over the bytes it allocates.
+//!
+//! Every allocation (and the new size of every reallocation) takes its size off `left`, **before**
+//! the inner call. While `left` stays above zero nothing else happens: that test is all the
+//! sampler costs on the fast path. When an allocation would take it to zero or below, an *event* fires on
+//! the cold path: that allocation is sampled, and a new interval is drawn from an exponential
+//! distribution with the configured mean. Exponential intervals make the events a Poisson process
+//! over allocated bytes, so a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`
+//! whatever came before it and wherever the allocator puts it: every byte has the same chance. Each
+//! sample is weighted by the inverse of that probability ([`weight`]).
+//!
+//! The clock also counts, exactly, the bytes its thread allocated: the bytes of finished intervals
+//! (`finished`, updated at events) plus what the current interval has used (`start - left`). That
+//! costs the fast path nothing beyond the countdown itself.
+//!
+//! The draws come from a per-clock Weyl sequence hashed with SplitMix64, seeded when a thread claims
+//! its shard: allocation-free, lock-free, independent of addresses.
+//!
+//! This file depends on nothing but `sync`: the shards embed a clock, and the sampler drives it.
+
+use crate::sync::{AtomicI64, AtomicU64, Ordering};
+
+/// What a clock's countdown restarts from when sampling is off: events still come (they publish live
+/// bytes in the exact tier), just rarely.
+pub(crate) const OFF_INTERVAL: u64 = 64 << 20;
+
+/// A thread's clock. Written by its owner with plain load + store, or by anyone with atomic
+/// read-modify-writes (the overflow shard); read by reports at any time.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    /// Bytes left until the next event. 0 in a clock nobody started (the parked shard): every
+    /// allocation there, even of 0 bytes, is an event, which the cold path turns into a shard claim,
+    /// so nothing ever writes to such a clock.
+    left: AtomicI64,
+    /// What `left` was set to when the current interval started.
+    start: AtomicI64,
+    /// Bytes allocated in finished intervals.
+    finished: AtomicU64,
+    /// The mean the current interval was drawn with (`u64::MAX`: sampling was off, 0: every block).
+    mean: AtomicU64,
+    /// State of the pseudo-random sequence (a Weyl counter, hashed on use).
+    rng: AtomicU64,
+    /// Bytes allocated since the owner last published its live figure (exact tier, see
+    /// `stats::live`).
+    unpublished: AtomicU64,
+}
+
+/// What an event decided.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Event {
+    /// `Some(weight)` when the allocation is sampled: the inverse of its sampling probability.
+    pub(crate) weight: Option<f64>,
+    /// Bytes allocated since the last publication of live bytes: the caller publishes above a
+    /// threshold and calls [`Clock::published`].
+    pub(crate) unpublished: u64,
+}
+
+impl Clock {
+    pub(crate) const fn new() -> Self {
+        Self {
+            left: AtomicI64::new(0),
+            start: AtomicI64::new(0),
+            finished: AtomicU64::new(0),
+            mean: AtomicU64::new(0),
+            rng: AtomicU64::new(0),
+            unpublished: AtomicU64::new(0),
+        }
+    }
+
+    /// The fast path: takes `size` bytes off the countdown of the calling thread's own clock.
+    /// `false` (and nothing written) when that would end the interval: the caller takes the cold
+    /// path, which calls [`Clock::event`]. One load, a subtraction, a test, one store.
+    #[inline(always)]
+    pub(crate) fn take(&self, size: usize) -> bool {
+        let left = self.left.load(Ordering::Relaxed).wrapping_sub(size as i64);
+        if left <= 0 {
+            return false;
+        }
+        self.left.store(left, Ordering::Relaxed);
+        true
+    }
+
+    /// Starts a freshly claimed clock: seeds its sequence and draws its first interval. Owner only.
+    pub(crate) fn start(&self, seed: u64, mean: u64) {
+        self.rng.store(seed, Ordering::Relaxed);
+        self.restart(mean);
+    }
+
+    /// An allocation of `size` bytes on the cold path, by the owner (`shared == false`) or by anyone
+    /// (the overflow shard): takes it off the countdown, and when the interval ends, samples it and
+    /// draws the next interval with `mean` (the sampler's current setting).
+    pub(crate) fn charge(&self, size: usize, mean: u64, shared: bool) -> Option<Event> {
+        let size = size as i64;
+        let left = if shared {
+            self.left.fetch_sub(size, Ordering::Relaxed).wrapping_sub(size)
+        } else {
+            let left = self.left.load(Ordering::Relaxed).wrapping_sub(size);
+            self.left.store(left, Ordering::Relaxed);
+            left
+        };
+        if left > 0 {
+            return None;
+        }
+        // The interval is over: `start - left` bytes went through it, this allocation included.
+        let used = self.start.load(Ordering::Relaxed).wrapping_sub(left).max(0) as u64;
+        let interval_mean = self.mean.load(Ordering::Relaxed);
+        self.finished.fetch_add(used, Ordering::Relaxed);
+        let unpublished = self.unpublished.fetch_add(used, Ordering::Relaxed).wrapping_add(used);
+        self.restart(mean);
+        Some(Event { weight: weight(size as u64, interval_mean), unpublished })
+    }
+
+    /// Ends the current interval now and starts one at `mean` (a new setting, applied at once on the
+    /// thread that made it). Owner only. The exponential distribution has no memory, so restarting
+    /// at any moment keeps the sample unbiased.
+    pub(crate) fn restart_now(&self, mean: u64) {
+        let used = self.start.load(Ordering::Relaxed).wrapping_sub(self.left.load(Ordering::Relaxed)).max(0) as u64;
+        self.finished.fetch_add(used, Ordering::Relaxed);
+        self.unpublished.fetch_add(used, Ordering::Relaxed);
+        self.restart(mean);
+    }
+
+    /// Gives back the charge of an allocation that failed (null): the clock counts what was handed out.
+    pub(crate) fn refund(&self, size: usize, shared: bool) {
+        if shared {
+            self.left.fetch_add(size as i64, Ordering::Relaxed);
+        } else {
+            self.left.store(self.left.load(Ordering::Relaxed).wrapping_add(size as i64), Ordering::Relaxed);
+        }
+    }
+
+    /// The owner published its live bytes.
+    pub(crate) fn published(&self) {
+        self.unpublished.store(0, Ordering::Relaxed);
+    }
+
+    /// Draws a new interval with mean `mean` and starts it.
+    fn restart(&self, mean: u64) {
+        let interval = match mean {
+            u64::MAX => OFF_INTERVAL as i64,
+            m => draw(self.rng.fetch_add(GOLDEN, Ordering::Relaxed), m),
+        };
+        self.mean.store(mean, Ordering::Relaxed);
+        self.start.store(interval, Ordering::Relaxed);
+        self.left.store(interval, Ordering::Relaxed);
+    }
+
+    /// Bytes allocated through this clock so far: exact, up to the operation running while it is
+    /// read. Allocation-free; any thread.
+    #[allow(dead_code)] // read by the sampled tier's report (next)
+    pub(crate) fn allocated(&self) -> u64 {
+        let finished = self.finished.load(Ordering::Relaxed);
+        let current = self.start.load(Ordering::Relaxed).wrapping_sub(self.left.load(Ordering::Relaxed));
+        finished.wrapping_add(current.max(0) as u64)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The inverse of the probability that an allocation of `size` bytes ends an interval of mean
+/// `mean`: what one sample of it stands for. `None` when sampling was off; 1 for every block.
+pub(crate) fn weight(size: u64, mean: u64) -> Option<f64> {
+    match mean {
+        u64::MAX => None,
+        0 => Some(1.0),
+        m => {
+            // 1 - exp(-x), without cancellation for small x.
+            let p = -(-(size.max(1) as f64 / m as f64)).exp_m1();
+            Some(if p > 0.0 { 1.0 / p } else { 1.0 })
+        }
+    }
+}
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64: the output for the Weyl state `z`.
+pub(crate) fn splitmix64(z: u64) -> u64 {
+    let mut z = z.wrapping_add(GOLDEN);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// An exponential draw with mean `mean` from the Weyl state `state`, capped at 64 means; 0 for a
+/// mean of 0 (every block).
+fn draw(state: u64, mean: u64) -> i64 {
+    if mean == 0 {
+        return 0;
+    }
+    // Uniform in (0, 1]: 53 random bits, never zero.
+    let u = ((splitmix64(state) >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    let x = -u.ln() * mean as f64;
+    x.min(mean as f64 * 64.0).min(i64::MAX as f64 / 2.0) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_have_the_requested_mean() {
+        let n = 200_000u64;
+        let mean = (0..n).map(|i| draw(i.wrapping_mul(GOLDEN), 1 << 20) as f64).sum::<f64>() / n as f64;
+        assert!((mean / (1 << 20) as f64 - 1.0).abs() < 0.02, "{mean}");
+    }
+
+    /// The clock counts every byte, whatever the events, and its samples weigh what they stand for:
+    /// the weighted count and bytes of sampled blocks estimate the true ones (many independent clocks).
+    #[test]
+    fn counts_exactly_and_samples_without_bias() {
+        let mean = 64 << 10;
+        let (mut blocks, mut bytes, mut est_blocks, mut est_bytes) = (0.0, 0.0, 0.0, 0.0);
+        for seed in 0..20u64 {
+            let c = Clock::new();
+            c.start(seed.wrapping_mul(0xD6E8_FEB8_6659_FD93), mean);
+            let mut total = 0u64;
+            for i in 0..50_000u64 {
+                let size = 16usize << ((i * 7 + seed) % 13);
+                total += size as u64;
+                blocks += 1.0;
+                bytes += size as f64;
+                if !c.take(size) {
+                    if let Some(Event { weight: Some(w), .. }) = c.charge(size, mean, false) {
+                        est_blocks += w;
+                        est_bytes += w * size as f64;
+                    }
+                }
+            }
+            assert_eq!(c.allocated(), total, "seed {seed}");
+        }
+        assert!((est_bytes / bytes - 1.0).abs() < 0.03, "{est_bytes} vs {bytes}");
+        assert!((est_blocks / blocks - 1.0).abs() < 0.1, "{est_blocks} vs {blocks}");
+    }
+
+    #[test]
+    fn an_unstarted_clock_sends_every_allocation_to_the_cold_path() {
+        let c = Clock::new();
+        assert!(!c.take(1));
+        assert_eq!(c.allocated(), 0);
+    }
+
+    #[test]
+    fn weights_are_inverse_probabilities() {
+        assert_eq!(weight(64, 0), Some(1.0));
+        assert_eq!(weight(64, u64::MAX), None);
+        // 1 / (1 - e^-x) = 1/x + 1/2 + O(x).
+        let w = weight(64, 512 << 10).unwrap();
+        assert!((w - ((512 << 10) as f64 / 64.0 + 0.5)).abs() < 0.01, "{w}");
+        assert!((weight(1 << 40, 512 << 10).unwrap() - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,286 @@
+//! The cold paths of `Tracked`: sampling events and sampled blocks, marked pointers, threads without
+//! a shard, over-aligned and large requests, reallocation, failed allocations.
+//!
+//! Each entry point here is called directly by a `GlobalAlloc` method (never through another frame
+//! of ours), so that a sampled allocation's stack starts at the method's caller (`sites::unwind`).
+
+use core::alloc::{GlobalAlloc, Layout};
+
+use super::Tracked;
+use crate::backend::{self, usable};
+use crate::origin;
+use crate::sampler::table::Entry;
+use crate::sampler::{self, mark};
+use crate::sites::{self, unwind::Entry as Frame};
+use crate::stats::class::Class;
+use crate::stats::live;
+use crate::stats::pool::{self, Me};
+use crate::stats::shard::{Anyone, Owner, Shard, Writer};
+
+/// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
+/// clock counts bytes handed out). Nothing is counted.
+#[cold]
+#[inline(never)]
+pub(super) fn failed(size: usize) -> *mut u8 {
+    pool::current().hot.clock.refund(size, false);
+    core::ptr::null_mut()
+}
+
+/// The thread's own shard, claiming one if it has none yet: `Ok` for a shard of its own, `Err` for
+/// the shared overflow shard.
+#[inline(always)]
+fn shard<A: 'static>(t: &Tracked<A>) -> Result<&'static Shard, &'static Shard> {
+    match pool::owned() {
+        Some(s) => Ok(s),
+        None => {
+            let s = t.slow_shard();
+            pool::owned().ok_or(s)
+        }
+    }
+}
+
+/// The layout a block allocated with the caller's `layout` really has: the marked one if its entry
+/// `e` says it carries the mark.
+fn real_layout(layout: Layout, e: Option<&Entry>) -> Layout {
+    match e {
+        Some(e) if e.marked => mark::marked(layout).unwrap_or(layout),
+        _ => layout,
+    }
+}
+
+/// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `me`.
+fn settle(me: &Me, e: &Entry) {
+    let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
+    origin::freed(me, e, lifetime_ns);
+    sites::freed(e.site, e.weight, e.size, e.tid != me.tid, lifetime_ns);
+}
+
+impl<A: GlobalAlloc + 'static> Tracked<A> {
+    /// An allocation off the fast path.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let frame = Frame::here();
+        // SAFETY (both): the caller's guarantees, passed on.
+        match shard(self) {
+            Ok(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
+            Err(s) => unsafe { self.allocate_in::<Anyone>(s, layout, zeroed, frame) },
+        }
+    }
+
+    /// [`Self::allocate_cold`] in shard `s`, written by `W`.
+    #[inline(always)]
+    unsafe fn allocate_in<W: Writer>(&self, s: &'static Shard, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
+        let size = layout.size();
+        let weight = self.charge::<W>(s, size);
+        let (ptr, real) = match weight {
+            // SAFETY: the caller's guarantees, passed on.
+            Some(w) => unsafe { self.allocate_sampled(layout, zeroed, w, frame) },
+            // SAFETY: the caller's guarantees, passed on.
+            None => (unsafe { self.inner_alloc(layout, zeroed) }, layout),
+        };
+        if ptr.is_null() {
+            s.hot.clock.refund(size, W::SHARED);
+            return ptr;
+        }
+        let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
+        s.count_in::<W>(Class::of(size), size, usable);
+        ptr
+    }
+
+    /// Charges an allocation of `size` bytes to the clock of `s`: the weight of the block if it is
+    /// sampled. Publishes the owner's live figure when enough bytes went through.
+    #[inline(always)]
+    fn charge<W: Writer>(&self, s: &'static Shard, size: usize) -> Option<f64> {
+        let event = s.hot.clock.charge(size, sampler::mean(), W::SHARED)?;
+        if !W::SHARED && event.unpublished >= live::PUBLISH_BYTES {
+            s.publish_all();
+            s.hot.clock.published();
+        }
+        event.weight
+    }
+
+    /// A sampled allocation: marked (while marking is on), with its site, in the side table. A block
+    /// the table has no room for is not sampled, and never carries the mark. Returns the block and
+    /// the layout it was allocated with (the one its usable size is accounted with: a marked block's
+    /// usable size is what the allocator really gave it, the mark's cost included).
+    ///
+    /// # Safety
+    ///
+    /// `layout` as for `GlobalAlloc::alloc`.
+    unsafe fn allocate_sampled(&self, layout: Layout, zeroed: bool, weight: f64, frame: Frame) -> (*mut u8, Layout) {
+        let marked = if mark::marking() { mark::marked(layout) } else { None };
+        let real = marked.unwrap_or(layout);
+        // SAFETY: `real` is `layout` with a larger power-of-two alignment, still non-zero in size.
+        let ptr = unsafe { self.inner_alloc(real, zeroed) };
+        if ptr.is_null() {
+            // The larger alignment may be what failed: the caller's own layout is still owed a try.
+            // SAFETY: the caller's guarantees.
+            return (if marked.is_some() { unsafe { self.inner_alloc(layout, zeroed) } } else { ptr }, layout);
+        }
+        let site = sites::capture(frame);
+        let me = pool::me();
+        let size = layout.size() as u64;
+        let entry =
+            Entry { tid: me.tid, slot: me.slot, size, weight, born: sampler::now_ns(), site, marked: marked.is_some() };
+        if sampler::keep(ptr, entry) {
+            origin::taken();
+            sites::taken(site, weight, size);
+            return (ptr, real);
+        }
+        if marked.is_none() {
+            return (ptr, layout);
+        }
+        // SAFETY: `ptr` was just allocated with `real` and nobody else knows it.
+        unsafe { self.inner.dealloc(ptr, real) };
+        // SAFETY: the caller's guarantees.
+        (unsafe { self.inner_alloc(layout, zeroed) }, layout)
+    }
+
+    /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the
+    /// layout it was allocated with), a thread without a shard, or a request the fast path does not
+    /// take. Counted before the block goes back to the allocator.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
+        let sampled = sampler::take(ptr);
+        let real = real_layout(layout, sampled.as_ref());
+        let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
+        let class = Class::of(layout.size());
+        match shard(self) {
+            Ok(s) => s.count_out::<Owner>(class, layout.size(), usable),
+            Err(s) => s.count_out::<Anyone>(class, layout.size(), usable),
+        }
+        if let Some(e) = sampled {
+            settle(&pool::me(), &e);
+        }
+        // SAFETY: `ptr` came from this allocator with `real`: the caller's layout, or for a marked
+        // block the marked one it was allocated with (`allocate_sampled`).
+        unsafe { self.inner.dealloc(ptr, real) }
+    }
+
+    /// `realloc`. The new size is an allocation for the clock; the old block, if sampled, is freed
+    /// as far as the sampler is concerned (settled on this thread). When either block carries the
+    /// mark, the move is made by hand (allocate, copy, free), so that each block keeps the layout
+    /// it was allocated with.
+    #[inline(never)]
+    pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let frame = Frame::here();
+        // SAFETY (both): the caller's guarantees, passed on.
+        match shard(self) {
+            Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
+            Err(s) => unsafe { self.reallocate_in::<Anyone>(s, ptr, layout, new_size, frame) },
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn reallocate_in<W: Writer>(
+        &self,
+        s: &'static Shard,
+        ptr: *mut u8,
+        layout: Layout,
+        new_size: usize,
+        frame: Frame,
+    ) -> *mut u8 {
+        let kind = backend::kind_of_value(&self.inner);
+        // The block is ours: nobody else can remove or add its entry meanwhile.
+        let old = sampler::peek(ptr);
+        let old_usable = usable::of(kind, self.probe, ptr, real_layout(layout, old.as_ref()));
+        // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
+        // overflow `isize`, which is all `Layout` requires.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let weight = self.charge::<W>(s, new_size);
+        let by_hand = old.is_some_and(|e| e.marked) || (weight.is_some() && mark::marking());
+        let (new_ptr, new_real) = if by_hand {
+            // SAFETY: the caller's guarantees about `ptr`, `layout` and `new_size`.
+            unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
+        } else {
+            // Before the old block can go back to the allocator (its address may be reused at once).
+            if old.is_some() {
+                sampler::take(ptr);
+            }
+            // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
+            let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
+            if p.is_null() {
+                // The old block is untouched and still live: its entry goes back (an unmarked entry,
+                // so if its neighbourhood filled up meanwhile only the sample is lost).
+                if let Some(e) = old {
+                    sampler::keep(ptr, e);
+                }
+            } else {
+                if let Some(e) = old {
+                    settle(&pool::me(), &e);
+                }
+                if let Some(w) = weight {
+                    self.sample_unmarked(p, new_size, w, frame);
+                }
+            }
+            (p, new_layout)
+        };
+        if new_ptr.is_null() {
+            s.hot.clock.refund(new_size, W::SHARED);
+            return new_ptr;
+        }
+        let new_usable = usable::of(kind, self.probe, new_ptr, new_real);
+        s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
+        new_ptr
+    }
+
+    /// A reallocation where a block carries the mark: allocate the new block (sampled or not), copy,
+    /// then settle and free the old one with the layout it has. On failure nothing changed. Returns
+    /// the new block and the layout it was allocated with.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is live, from this allocator, allocated with `layout` (marked if `old` says so);
+    /// `new_layout` is valid and non-zero in size.
+    unsafe fn move_by_hand(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_layout: Layout,
+        old: Option<Entry>,
+        weight: Option<f64>,
+        frame: Frame,
+    ) -> (*mut u8, Layout) {
+        let (p, new_real) = match weight {
+            // SAFETY: `new_layout` is valid and non-zero in size.
+            Some(w) => unsafe { self.allocate_sampled(new_layout, false, w, frame) },
+            // SAFETY: as above.
+            None => (unsafe { self.inner_alloc(new_layout, false) }, new_layout),
+        };
+        if p.is_null() {
+            return (p, new_real);
+        }
+        // SAFETY: both blocks are live and distinct, each at least the copied length.
+        unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
+        let real = real_layout(layout, old.as_ref());
+        if let Some(e) = old {
+            sampler::take(ptr);
+            settle(&pool::me(), &e);
+        }
+        // SAFETY: `ptr` came from this allocator with `real`, and its entry is gone.
+        unsafe { self.inner.dealloc(ptr, real) };
+        (p, new_real)
+    }
+
+    /// Samples the block a reallocation produced in place of an unmarked one, while marking is off
+    /// (its layout stays the caller's).
+    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) {
+        let site = sites::capture(frame);
+        let me = pool::me();
+        let entry = Entry {
+            tid: me.tid,
+            slot: me.slot,
+            size: size as u64,
+            weight,
+            born: sampler::now_ns(),
+            site,
+            marked: false,
+        };
+        if sampler::keep(ptr, entry) {
+            origin::taken();
+            sites::taken(site, weight, size as u64);
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! `Tracked<A>`: the `GlobalAlloc` wrapper. This file is the fast path; `cold.rs` is everything else.
+//!
+//! **The allocation-path contract**, enforced here and in `cold.rs`, and stated nowhere else:
+//! - every call is forwarded to the inner allocator with the caller's layout, unchanged (no headers,
+//!   no trailers: they would move blocks into other size classes and change the very fragmentation
+//!   being measured). The one exception is a *sampled* block (one per 512 KiB allocated by default),
+//!   whose alignment is raised to 4 KiB so that frees can recognise it (`sampler::mark`); its size,
+//!   and so its size class in our counters, stays the caller's;
+//! - recording never allocates, never takes a lock, never panics: counters are plain stores to the
+//!   thread's own shard (`stats::shard`), or atomic adds to the shared overflow shard; the side tables
+//!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
+//! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`guard`);
+//! - anything that may allocate ([`report()`](crate::report), formatting, symbolization) runs outside
+//!   these methods, under the reentrancy guard (`guard::ReportGuard`).
+//!
+//! **The fast path**, taken by a plain request (default alignment, at most 32 KiB: `usable::fast`)
+//! on a thread with its own shard:
+//! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
+//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), the inner call, a null
+//!   test, then the size class (one table load) and a count and a byte total added to that class's
+//!   one cache line (plain load + store, no atomic read-modify-write); for backends whose usable size
+//!   is not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too.
+//! - `dealloc`: the pointer tested against the mark (`sampler::maybe_sampled`: an `and` with one
+//!   cached word; a 4 KiB-aligned pointer also reads one filter byte of the side table), the shard, a
+//!   test that it is the thread's own (not the parked one), the same bookkeeping, and the inner call
+//!   as a tail call.
+//!
+//! Everything else takes the out-of-line cold path (`cold.rs`): a sampling event (the clock ran out:
+//! this allocation is sampled), a marked pointer (maybe a sampled block: the side table says), a
+//! thread without a shard yet, over-aligned or large requests (usable sizes per block), `realloc`,
+//! and a failed allocation (null), which is never counted. The `GlobalAlloc` methods themselves are
+//! never inlined: `__rust_alloc` jumps to them, and call sites across the program stay as small as
+//! with the bare allocator.
+
+mod cold;
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::fmt;
+
+use crate::backend::usable;
+use crate::backend::{self, Probe, Registration, kind_of};
+use crate::sampler::{self, Sampling};
+use crate::stats::class::Class;
+use crate::stats::pool;
+use crate::stats::shard::{Owner, Shard};
+
+/// A `GlobalAlloc` that forwards to `A` and counts what passes through.
+///
+/// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
+/// `snmalloc_rs::SnMalloc`, or your own. The counters are process-wide: read them with
+/// [`report()`](crate::report) or [`totals()`](crate::totals).
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// fn main() {
+///     let v: Vec<u64> = (0..1000).collect();
+///     println!("{}", frag::report());
+///     drop(v);
+/// }
+/// ```
+pub struct Tracked<A> {
+    inner: A,
+    probe: Option<&'static dyn Probe>,
+    sampling: Sampling,
+}
+
+impl<A> Tracked<A> {
+    /// Wraps `inner`, sampling at [`Sampling::DEFAULT`]. Usable in a `static`.
+    #[must_use]
+    pub const fn new(inner: A) -> Self {
+        Self { inner, probe: None, sampling: Sampling::DEFAULT }
+    }
+
+    /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
+    /// and statistics. For the allocators this crate knows by type (see [`Backend`](crate::Backend))
+    /// the probe is not consulted: their own interfaces are used.
+    #[must_use]
+    pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
+        Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT }
+    }
+
+    /// Wraps `inner`, sampling at `sampling` from the process's first allocation on;
+    /// [`set_sampling`](crate::set_sampling) changes it later.
+    ///
+    /// ```no_run
+    /// use frag::{Sampling, Tracked};
+    ///
+    /// #[global_allocator]
+    /// static A: Tracked<std::alloc::System> = Tracked::with_sampling(std::alloc::System, Sampling::EveryBlock);
+    /// # fn main() {}
+    /// ```
+    #[must_use]
+    pub const fn with_sampling(inner: A, sampling: Sampling) -> Self {
+        Self { inner, probe: None, sampling }
+    }
+
+    /// The wrapped allocator.
+    pub const fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+impl<A: fmt::Debug> fmt::Debug for Tracked<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tracked").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+impl<A: 'static> Tracked<A> {
+    fn registration(&self) -> Registration {
+        Registration {
+            kind: kind_of::<A>(),
+            type_name: core::any::type_name::<A>(),
+            probe: self.probe,
+            sampling: self.sampling,
+        }
+    }
+
+    /// The shard for a thread without one of its own yet (or ever): see `pool::slow`. The process's
+    /// first claim registers the allocator and applies its configured sampling.
+    #[cold]
+    #[inline(never)]
+    fn slow_shard(&self) -> &'static Shard {
+        pool::slow(
+            || {
+                if backend::register(self.registration()) {
+                    sampler::configure(self.sampling);
+                }
+            },
+            sampler::mean,
+        )
+    }
+}
+
+impl<A: GlobalAlloc + 'static> Tracked<A> {
+    /// `alloc` or `alloc_zeroed`, forwarded.
+    #[inline(always)]
+    unsafe fn inner_alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees about `layout`.
+        unsafe { if zeroed { self.inner.alloc_zeroed(layout) } else { self.inner.alloc(layout) } }
+    }
+
+    /// Both allocation entry points: the fast path, or the cold one.
+    #[inline(always)]
+    unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let kind = backend::kind_of_value(&self.inner);
+        if let Some(rule) = usable::fast(kind, self.probe, layout) {
+            if pool::current().hot.clock.take(layout.size()) {
+                let probe = rule.probe(self.probe);
+                // SAFETY: the caller's guarantees, passed on.
+                let ptr = unsafe { self.inner_alloc(layout, zeroed) };
+                if ptr.is_null() {
+                    return cold::failed(layout.size());
+                }
+                // The shard is read again rather than kept across the call: only the size is.
+                let s = pool::current();
+                // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
+                let class = unsafe { Class::of_small(layout.size()) };
+                s.count_in::<Owner>(class, layout.size(), rule.resolve(kind, probe, ptr, layout.size()));
+                return ptr;
+            }
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate_cold(layout, zeroed) }
+    }
+}
+
+// SAFETY: every method forwards to `A` with the caller's arguments (a sampled block's alignment
+// raised, and the block freed with that same layout: see `cold.rs`) and returns `A`'s result
+// unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
+// memory handed out.
+unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
+    #[inline(never)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, false) }
+    }
+
+    #[inline(never)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, true) }
+    }
+
+    #[inline(never)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let kind = backend::kind_of_value(&self.inner);
+        if !sampler::maybe_sampled(ptr) {
+            if let Some(rule) = usable::fast(kind, self.probe, layout) {
+                let s = pool::current();
+                if !pool::is_parked(s) {
+                    // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
+                    let class = unsafe { Class::of_small(layout.size()) };
+                    s.count_out::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout.size()));
+                    // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator
+                    // with `layout`, and was not sampled, so that is the layout it has.
+                    return unsafe { self.inner.dealloc(ptr, layout) };
+                }
+            }
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.deallocate_cold(ptr, layout) }
+    }
+
+    #[inline(never)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.reallocate(ptr, layout, new_size) }
+    }
+}

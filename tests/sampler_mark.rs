@@ -1,0 +1,74 @@
+//! The mark's perturbation, against jemalloc's own answer for each block (`sallocx`): which blocks
+//! the sampler moved into another size class, what that costs in memory, and that the report
+//! accounts each block at the size jemalloc really gave it.
+#![cfg(feature = "jemalloc")]
+
+use std::alloc::Layout;
+
+#[global_allocator]
+static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+
+const SIZE: usize = 1000; // class 897..=1024; jemalloc's class 1024
+
+fn real_size(p: *mut u8) -> usize {
+    // SAFETY: `p` is a live jemalloc block.
+    unsafe { tikv_jemalloc_sys::sallocx(p.cast(), 0) }
+}
+
+fn class_usable() -> u64 {
+    frag::size_classes().iter().find(|c| c.contains(SIZE as u64)).map_or(0, |c| c.usable_bytes)
+}
+
+/// Allocates `n` blocks of `SIZE` on this thread; returns them with jemalloc's size for each.
+fn blocks(n: usize) -> Vec<(usize, usize)> {
+    let layout = Layout::from_size_align(SIZE, 8).unwrap();
+    (0..n)
+        .map(|_| {
+            // SAFETY: non-zero size; freed below with the same layout.
+            let p = unsafe { std::alloc::alloc(layout) };
+            assert!(!p.is_null());
+            (p as usize, real_size(p))
+        })
+        .collect()
+}
+
+fn free(blocks: Vec<(usize, usize)>) {
+    let layout = Layout::from_size_align(SIZE, 8).unwrap();
+    // SAFETY: each block was allocated above with `layout` and is freed once.
+    blocks.into_iter().for_each(|(p, _)| unsafe { std::alloc::dealloc(p as *mut u8, layout) });
+}
+
+#[test]
+fn only_sampled_blocks_move_and_the_mark_costs_about_a_page_per_sample() {
+    // SAFETY: nallocx has no preconditions beyond a non-zero size.
+    let class = unsafe { tikv_jemalloc_sys::nallocx(SIZE, 0) };
+    assert_eq!(class, 1024);
+
+    // At the default mean (512 KiB), 100,000 blocks of 1000 B (95 MiB) give about 190 samples.
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    let before = class_usable();
+    let live = blocks(100_000);
+    let after = class_usable();
+    let moved: Vec<&(usize, usize)> = live.iter().filter(|(_, s)| *s != class).collect();
+    // Every block jemalloc did not put in its class is a marked one: 4 KiB-aligned, 4 KiB.
+    for &&(p, s) in &moved {
+        assert_eq!((p % 4096, s), (0, 4096), "a block moved into another class without the mark");
+    }
+    // Poisson with mean 100,000 x (1 - e^(-1000/524288)) = 190.6: 130..=260 fails once in 10^5 runs.
+    assert!((130..=260).contains(&moved.len()), "{} sampled blocks", moved.len());
+    let live_bytes = (live.len() * SIZE) as f64;
+    let overhead: usize = moved.iter().map(|(_, s)| s - class).sum();
+    assert!((overhead as f64) < 0.012 * live_bytes, "the mark costs {overhead} B of {live_bytes} B");
+    // The report accounts each block at the size jemalloc gave it.
+    let real_total: u64 = live.iter().map(|(_, s)| *s as u64).sum();
+    assert_eq!(after - before, real_total);
+    free(live);
+    assert_eq!(class_usable(), before);
+
+    // Every block: no block changes its layout (every free looks in the side table instead).
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
+    let live = blocks(10_000);
+    assert!(live.iter().all(|(_, s)| *s == class), "every-block mode moved a block");
+    free(live);
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+}
