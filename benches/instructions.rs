@@ -7,10 +7,16 @@
 //! A wrapper inlined into a benchmark loop would look free; this one cannot.
 //!
 //! ```text
-//! instructions pair  <backend> <bare|tracked> <size> <iters>   malloc + free of `size` bytes, align 8
-//! instructions churn <backend> <bare|tracked> <steps>          65,536 live blocks of 16..=1024 bytes
-//!                                                              (random), one replaced at random per step
-//! instructions handoff <backend> <bare|tracked> <size> <iters> allocated on one thread, freed on another
+//! instructions pair  <backend> <variant> <size> <iters>   malloc + free of `size` bytes, align 8
+//! instructions churn <backend> <variant> <steps>          65,536 live blocks of 16..=1024 bytes
+//!                                                         (random), one replaced at random per step
+//! instructions handoff <backend> <variant> <size> <iters> allocated on one thread, freed on another
+//! ```
+//!
+//! `<variant>` is `bare` (the backend alone), `sampled` (`Tracked`'s production tier) or `exact`
+//! (`Tracked<_, Exact>`).
+//!
+//! ```text
 //! ```
 //!
 //! Run under `cargo bench` (no workload named) it prints where the counting script is and exits.
@@ -18,7 +24,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 
-use frag::Tracked;
+use frag::{Exact, Tracked};
 
 /// One variant's `GlobalAlloc` methods as plain out-of-line functions.
 struct Variant {
@@ -48,36 +54,50 @@ macro_rules! variant {
 }
 
 variant!(system_bare, System, System);
-variant!(system_tracked, Tracked<System>, Tracked::new(System));
+variant!(system_sampled, Tracked<System>, Tracked::new(System));
+variant!(system_exact, Tracked<System, Exact>, Tracked::new(System));
 #[cfg(feature = "jemalloc")]
 variant!(jemalloc_bare, tikv_jemallocator::Jemalloc, tikv_jemallocator::Jemalloc);
 #[cfg(feature = "jemalloc")]
-variant!(jemalloc_tracked, Tracked<tikv_jemallocator::Jemalloc>, Tracked::new(tikv_jemallocator::Jemalloc));
+variant!(jemalloc_sampled, Tracked<tikv_jemallocator::Jemalloc>, Tracked::new(tikv_jemallocator::Jemalloc));
+#[cfg(feature = "jemalloc")]
+variant!(jemalloc_exact, Tracked<tikv_jemallocator::Jemalloc, Exact>, Tracked::new(tikv_jemallocator::Jemalloc));
 #[cfg(feature = "mimalloc")]
 variant!(mimalloc_bare, mimalloc::MiMalloc, mimalloc::MiMalloc);
 #[cfg(feature = "mimalloc")]
-variant!(mimalloc_tracked, Tracked<mimalloc::MiMalloc>, Tracked::new(mimalloc::MiMalloc));
+variant!(mimalloc_sampled, Tracked<mimalloc::MiMalloc>, Tracked::new(mimalloc::MiMalloc));
+#[cfg(feature = "mimalloc")]
+variant!(mimalloc_exact, Tracked<mimalloc::MiMalloc, Exact>, Tracked::new(mimalloc::MiMalloc));
 #[cfg(feature = "snmalloc")]
 variant!(snmalloc_bare, snmalloc_rs::SnMalloc, snmalloc_rs::SnMalloc);
 #[cfg(feature = "snmalloc")]
-variant!(snmalloc_tracked, Tracked<snmalloc_rs::SnMalloc>, Tracked::new(snmalloc_rs::SnMalloc));
+variant!(snmalloc_sampled, Tracked<snmalloc_rs::SnMalloc>, Tracked::new(snmalloc_rs::SnMalloc));
+#[cfg(feature = "snmalloc")]
+variant!(snmalloc_exact, Tracked<snmalloc_rs::SnMalloc, Exact>, Tracked::new(snmalloc_rs::SnMalloc));
 
 fn variant(backend: &str, kind: &str) -> Option<Variant> {
     Some(match (backend, kind) {
         ("system", "bare") => system_bare::VARIANT,
-        ("system", "tracked") => system_tracked::VARIANT,
+        ("system", "sampled") => system_sampled::VARIANT,
+        ("system", "exact") => system_exact::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "bare") => jemalloc_bare::VARIANT,
         #[cfg(feature = "jemalloc")]
-        ("jemalloc", "tracked") => jemalloc_tracked::VARIANT,
+        ("jemalloc", "sampled") => jemalloc_sampled::VARIANT,
+        #[cfg(feature = "jemalloc")]
+        ("jemalloc", "exact") => jemalloc_exact::VARIANT,
         #[cfg(feature = "mimalloc")]
         ("mimalloc", "bare") => mimalloc_bare::VARIANT,
         #[cfg(feature = "mimalloc")]
-        ("mimalloc", "tracked") => mimalloc_tracked::VARIANT,
+        ("mimalloc", "sampled") => mimalloc_sampled::VARIANT,
+        #[cfg(feature = "mimalloc")]
+        ("mimalloc", "exact") => mimalloc_exact::VARIANT,
         #[cfg(feature = "snmalloc")]
         ("snmalloc", "bare") => snmalloc_bare::VARIANT,
         #[cfg(feature = "snmalloc")]
-        ("snmalloc", "tracked") => snmalloc_tracked::VARIANT,
+        ("snmalloc", "sampled") => snmalloc_sampled::VARIANT,
+        #[cfg(feature = "snmalloc")]
+        ("snmalloc", "exact") => snmalloc_exact::VARIANT,
         _ => return None,
     })
 }
@@ -178,7 +198,7 @@ fn main() {
             );
             return;
         }
-        eprintln!("usage: instructions pair|churn|handoff <backend> <bare|tracked> [size] <iters>");
+        eprintln!("usage: instructions pair|churn|handoff <backend> <bare|sampled|exact> [size] <iters>");
         std::process::exit(2);
     };
     match arg(0) {

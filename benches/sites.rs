@@ -1,8 +1,8 @@
-//! What a sampled allocation costs for its site: an allocation and free of a 64-byte block at a
-//! stack depth of 8, 32 and 64 frames, with every block sampled for its site (`EveryBlock`) and with
-//! site sampling off, both with every block on the cold path (exact mode leaves the gate open), so
-//! the difference is the capture: the frame-pointer walk, the site table look-up, the side-table
-//! entry and the tallies at allocation and free. Each measurement runs on a fresh thread, so the walk
+//! What a sampled allocation costs: an allocation and free of a 64-byte block at a stack depth of 8,
+//! 32 and 64 frames, with every block sampled (`EveryBlock`) and with sampling off, both with every
+//! free looking in the side table (every-block mode switches that on for good), so the difference is
+//! the sample: the frame-pointer walk, the site table look-up, the side-table entry and the origin and
+//! site tallies at allocation and free. Each measurement runs on a fresh thread, so the walk
 //! sees the requested depth plus the few frames of a thread's start.
 //!
 //! Also prints the first `Sites::symbolize` (reading the debug information) in time and in resident
@@ -59,7 +59,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    // Exact mode opens the gate for good: from here on every operation takes the cold path.
+    // Every-block mode makes every free look in the side table for good, in both cases below.
     frag::set_sampling(frag::Sampling::EveryBlock).expect("every block");
     let mut group = c.benchmark_group("sites");
     for depth in [8, 32, 64] {

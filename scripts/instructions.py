@@ -1,31 +1,31 @@
 #!/usr/bin/env python3
-"""Counts what `Tracked` adds to the allocation path, in instructions, under callgrind.
+"""Counts what `Tracked` adds to the allocation path, in instructions, under callgrind, in both tiers.
 
 Every figure is the difference of two run lengths of the same workload (N2 - N1 operations), so the
 process's start-up and tear-down cancel and what is left is the cost per operation, deterministic to
-the instruction: a regression check, not a timing.
+the instruction for the single-threaded cases: a regression check, not a timing.
 
 - pair:    malloc + free of 16 B, 64 B and 1 KiB (align 8) on one thread, per pair;
 - churn:   65,536 live blocks of random sizes 16..=1024 B, a random one freed and replaced per step:
            instructions and simulated L1 data read misses per step (free + malloc);
 - service: the service example (JSON echo, bodies 1 to 64 KiB) driving itself, instructions per
-           request, built twice: with `Tracked` and with the bare backend (FRAG_BARE_ALLOCATOR=1);
-           the publisher thread's rounds (per second, not per request) are not counted. The count
-           moves by about half a point between runs: the threads interleave differently.
-           `--floor` adds two more builds: a wrapper that only forwards, and the cheapest exact
-           per-class counter (`examples/support/floor.rs`): what any wrapper pays before `Tracked`
-           does anything of its own.
+           request, one build per global allocator, only that differing: the bare backend, `Tracked`
+           sampled (production tier), `Tracked` exact, and on jemalloc jemalloc's own heap profiler
+           (tikv-jemallocator's `profiling` feature, `prof:true,prof_active:true,lg_prof_sample:19`:
+           one sample per 512 KiB, like `Tracked`'s sampler): the anchor. The publisher thread's rounds
+           (per second, not per request) are not counted. The threads interleave differently from run
+           to run, so the service is measured `--repeat` times per build and reported as the median
+           with its range. `--floor` adds the floor wrappers of `examples/support/floor.rs`.
 
 Builds go to target/instructions-build/ without frame pointers (RUSTFLAGS set empty, overriding the
 repository's `.cargo/config.toml`): the build a service gets by default. `--frame-pointers` measures
-the build that allocation sites need instead (target/instructions-build-fp/): the flag itself adds
-about 8 instructions per pair (frame set-up in the wrappers), sites add none to the fast path.
+the build that allocation sites need instead (target/instructions-build-fp/).
 
 Usage:
     python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--floor] [--check]
-                                    [--frame-pointers]
+                                    [--frame-pointers] [--repeat N]
 
-`--check` exits 1 when a budget below is exceeded. Needs valgrind (CI installs it).
+`--check` exits 1 when a budget is exceeded. Needs valgrind (CI installs it).
 """
 
 import argparse
@@ -39,10 +39,13 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILE = "hotpath"
 
-# Budgets (added by `Tracked` over the bare backend), from the hot-path issue.
-PAIR_BUDGET = 40  # instructions per malloc + free pair
-CHURN_MISS_BUDGET = 0.05  # simulated L1 data read misses, relative to bare
-SERVICE_BUDGET = 0.05  # instructions per request, relative to bare
+# Budgets (added by `Tracked` over the bare backend), from the sampler issue.
+PAIR_BUDGET = 40  # exact tier: instructions per malloc + free pair
+CHURN_MISS_BUDGET = 0.05  # exact tier: simulated L1 data read misses, relative to bare
+SAMPLED_MISS_BUDGET = 0.02  # sampled tier, the same
+SERVICE_BUDGET = 0.025  # sampled tier: instructions per request, relative to bare
+EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
+TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
 PAIR_ITERS = (200_000, 400_000)
@@ -93,7 +96,7 @@ def build_workloads(backends):
     sys.exit("could not find the built instructions bench")
 
 
-def callgrind(cmd, cache=False, extra=()):
+def callgrind(cmd, cache=False, extra=(), env=None):
     """Total events of one run: {'Ir': ..., 'D1mr': ...}."""
     with tempfile.NamedTemporaryFile(prefix="callgrind.", delete=False) as f:
         path = f.name
@@ -101,7 +104,7 @@ def callgrind(cmd, cache=False, extra=()):
         vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", "--dump-instr=no"] + list(extra)
         if cache:
             vg.append("--cache-sim=yes")
-        run(vg + cmd)
+        run(vg + cmd, env)
         events, totals = None, None
         for line in open(path):
             if line.startswith("events:"):
@@ -113,23 +116,28 @@ def callgrind(cmd, cache=False, extra=()):
         os.unlink(path)
 
 
-def per_op(cmd_for, lengths, cache=False, extra=()):
-    a = callgrind(cmd_for(lengths[0]), cache, extra)
-    b = callgrind(cmd_for(lengths[1]), cache, extra)
+def per_op(cmd_for, lengths, cache=False, extra=(), env=None):
+    a = callgrind(cmd_for(lengths[0]), cache, extra, env)
+    b = callgrind(cmd_for(lengths[1]), cache, extra, env)
     n = lengths[1] - lengths[0]
     return {k: (b[k] - a[k]) / n for k in a}
 
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
-VARIANTS = {"bare": "1", "tracked": "", "forward": "forward", "count": "count", "count-inline": "count-inline"}
+VARIANTS = {"bare": "1", "sampled": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
+            "count-inline": "count-inline"}
+# jemalloc's own heap profiler: the bare backend built with profiling, sampling one per 512 KiB.
+JEPROF_ENV = {"_RJEM_MALLOC_CONF": "prof:true,prof_active:true,lg_prof_sample:19"}
 
 
 def build_service(backend, variant):
     """The service example, release, with `variant`'s global allocator (only that differs)."""
-    feats = ",".join(["serde"] + ([FEATURES[backend]] if FEATURES[backend] else []))
+    feats = ["serde"] + ([FEATURES[backend]] if FEATURES[backend] else [])
+    if variant == "jeprof":
+        feats.append("tikv-jemallocator/profiling")
     env = {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]}
     run(["cargo", "build", "--quiet", "--release", "--example", "service", "--no-default-features",
-         "--features", feats], env)
+         "--features", ",".join(feats)], env)
     out_dir = os.path.join(ROOT, "target", "instructions")
     os.makedirs(out_dir, exist_ok=True)
     dest = os.path.join(out_dir, f"service-{backend}-{variant}")
@@ -145,11 +153,17 @@ def main():
                     help="build with -C force-frame-pointers=yes (what allocation sites need)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a budget is exceeded")
     ap.add_argument("--pair-budget", default=str(PAIR_BUDGET),
-                    help=f"instructions added per pair: N, or backend=N,... (default {PAIR_BUDGET})")
+                    help=f"exact tier: instructions added per pair: N, or backend=N,... (default {PAIR_BUDGET})")
     ap.add_argument("--miss-budget", type=float, default=CHURN_MISS_BUDGET,
-                    help=f"relative L1 read misses added in churn (default {CHURN_MISS_BUDGET})")
+                    help=f"exact tier: relative L1 read misses added in churn (default {CHURN_MISS_BUDGET})")
+    ap.add_argument("--sampled-miss-budget", type=float, default=SAMPLED_MISS_BUDGET,
+                    help=f"sampled tier: relative L1 read misses added in churn (default {SAMPLED_MISS_BUDGET})")
     ap.add_argument("--service-budget", type=float, default=SERVICE_BUDGET,
-                    help=f"relative instructions added per request (default {SERVICE_BUDGET})")
+                    help=f"sampled tier: relative instructions added per request (default {SERVICE_BUDGET})")
+    ap.add_argument("--exact-service-budget", type=float, default=EXACT_SERVICE_BUDGET,
+                    help=f"exact tier: relative instructions added per request (default {EXACT_SERVICE_BUDGET})")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="callgrind runs of the service per build (median and range reported; default 3)")
     ap.add_argument("--service-backends", default=None,
                     help="backends to count the service example on (default: --backends)")
     ap.add_argument("--floor", action="store_true",
@@ -175,60 +189,66 @@ def main():
 
     exe = build_workloads(backends)
     failures = []
-    print(f"Instructions added by Tracked (callgrind, difference of two run lengths; budget +{args.pair_budget} per pair)\n")
-    print("| backend | case | bare | tracked | added | added % |")
-    print("|---|---|---|---|---|---|")
+    print(f"Instructions added by Tracked (callgrind, difference of two run lengths; exact-tier budget "
+          f"+{args.pair_budget} per pair)\n")
+    print("| backend | case | bare | sampled | added | exact | added |")
+    print("|---|---|---|---|---|---|---|")
     for backend in backends:
         for size in PAIR_SIZES:
-            r = {}
-            for kind in ("bare", "tracked"):
-                # The loop reuses one address, eligible for sampling (the cold path) in one process of
-                # 64 (the key is drawn per process): the median of three measurements is the fast path.
-                runs = sorted(per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
-                              for _ in range(3 if kind == "tracked" else 1))
-                r[kind] = runs[len(runs) // 2]
-            added = r["tracked"] - r["bare"]
-            print(f"| {backend} | pair {size} B | {r['bare']:.1f} | {r['tracked']:.1f} | {added:+.1f} | "
-                  f"{100 * added / r['bare']:+.1f}% |", flush=True)
+            r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
+                 for kind in ("bare",) + TIERS}
+            print(f"| {backend} | pair {size} B | {r['bare']:.1f} | {r['sampled']:.1f} | "
+                  f"{r['sampled'] - r['bare']:+.1f} | {r['exact']:.1f} | {r['exact'] - r['bare']:+.1f} |", flush=True)
+            added = r["exact"] - r["bare"]
             if added > budget_of(backend):
-                failures.append(f"{backend} pair {size} B: +{added:.1f} instructions > +{budget_of(backend):g}")
-        r = {}
-        for kind in ("bare", "tracked"):
-            r[kind] = per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True)
-        added = r["tracked"]["Ir"] - r["bare"]["Ir"]
-        print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['tracked']['Ir']:.1f} | {added:+.1f} | "
-              f"{100 * added / r['bare']['Ir']:+.1f}% |")
-        mb, mt = r["bare"]["D1mr"], r["tracked"]["D1mr"]
-        rel = (mt - mb) / mb if mb else 0.0
-        print(f"| {backend} | churn L1d read misses | {mb:.3f} | {mt:.3f} | {mt - mb:+.3f} | {100 * rel:+.1f}% |",
-              flush=True)
-        if rel > args.miss_budget:
-            failures.append(f"{backend} churn: L1 read misses {100 * rel:+.1f}% > +{100 * args.miss_budget:.0f}%")
+                failures.append(f"{backend} pair {size} B, exact: +{added:.1f} instructions > +{budget_of(backend):g}")
+        r = {kind: per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True)
+             for kind in ("bare",) + TIERS}
+        print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['sampled']['Ir']:.1f} | "
+              f"{r['sampled']['Ir'] - r['bare']['Ir']:+.1f} | {r['exact']['Ir']:.1f} | "
+              f"{r['exact']['Ir'] - r['bare']['Ir']:+.1f} |")
+        mb = r["bare"]["D1mr"]
+        rel = {t: (r[t]["D1mr"] - mb) / mb if mb else 0.0 for t in TIERS}
+        print(f"| {backend} | churn L1d read misses | {mb:.3f} | {r['sampled']['D1mr']:.3f} | "
+              f"{100 * rel['sampled']:+.1f}% | {r['exact']['D1mr']:.3f} | {100 * rel['exact']:+.1f}% |", flush=True)
+        for tier, budget in (("sampled", args.sampled_miss_budget), ("exact", args.miss_budget)):
+            if rel[tier] > budget:
+                failures.append(f"{backend} churn, {tier}: L1 read misses {100 * rel[tier]:+.1f}% > "
+                                f"+{100 * budget:.1f}%")
 
     if not args.no_service:
-        print("\nService example, instructions per request (--concurrency 8 --delay-ms 0; publisher rounds "
-              "not counted)\n")
-        print("| backend | bare | tracked | added % |")
+        print(f"\nService example, instructions per request (--concurrency 8 --delay-ms 0; publisher rounds "
+              f"not counted; median of {args.repeat} runs, range in brackets)\n")
+        print("| backend | allocator | per request | added |")
         print("|---|---|---|---|")
         service_backends = backends if args.service_backends is None else \
             [b for b in args.service_backends.split(",") if b]
-        variants = ["bare", "tracked"] + (["forward", "count", "count-inline"] if args.floor else [])
         for backend in service_backends:
+            variants = ["bare"] + list(TIERS) + (["jeprof"] if backend == "jemalloc" else []) + \
+                (["forward", "count", "count-inline"] if args.floor else [])
             r = {}
             for variant in variants:
                 exe_s = build_service(backend, variant)
-                r[variant] = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
-                                    SERVICE_LOAD, extra=PUBLISHER_EXCLUDED)["Ir"]
-            rel = (r["tracked"] - r["bare"]) / r["bare"]
-            print(f"| {backend} | {r['bare'] / 1e6:.3f} M | {r['tracked'] / 1e6:.3f} M | {100 * rel:+.2f}% |",
-                  flush=True)
-            for variant in variants[2:]:
-                v = (r[variant] - r["bare"]) / r["bare"]
-                print(f"| {backend}, floor: {variant} | {r['bare'] / 1e6:.3f} M | {r[variant] / 1e6:.3f} M | "
-                      f"{100 * v:+.2f}% |", flush=True)
-            if rel > args.service_budget:
-                failures.append(f"{backend} service: {100 * rel:+.2f}% instructions per request > "
-                                f"+{100 * args.service_budget:.0f}%")
+                env = JEPROF_ENV if variant == "jeprof" else {}
+                runs = sorted(per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
+                                     SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env)["Ir"]
+                              for _ in range(max(1, args.repeat)))
+                r[variant] = (runs[len(runs) // 2], runs[0], runs[-1])
+            bare = r["bare"][0]
+            names = {"bare": "bare", "sampled": "Tracked (sampled)", "exact": "Tracked<_, Exact>",
+                     "jeprof": "jemalloc's own profiler", "forward": "floor: forward", "count": "floor: count",
+                     "count-inline": "floor: count-inline"}
+            for variant in variants:
+                med, lo, hi = r[variant]
+                added = "—" if variant == "bare" else \
+                    f"{100 * (med - bare) / bare:+.2f}% [{100 * (lo - bare) / bare:+.2f}, {100 * (hi - bare) / bare:+.2f}]"
+                print(f"| {backend} | {names[variant]} | {med / 1e6:.3f} M [{lo / 1e6:.3f}, {hi / 1e6:.3f}] | {added} |",
+                      flush=True)
+            for tier, budget in (("sampled", args.service_budget), ("exact", args.exact_service_budget)):
+                rel = (r[tier][0] - bare) / bare
+                if rel > budget:
+                    failures.append(f"{backend} service, {tier}: {100 * rel:+.2f}% instructions per request > "
+                                    f"+{100 * budget:.1f}%")
 
     if failures:
         print("\nover budget:\n  " + "\n  ".join(failures))

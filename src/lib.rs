@@ -36,14 +36,17 @@
 //! - **The allocator's own figures** (jemalloc `stats.*`, glibc `mallinfo2`, mimalloc commit, snmalloc
 //!   reserved address space) and **the process view** (`/proc`: RSS, PSS, anonymous bytes).
 //! - **The fragmentation ratio** `(resident − allocated) / allocated`, stating which figures it used.
-//! - **Allocation origin**, estimated from sampled blocks: how many frees (and bytes) happen on
-//!   another thread than the allocating one, per thread, per size class, per thread pair and per
-//!   lifetime, with a 95% interval. See [`Sampling`] for the rate, its cost and its bias; the side
-//!   table that remembers sampled blocks is a fixed 784 KiB of static memory.
-//! - **Allocation sites**, estimated from allocations sampled by bytes (one per 512 KiB by default):
-//!   the stacks that hold the bytes in use, with each site's cross-thread share and median lifetime,
-//!   in [`Report::sites`] and as a pprof heap profile ([`profile::heap_pprof`]). Stacks need frame
-//!   pointers (`-C force-frame-pointers=yes`); see [`SiteSampling`].
+//! - **One sampler** ([`Sampling`]): on each thread a Poisson countdown over allocated bytes picks
+//!   about one allocation per 512 KiB, before the allocator is called and whatever address it returns;
+//!   a picked block is followed to its free. Every estimate below weighs a sample by the inverse of
+//!   its probability and says it is an estimate.
+//! - **Allocation origin**, from the samples: how many frees (and bytes) happen on another thread
+//!   than the allocating one, per thread, per size class, per thread pair and per lifetime, with a
+//!   95% interval.
+//! - **Allocation sites**, from the same samples: the stacks that hold the bytes in use, with each
+//!   site's cross-thread share and median lifetime, in [`Report::sites`] and as a pprof heap profile
+//!   ([`profile::heap_pprof`]). Stacks need frame pointers (`-C force-frame-pointers=yes`, see
+//!   [`frame_pointers`]).
 //!
 //! ## Publishing
 //!
@@ -61,28 +64,12 @@
 //!
 //! ## The allocation-path contract
 //!
-//! `Tracked` forwards every call to the inner allocator with the caller's layout unchanged (no
-//! headers: those would move blocks into other size classes and change the fragmentation being
-//! measured). The bookkeeping it adds never allocates, never takes a lock and never panics:
-//!
-//! - each thread writes its own cache-padded shard from a static pool, with plain (non-atomic-RMW)
-//!   stores; threads past the pool, and allocations during thread teardown, go to a shared overflow
-//!   shard, so no thread count can make it fail;
-//! - thread-locals are `const`-initialised, have no destructor and are read with `try_with`;
-//! - thread exit is seen through a pthread key destructor; a released shard is reused by the next
-//!   thread and its past totals stay in the "retired" row;
-//! - a plain request of at most 32 KiB costs one table load for its size class and two plain adds
-//!   (three on glibc, mimalloc and a probe, which record each block's usable size; see
-//!   `src/tracked.rs`); origin sampling and live-byte publishing run on a cold path, reached
-//!   only by blocks whose address falls in a keyed-hash subset (one in 64 at the default rate) and
-//!   by large or over-aligned blocks, so a free learns from its pointer alone whether its block can
-//!   have been sampled;
-//! - everything that allocates ([`report()`], formatting) runs outside the allocator, under a
-//!   reentrancy guard; [`totals()`] and [`size_classes()`] read the counters without allocating;
-//! - a child forked from a multi-threaded process keeps counting: its other threads' shards are
-//!   released in the child, and `report()` takes no lock the child could inherit locked.
-//!
-//! `docs/RELIABILITY.md` in the repository lists each guarantee with the test that proves it.
+//! `Tracked` forwards every call with the caller's layout (a sampled block only gets a larger
+//! alignment, its mark), and what it adds never allocates, never takes a lock and never panics;
+//! everything that allocates ([`report()`], formatting) runs outside the allocator, under a
+//! reentrancy guard. The contract is stated in full, with the fast path's instructions, where it is
+//! enforced: `src/tracked/mod.rs`. `docs/RELIABILITY.md` in the repository lists each guarantee with
+//! the test that proves it. [`totals()`] and [`size_classes()`] read the counters without allocating.
 //!
 //! ## In libraries
 //!
@@ -133,4 +120,4 @@ pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 pub use sites::frame_pointers;
 pub use stats::class::NUM_CLASSES;
 pub use stats::pool::POOL_SIZE;
-pub use tracked::Tracked;
+pub use tracked::{Exact, Sampled, Tier, Tracked};

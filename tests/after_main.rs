@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::{Counting, is_child, quiescent_totals, run_child};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use frag::{FindingKind, Severity};
 
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 /// Scenarios measure RSS: one at a time when the harness runs them in one process.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -11,7 +11,7 @@ use frag::diagnosis::Part;
 use frag::{Finding, FindingKind, Severity};
 
 #[global_allocator]
-static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
 /// Scenarios measure RSS: one at a time when the harness runs them in one process.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -7,7 +7,7 @@ use std::alloc::{Layout, System, alloc, alloc_zeroed, dealloc, realloc};
 use common::{Counting, on_named_thread, row, row_delta};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 /// Sizes no test harness or report allocates: each lands in a class of its own above 64 KiB.
 const SIZES: [usize; 3] = [70_001, 100_003, 200_005];

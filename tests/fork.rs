@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{Counting, quiescent_totals};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 const FORKS: usize = 40;
 

@@ -7,7 +7,7 @@ mod common;
 use std::alloc::System;
 
 #[global_allocator]
-static A: frag::Tracked<System> = frag::Tracked::new(System);
+static A: frag::Tracked<System, frag::Exact> = frag::Tracked::new(System);
 
 fn real_usable(p: *mut u8) -> usize {
     // SAFETY: `p` is a live glibc block.

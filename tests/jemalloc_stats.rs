@@ -7,7 +7,7 @@ mod common;
 use tikv_jemalloc_ctl::{epoch, stats};
 
 #[global_allocator]
-static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
 fn real_usable(p: *mut u8) -> usize {
     // SAFETY: `p` is a live jemalloc block.

@@ -5,7 +5,7 @@
 mod common;
 
 #[global_allocator]
-static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
+static A: frag::Tracked<mimalloc::MiMalloc, frag::Exact> = frag::Tracked::new(mimalloc::MiMalloc);
 
 fn real_usable(p: *mut u8) -> usize {
     // SAFETY: `p` is a live mimalloc block.

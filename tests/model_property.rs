@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use proptest::prelude::*;
 
 #[global_allocator]
-static A: frag::Tracked<System> = frag::Tracked::with_sampling(System, frag::Sampling::EveryBlock);
+static A: frag::Tracked<System, frag::Exact> = frag::Tracked::with_sampling(System, frag::Sampling::EveryBlock);
 
 /// One generated operation. Indices pick among the blocks live at that point (modulo their count).
 #[derive(Clone, Debug)]

@@ -50,7 +50,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Sentinel<A> {
 }
 
 #[global_allocator]
-static A: Sentinel<frag::Tracked<System>> = Sentinel(frag::Tracked::new(System));
+static A: Sentinel<frag::Tracked<System, frag::Exact>> = Sentinel(frag::Tracked::new(System));
 
 struct AllocOnDrop;
 

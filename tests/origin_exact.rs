@@ -10,7 +10,7 @@ use frag::{Sampling, Tracked};
 use std::alloc::{Layout, System};
 
 #[global_allocator]
-static A: Tracked<System> = Tracked::with_sampling(System, Sampling::EveryBlock);
+static A: Tracked<System, frag::Exact> = Tracked::with_sampling(System, Sampling::EveryBlock);
 
 fn class_ratio(size: u64) -> Option<f64> {
     class_row(&frag::report(), size).and_then(|c| c.cross_thread_ratio)

@@ -8,7 +8,7 @@ use std::alloc::System;
 use std::sync::mpsc::channel;
 
 #[global_allocator]
-static A: Tracked<System> = Tracked::new(System);
+static A: Tracked<System, frag::Exact> = Tracked::new(System);
 
 /// Sizes cycling over 16..=1024 bytes.
 fn size(i: usize) -> usize {

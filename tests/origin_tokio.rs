@@ -15,7 +15,7 @@ use std::alloc::System;
 use std::time::Duration;
 
 #[global_allocator]
-static A: Tracked<System> = Tracked::new(System);
+static A: Tracked<System, frag::Exact> = Tracked::new(System);
 
 /// `tasks` tasks, each `rounds` times: allocate a buffer of `size` bytes, hold it across a sleep and
 /// a yield, drop it.

@@ -104,7 +104,7 @@ impl frag::Probe for BumpProbe {
 }
 
 #[global_allocator]
-static A: frag::Tracked<Bump> = frag::Tracked::with_probe(Bump, &BumpProbe);
+static A: frag::Tracked<Bump, frag::Exact> = frag::Tracked::with_probe(Bump, &BumpProbe);
 
 const MIB: u64 = 1 << 20;
 

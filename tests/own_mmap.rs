@@ -10,7 +10,7 @@ mod common;
 use mmap_per_block::{MmapPerBlock, MmapProbe, block_len};
 
 #[global_allocator]
-static A: frag::Tracked<MmapPerBlock> = frag::Tracked::with_probe(MmapPerBlock, &MmapProbe);
+static A: frag::Tracked<MmapPerBlock, frag::Exact> = frag::Tracked::with_probe(MmapPerBlock, &MmapProbe);
 
 const MIB: u64 = 1 << 20;
 

@@ -10,7 +10,7 @@ use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 /// (name, sorted labels) -> (kind, unit, value)
 type Series = HashMap<(String, Vec<(String, String)>), (MetricKind, Option<Unit>, f64)>;

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 fn scrape(addr: SocketAddr) -> String {
     // The listener starts on the exporter's own thread: retry briefly.

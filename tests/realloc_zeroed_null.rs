@@ -28,7 +28,7 @@ unsafe impl GlobalAlloc for Refusing {
 }
 
 #[global_allocator]
-static A: frag::Tracked<Refusing> = frag::Tracked::new(Refusing);
+static A: frag::Tracked<Refusing, frag::Exact> = frag::Tracked::new(Refusing);
 
 #[test]
 fn realloc_grow_shrink_and_zeroed_are_counted() {

@@ -6,7 +6,7 @@
 use std::alloc::Layout;
 
 #[global_allocator]
-static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
 const SIZE: usize = 1000; // class 897..=1024; jemalloc's class 1024
 

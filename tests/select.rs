@@ -11,7 +11,7 @@ use std::alloc::Layout;
 use frag::{Backend, Select};
 
 #[global_allocator]
-static A: frag::Tracked<Select> = frag::Tracked::new(Select::new());
+static A: frag::Tracked<Select, frag::Exact> = frag::Tracked::new(Select::new());
 
 /// The backend's own answer for a block it handed out (its usable size), or 0 if it does not know it.
 fn owned_by(backend: Backend, p: *mut u8) -> usize {

@@ -7,7 +7,7 @@ mod common;
 use common::symbolized_report;
 
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 sites!(site_alpha, site_beta, site_gamma);
 

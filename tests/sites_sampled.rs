@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 sites!(site_small, site_medium, site_large);
 

@@ -5,7 +5,7 @@
 mod common;
 
 #[global_allocator]
-static A: frag::Tracked<snmalloc_rs::SnMalloc> = frag::Tracked::new(snmalloc_rs::SnMalloc);
+static A: frag::Tracked<snmalloc_rs::SnMalloc, frag::Exact> = frag::Tracked::new(snmalloc_rs::SnMalloc);
 
 fn real_usable(p: *mut u8) -> usize {
     snmalloc_rs::SnMalloc.usable_size(p).unwrap_or(0)

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{Counting, assert_conserved, rss_bytes, scaled, under_memcheck};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 /// Growth of resident memory allowed between the end of the first quarter and the end of the run.
 const RSS_GROWTH_LIMIT: u64 = 4 << 20;

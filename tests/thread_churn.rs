@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use common::{Counting, assert_conserved, rss_bytes, scaled, under_memcheck};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 /// Threads alive at once.
 const AT_ONCE: usize = 8;

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use common::{Counting, assert_conserved, quiescent_totals};
 
 #[global_allocator]
-static A: frag::Tracked<Counting<System>> = frag::Tracked::new(Counting(System));
+static A: frag::Tracked<Counting<System>, frag::Exact> = frag::Tracked::new(Counting(System));
 
 struct Late(RefCell<Vec<String>>);
 

@@ -1,9 +1,10 @@
 //! The global allocator of the examples: `Tracked` around the backend the enabled features select
 //! (jemalloc by default; `--no-default-features` for glibc, `--features mimalloc` or `snmalloc` alone).
 //!
-//! Built with `FRAG_BARE_ALLOCATOR=1` in the environment, the examples use the bare backend instead,
-//! with nothing else changed: `scripts/instructions.py` compares the two builds of the service
-//! example. With `FRAG_BARE_ALLOCATOR=forward`, `=count` or `=count-inline` they use one of the floor wrappers of
+//! The default is `Tracked`'s production tier (sampled). Built with `FRAG_BARE_ALLOCATOR=1` in the
+//! environment, the examples use the bare backend instead, with nothing else changed:
+//! `scripts/instructions.py` compares the builds of the service example. `FRAG_BARE_ALLOCATOR=exact`
+//! builds `Tracked`'s exact tier; `=forward`, `=count` or `=count-inline` one of the floor wrappers of
 //! `floor.rs` (what any wrapper, and any exact per-class counter, costs). The choice is a constant,
 //! so each build has only one code path.
 
@@ -36,6 +37,7 @@ mod floor;
 #[derive(PartialEq, Eq)]
 enum Choice {
     Tracked,
+    Exact,
     Bare,
     Forward,
     Count,
@@ -60,6 +62,7 @@ const fn eq(a: &str, b: &str) -> bool {
 const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
     None => Choice::Tracked,
     Some(v) if v.is_empty() => Choice::Tracked,
+    Some(v) if eq(v, "exact") => Choice::Exact,
     Some(v) if eq(v, "forward") => Choice::Forward,
     Some(v) if eq(v, "count") => Choice::Count,
     Some(v) if eq(v, "count-inline") => Choice::CountInline,
@@ -67,6 +70,7 @@ const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
 };
 
 static TRACKED: frag::Tracked<Backend> = frag::Tracked::new(BACKEND);
+static EXACT: frag::Tracked<Backend, frag::Exact> = frag::Tracked::new(BACKEND);
 static FORWARD: floor::Forward<Backend> = floor::Forward(BACKEND);
 static COUNT: floor::Count<Backend> = floor::Count(BACKEND);
 static COUNT_INLINE: floor::CountInline<Backend> = floor::CountInline(BACKEND);
@@ -76,6 +80,7 @@ macro_rules! chosen {
     ($method:ident($($arg:expr),*)) => {
         match CHOICE {
             Choice::Tracked => TRACKED.$method($($arg),*),
+            Choice::Exact => EXACT.$method($($arg),*),
             Choice::Bare => BACKEND.$method($($arg),*),
             Choice::Forward => FORWARD.$method($($arg),*),
             Choice::Count => COUNT.$method($($arg),*),

@@ -203,9 +203,10 @@ impl Display for Report {
         if let Some(d) = &self.diagnosis {
             write_diagnosis(f, d)?;
         }
+        let e = if t.estimated { "≈" } else { "" };
         writeln!(
             f,
-            "tracked    live {} in {} blocks, usable {} (internal {}), peak {}",
+            "tracked    live {e}{} in {e}{} blocks, usable {e}{} (internal {e}{}), peak {e}{}",
             Bytes(t.allocated_bytes),
             t.live_blocks,
             Bytes(t.usable_bytes),
@@ -214,8 +215,11 @@ impl Display for Report {
         )?;
         writeln!(
             f,
-            "           {} allocations, {} deallocations, {} reallocations",
-            t.allocations, t.deallocations, t.reallocations
+            "           {e}{} allocations, {e}{} deallocations, {e}{} reallocations{}",
+            t.allocations,
+            t.deallocations,
+            t.reallocations,
+            if t.estimated { " (sampled tier: estimates from the samples)" } else { "" }
         )?;
         if let Some(a) = &self.allocator {
             let fields = [
@@ -283,15 +287,16 @@ impl Display for Report {
             if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
                 continue;
             }
+            let e = if r.estimated { "≈" } else { "" };
             writeln!(
                 f,
                 "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
                 row_label(r),
-                r.allocations,
-                r.deallocations,
-                r.reallocations,
+                format!("{e}{}", r.allocations),
+                format!("{e}{}", r.deallocations),
+                format!("{e}{}", r.reallocations),
                 Bytes(r.allocated_bytes),
-                Bytes(r.freed_bytes),
+                format!("{e}{}", Bytes(r.freed_bytes)),
                 r.freed_elsewhere,
                 if r.free_samples < super::origin::MIN_SAMPLES && r.remote_frees > 0 {
                     "few".to_owned()
@@ -315,16 +320,17 @@ impl Display for Report {
                 Some(max) => format!("{}..={}", c.min_size, max),
                 None => format!("> {}", c.min_size.saturating_sub(1)),
             };
+            let e = if c.estimated { "≈" } else { "" };
             writeln!(
                 f,
                 "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
                 range,
-                c.allocations,
-                c.deallocations,
-                c.live_blocks,
-                Bytes(c.live_bytes),
-                Bytes(c.usable_bytes),
-                Bytes(c.internal_bytes),
+                format!("{e}{}", c.allocations),
+                format!("{e}{}", c.deallocations),
+                format!("{e}{}", c.live_blocks),
+                format!("{e}{}", Bytes(c.live_bytes)),
+                format!("{e}{}", Bytes(c.usable_bytes)),
+                format!("{e}{}", Bytes(c.internal_bytes)),
                 match (c.cross_thread_ratio, c.cross_thread_samples) {
                     (None, 1..) => "few".to_owned(), // sampled, but too few to tell
                     (r, _) => opt_percent(r),

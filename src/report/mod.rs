@@ -54,11 +54,15 @@ pub struct Report {
     pub warnings: Vec<Warning>,
 }
 
-/// Process-wide counters, exact at the moment they were read.
+/// Process-wide counters: exact at the moment they were read in the [`Exact`](crate::Exact) tier,
+/// estimates from the samples in the [`Sampled`](crate::Sampled) tier (`estimated`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct TrackedStats {
+    /// Whether the figures below are estimates from the samples (the sampled tier), each sampled
+    /// block standing for the inverse of its sampling probability; else they are exact counts.
+    pub estimated: bool,
     /// Successful `alloc` and `alloc_zeroed` calls.
     pub allocations: u64,
     /// `dealloc` calls.
@@ -114,6 +118,9 @@ pub enum RowKind {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct ThreadRow {
+    /// Whether `allocations`, `deallocations`, `reallocations` and `freed_bytes` are estimates from
+    /// the samples (the sampled tier); `allocated_bytes` is exact in both tiers.
+    pub estimated: bool,
     /// What the row stands for.
     pub kind: RowKind,
     /// The OS thread id (Linux `gettid`), for `Thread` rows.
@@ -159,6 +166,8 @@ pub struct ThreadRow {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct SizeClassRow {
+    /// Whether the counts and bytes below are estimates from the samples (the sampled tier).
+    pub estimated: bool,
     /// Smallest request in the class.
     pub min_size: u64,
     /// Largest request in the class; `None` for the last class (above 64 MiB).

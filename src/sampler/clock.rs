@@ -81,9 +81,15 @@ impl Clock {
     }
 
     /// Starts a freshly claimed clock: seeds its sequence and draws its first interval. Owner only.
+    /// What the clock counted before (a previous owner's bytes) stays counted.
     pub(crate) fn start(&self, seed: u64, mean: u64) {
         self.rng.store(seed, Ordering::Relaxed);
-        self.restart(mean);
+        self.restart_now(mean);
+    }
+
+    /// 64 random bits from the clock's sequence (any thread).
+    pub(crate) fn random(&self) -> u64 {
+        splitmix64(self.rng.fetch_add(GOLDEN, Ordering::Relaxed))
     }
 
     /// An allocation of `size` bytes on the cold path, by the owner (`shared == false`) or by anyone
@@ -147,7 +153,6 @@ impl Clock {
 
     /// Bytes allocated through this clock so far: exact, up to the operation running while it is
     /// read. Allocation-free; any thread.
-    #[allow(dead_code)] // read by the sampled tier's report (next)
     pub(crate) fn allocated(&self) -> u64 {
         let finished = self.finished.load(Ordering::Relaxed);
         let current = self.start.load(Ordering::Relaxed).wrapping_sub(self.left.load(Ordering::Relaxed));

@@ -19,11 +19,11 @@
 //! elsewhere) or any other target gets no stacks. Each frame record must lie above the previous one, so
 //! a corrupt chain ends the walk instead of looping.
 //!
-//! **Where it starts.** At the frame of the `GlobalAlloc` method that was called (`Tracked::alloc`,
-//! `alloc_zeroed` or `realloc`), found from the cold function it called directly ([`Entry::here`]);
-//! the first address recorded is the return address into the allocating code, so frag's own frames
-//! never appear. `__rust_alloc` may appear when it was not a tail call; the profile trims it (and
-//! `alloc::` plumbing) when it names frames (see `profile`).
+//! **Where it starts.** At the frame record of frag's cold function ([`Entry::here`]): its return
+//! address leads into the allocating code (the `GlobalAlloc` methods are inlined there), or into the
+//! exact tier's out-of-line fast path, which is skipped; so frag's own frames never appear.
+//! `__rust_alloc` may appear when the methods were inlined into it and it was not inlined further;
+//! the profile trims it (and `alloc::` plumbing) when it names frames (see `profile`).
 
 /// The deepest stack recorded, leaf first: as many as jemalloc's profiler keeps by default (Go's keeps
 /// 32). Frames nearer the root are cut.
@@ -32,29 +32,33 @@ pub(crate) const MAX_FRAMES: usize = 64;
 /// Return addresses, leaf first; unused entries are 0.
 pub(crate) type Frames = [usize; MAX_FRAMES];
 
-/// The frame record of a cold function that the `GlobalAlloc` method (`Tracked::alloc`,
-/// `alloc_zeroed` or `realloc`) called directly: its saved frame pointer leads to the method's frame,
-/// whose return address is the first frame recorded. Reading it costs one register move; it is
-/// checked and followed only when a sample is taken, while that function's frame is still live.
+/// The frame record of one of frag's cold functions (never inlined), and whether its caller is
+/// frag's own code too (the exact tier's out-of-line fast path) rather than the allocating code (the
+/// inlined `GlobalAlloc` methods). Its return address leads into its caller: the first frame
+/// recorded, or skipped when the caller is ours. Reading it costs one register move; it is checked
+/// and followed only when a sample is taken, while that function's frame is still live.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Entry(usize);
+pub(crate) struct Entry {
+    fp: usize,
+    skip: bool,
+}
 
 impl Entry {
-    /// The frame record of the calling function, which must not be inlined into the `GlobalAlloc`
-    /// method and must be called by it directly.
+    /// The frame record of the calling function, which must not be inlined; `skip`: its caller is
+    /// frag's code, to be left out of the stack.
     #[inline(always)]
-    pub(crate) fn here() -> Self {
-        Self(imp::frame_pointer())
+    pub(crate) fn here(skip: bool) -> Self {
+        Self { fp: imp::frame_pointer(), skip }
     }
 }
 
-/// Walks the chain from `entry`'s caller into `out`; returns the number of frames recorded. Must
-/// run while `entry`'s function is still on the stack (it is: capture runs below it).
+/// Walks the chain from `entry` into `out`; returns the number of frames recorded. Must run while
+/// `entry`'s function is still on the stack (it is: capture runs below it).
 pub(crate) fn capture(entry: Entry, out: &mut Frames) -> usize {
-    if entry.0 == 0 {
+    if entry.fp == 0 {
         return 0;
     }
-    imp::walk(entry.0, out)
+    imp::walk(entry.fp, entry.skip, out)
 }
 
 /// Whether this build can capture stacks at all.
@@ -94,12 +98,11 @@ mod imp {
         core::ptr::addr_of!(marker) as usize
     }
 
-    /// Walks from the frame record at `fp`, skipping its own return address (into the
-    /// `GlobalAlloc` method, frag's own code).
-    pub(super) fn walk(mut fp: usize, out: &mut Frames) -> usize {
+    /// Walks from the frame record at `fp`, skipping its own return address when `skip` (a return
+    /// into frag's own code).
+    pub(super) fn walk(mut fp: usize, mut skip: bool, out: &mut Frames) -> usize {
         let (sp, top) = (stack_pointer(), super::stack_top());
         let mut n = 0;
-        let mut skip = true;
         while n < MAX_FRAMES && fp >= sp && fp.saturating_add(16) <= top && fp % 8 == 0 {
             // SAFETY: the frame record [fp, fp + 16) lies in the mapped part of this thread's stack
             // (the loop condition): a saved frame pointer, then a return address.
@@ -159,7 +162,7 @@ mod imp {
         0
     }
 
-    pub(super) fn walk(_fp: usize, _out: &mut Frames) -> usize {
+    pub(super) fn walk(_fp: usize, _skip: bool, _out: &mut Frames) -> usize {
         0
     }
 

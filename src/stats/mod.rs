@@ -8,6 +8,22 @@
 //! - [`live`]: process-wide live bytes and peak without a global atomic per allocation;
 //! - [`snapshot`]: reading all of it at once, off the hot path.
 
+use crate::sync::{AtomicBool, Ordering};
+
+/// Whether the installed `Tracked` counts only samples (the sampled tier): its counters then hold
+/// weighted estimates, and a thread's allocated bytes come from its sampling clock. Set once, at the
+/// first shard claim (before any counter is written).
+static SAMPLED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn set_sampled(sampled: bool) {
+    SAMPLED.store(sampled, Ordering::Relaxed);
+}
+
+/// Whether the counters hold estimates (the sampled tier).
+pub(crate) fn sampled() -> bool {
+    SAMPLED.load(Ordering::Relaxed)
+}
+
 pub(crate) mod class;
 pub(crate) mod live;
 pub(crate) mod pool;

@@ -54,6 +54,14 @@ impl ClassCounters {
     }
 }
 
+/// `x` rounded down, plus one with the probability of its fraction (`random`: 64 random bits): an
+/// integer whose expectation is `x`.
+fn round_at_random(x: f64, random: u64) -> u64 {
+    let floor = x.floor();
+    let u = (random >> 11) as f64 / (1u64 << 53) as f64;
+    floor as u64 + u64::from(x - floor > u)
+}
+
 /// Slot bookkeeping: who owns the shard and what the counters stood at when they took it.
 #[derive(Debug, Default)]
 pub(crate) struct Meta {
@@ -312,6 +320,40 @@ impl Shard {
         }
     }
 
+    /// Counts a sampled block entering (`entering`) or leaving class `class` in the sampled tier: each
+    /// figure weighted by `weight` (the inverse of its sampling probability), rounded to a whole
+    /// number at random (up with the probability of the fraction) so that the counters stay integers
+    /// and their sums unbiased. `random` is 64 random bits.
+    pub(crate) fn count_weighted<W: Writer>(
+        &self,
+        entering: bool,
+        class: Class,
+        size: usize,
+        usable: Usable,
+        weight: f64,
+        random: u64,
+    ) {
+        let row = self.row(class);
+        let scaled = |n: usize| round_at_random(n as f64 * weight, random);
+        W::add(if entering { &row.allocs } else { &row.frees }, scaled(1));
+        W::bytes(row, entering, scaled(size));
+        let (usable_row, explicit_row) =
+            if entering { (&row.usable_in, &row.explicit_in) } else { (&row.usable_out, &row.explicit_out) };
+        match usable {
+            Usable::Explicit(u) => {
+                W::add(usable_row, scaled(u));
+                W::add(explicit_row, scaled(1));
+            }
+            Usable::Recorded(u) => W::add(usable_row, scaled(u)),
+            Usable::Uniform | Usable::Requested => {}
+        }
+    }
+
+    /// Sampled tier: a sampled reallocation stands for `weight` of them.
+    pub(crate) fn count_reallocs<W: Writer>(&self, weight: f64, random: u64) {
+        W::add(&self.hot.reallocs, round_at_random(weight, random));
+    }
+
     /// A reallocation moves the block out of its old class and into its new one.
     #[inline]
     pub(crate) fn count_realloc<W: Writer>(&self, old: (usize, Usable), new: (usize, Usable)) {
@@ -357,6 +399,10 @@ impl Shard {
         // Class rows count both sides of every reallocation; thread totals count it once, as such.
         t.allocations = t.allocations.saturating_sub(t.reallocations);
         t.deallocations = t.deallocations.saturating_sub(t.reallocations);
+        if super::sampled() {
+            // The rows hold estimates; the clock counts every byte.
+            t.allocated_bytes = self.hot.clock.allocated();
+        }
         t
     }
 

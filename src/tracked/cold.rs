@@ -1,12 +1,14 @@
 //! The cold paths of `Tracked`: sampling events and sampled blocks, marked pointers, threads without
 //! a shard, over-aligned and large requests, reallocation, failed allocations.
 //!
-//! Each entry point here is called directly by a `GlobalAlloc` method (never through another frame
-//! of ours), so that a sampled allocation's stack starts at the method's caller (`sites::unwind`).
+//! The `GlobalAlloc` methods are inlined into their callers, so each entry point here is called
+//! either from the allocating code itself (the sampled tier's allocations, every reallocation) or
+//! from the exact tier's out-of-line fast path (`Tracked::allocate_exact`): a sampled allocation's
+//! stack starts at the frame after that one of ours (`sites::unwind`).
 
 use core::alloc::{GlobalAlloc, Layout};
 
-use super::Tracked;
+use super::{Tier, Tracked};
 use crate::backend::{self, usable};
 use crate::origin;
 use crate::sampler::table::Entry;
@@ -29,7 +31,7 @@ pub(super) fn failed(size: usize) -> *mut u8 {
 /// The thread's own shard, claiming one if it has none yet: `Ok` for a shard of its own, `Err` for
 /// the shared overflow shard.
 #[inline(always)]
-fn shard<A: 'static>(t: &Tracked<A>) -> Result<&'static Shard, &'static Shard> {
+fn shard<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Result<&'static Shard, &'static Shard> {
     match pool::owned() {
         Some(s) => Ok(s),
         None => {
@@ -55,12 +57,32 @@ fn settle(me: &Me, e: &Entry) {
     sites::freed(e.site, e.weight, e.size, e.tid != me.tid, lifetime_ns);
 }
 
-impl<A: GlobalAlloc + 'static> Tracked<A> {
+/// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
+/// block in the exact tier; in the sampled tier only sampled ones (`weight`), weighted.
+#[inline(always)]
+fn count<W: Writer, T: Tier>(
+    s: &'static Shard,
+    entering: bool,
+    size: usize,
+    usable: usable::Usable,
+    weight: Option<f64>,
+) {
+    let class = Class::of(size);
+    match (T::EXACT, weight) {
+        (true, _) if entering => s.count_in::<W>(class, size, usable),
+        (true, _) => s.count_out::<W>(class, size, usable),
+        (false, Some(w)) => s.count_weighted::<W>(entering, class, size, usable, w, s.hot.clock.random()),
+        (false, None) => {}
+    }
+}
+
+impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// An allocation off the fast path.
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
-        let frame = Frame::here();
+        // The exact tier comes here from `allocate_exact`, a frame of ours to skip.
+        let frame = Frame::here(T::EXACT);
         // SAFETY (both): the caller's guarantees, passed on.
         match shard(self) {
             Ok(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
@@ -73,18 +95,18 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
     unsafe fn allocate_in<W: Writer>(&self, s: &'static Shard, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
         let size = layout.size();
         let weight = self.charge::<W>(s, size);
-        let (ptr, real) = match weight {
+        let (ptr, real, kept) = match weight {
             // SAFETY: the caller's guarantees, passed on.
             Some(w) => unsafe { self.allocate_sampled(layout, zeroed, w, frame) },
             // SAFETY: the caller's guarantees, passed on.
-            None => (unsafe { self.inner_alloc(layout, zeroed) }, layout),
+            None => (unsafe { self.inner_alloc(layout, zeroed) }, layout, None),
         };
         if ptr.is_null() {
             s.hot.clock.refund(size, W::SHARED);
             return ptr;
         }
         let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
-        s.count_in::<W>(Class::of(size), size, usable);
+        count::<W, T>(s, true, size, usable, kept);
         ptr
     }
 
@@ -101,14 +123,21 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
     }
 
     /// A sampled allocation: marked (while marking is on), with its site, in the side table. A block
-    /// the table has no room for is not sampled, and never carries the mark. Returns the block and
-    /// the layout it was allocated with (the one its usable size is accounted with: a marked block's
-    /// usable size is what the allocator really gave it, the mark's cost included).
+    /// the table has no room for is not sampled, and never carries the mark. Returns the block, the
+    /// layout it was allocated with (the one its usable size is accounted with: a marked block's
+    /// usable size is what the allocator really gave it, the mark's cost included), and its weight if
+    /// it is in the side table.
     ///
     /// # Safety
     ///
     /// `layout` as for `GlobalAlloc::alloc`.
-    unsafe fn allocate_sampled(&self, layout: Layout, zeroed: bool, weight: f64, frame: Frame) -> (*mut u8, Layout) {
+    unsafe fn allocate_sampled(
+        &self,
+        layout: Layout,
+        zeroed: bool,
+        weight: f64,
+        frame: Frame,
+    ) -> (*mut u8, Layout, Option<f64>) {
         let marked = if mark::marking() { mark::marked(layout) } else { None };
         let real = marked.unwrap_or(layout);
         // SAFETY: `real` is `layout` with a larger power-of-two alignment, still non-zero in size.
@@ -116,7 +145,7 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         if ptr.is_null() {
             // The larger alignment may be what failed: the caller's own layout is still owed a try.
             // SAFETY: the caller's guarantees.
-            return (if marked.is_some() { unsafe { self.inner_alloc(layout, zeroed) } } else { ptr }, layout);
+            return (if marked.is_some() { unsafe { self.inner_alloc(layout, zeroed) } } else { ptr }, layout, None);
         }
         let site = sites::capture(frame);
         let me = pool::me();
@@ -126,15 +155,15 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         if sampler::keep(ptr, entry) {
             origin::taken();
             sites::taken(site, weight, size);
-            return (ptr, real);
+            return (ptr, real, Some(weight));
         }
         if marked.is_none() {
-            return (ptr, layout);
+            return (ptr, layout, None);
         }
         // SAFETY: `ptr` was just allocated with `real` and nobody else knows it.
         unsafe { self.inner.dealloc(ptr, real) };
         // SAFETY: the caller's guarantees.
-        (unsafe { self.inner_alloc(layout, zeroed) }, layout)
+        (unsafe { self.inner_alloc(layout, zeroed) }, layout, None)
     }
 
     /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the
@@ -146,10 +175,12 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         let sampled = sampler::take(ptr);
         let real = real_layout(layout, sampled.as_ref());
         let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
-        let class = Class::of(layout.size());
-        match shard(self) {
-            Ok(s) => s.count_out::<Owner>(class, layout.size(), usable),
-            Err(s) => s.count_out::<Anyone>(class, layout.size(), usable),
+        let weight = sampled.map(|e| e.weight);
+        if T::EXACT || weight.is_some() {
+            match shard(self) {
+                Ok(s) => count::<Owner, T>(s, false, layout.size(), usable, weight),
+                Err(s) => count::<Anyone, T>(s, false, layout.size(), usable, weight),
+            }
         }
         if let Some(e) = sampled {
             settle(&pool::me(), &e);
@@ -165,7 +196,7 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
     /// it was allocated with.
     #[inline(never)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let frame = Frame::here();
+        let frame = Frame::here(false);
         // SAFETY (both): the caller's guarantees, passed on.
         match shard(self) {
             Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
@@ -191,7 +222,7 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let weight = self.charge::<W>(s, new_size);
         let by_hand = old.is_some_and(|e| e.marked) || (weight.is_some() && mark::marking());
-        let (new_ptr, new_real) = if by_hand {
+        let (new_ptr, new_real, kept) = if by_hand {
             // SAFETY: the caller's guarantees about `ptr`, `layout` and `new_size`.
             unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
         } else {
@@ -207,28 +238,35 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
                 if let Some(e) = old {
                     sampler::keep(ptr, e);
                 }
-            } else {
-                if let Some(e) = old {
-                    settle(&pool::me(), &e);
-                }
-                if let Some(w) = weight {
-                    self.sample_unmarked(p, new_size, w, frame);
-                }
+            } else if let Some(e) = old {
+                settle(&pool::me(), &e);
             }
-            (p, new_layout)
+            let kept = match weight {
+                Some(w) if !p.is_null() => self.sample_unmarked(p, new_size, w, frame),
+                _ => None,
+            };
+            (p, new_layout, kept)
         };
         if new_ptr.is_null() {
             s.hot.clock.refund(new_size, W::SHARED);
             return new_ptr;
         }
         let new_usable = usable::of(kind, self.probe, new_ptr, new_real);
-        s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
+        if T::EXACT {
+            s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
+        } else {
+            count::<W, T>(s, false, layout.size(), old_usable, old.map(|e| e.weight));
+            count::<W, T>(s, true, new_size, new_usable, kept);
+            if let Some(w) = kept {
+                s.count_reallocs::<W>(w, s.hot.clock.random());
+            }
+        }
         new_ptr
     }
 
     /// A reallocation where a block carries the mark: allocate the new block (sampled or not), copy,
     /// then settle and free the old one with the layout it has. On failure nothing changed. Returns
-    /// the new block and the layout it was allocated with.
+    /// the new block, the layout it was allocated with and its weight if it is sampled.
     ///
     /// # Safety
     ///
@@ -242,15 +280,15 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         old: Option<Entry>,
         weight: Option<f64>,
         frame: Frame,
-    ) -> (*mut u8, Layout) {
-        let (p, new_real) = match weight {
+    ) -> (*mut u8, Layout, Option<f64>) {
+        let (p, new_real, kept) = match weight {
             // SAFETY: `new_layout` is valid and non-zero in size.
             Some(w) => unsafe { self.allocate_sampled(new_layout, false, w, frame) },
             // SAFETY: as above.
-            None => (unsafe { self.inner_alloc(new_layout, false) }, new_layout),
+            None => (unsafe { self.inner_alloc(new_layout, false) }, new_layout, None),
         };
         if p.is_null() {
-            return (p, new_real);
+            return (p, new_real, None);
         }
         // SAFETY: both blocks are live and distinct, each at least the copied length.
         unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
@@ -261,12 +299,12 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         }
         // SAFETY: `ptr` came from this allocator with `real`, and its entry is gone.
         unsafe { self.inner.dealloc(ptr, real) };
-        (p, new_real)
+        (p, new_real, kept)
     }
 
     /// Samples the block a reallocation produced in place of an unmarked one, while marking is off
-    /// (its layout stays the caller's).
-    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) {
+    /// (its layout stays the caller's). Its weight if it is in the side table.
+    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> Option<f64> {
         let site = sites::capture(frame);
         let me = pool::me();
         let entry = Entry {
@@ -278,9 +316,11 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
             site,
             marked: false,
         };
-        if sampler::keep(ptr, entry) {
-            origin::taken();
-            sites::taken(site, weight, size as u64);
+        if !sampler::keep(ptr, entry) {
+            return None;
         }
+        origin::taken();
+        sites::taken(site, weight, size as u64);
+        Some(weight)
     }
 }

@@ -1,4 +1,5 @@
-//! `Tracked<A>`: the `GlobalAlloc` wrapper. This file is the fast path; `cold.rs` is everything else.
+//! `Tracked<A, T>`: the `GlobalAlloc` wrapper, in two tiers. This file is the fast path; `cold.rs` is
+//! everything else.
 //!
 //! **The allocation-path contract**, enforced here and in `cold.rs`, and stated nowhere else:
 //! - every call is forwarded to the inner allocator with the caller's layout, unchanged (no headers,
@@ -13,8 +14,18 @@
 //! - anything that may allocate ([`report()`](crate::report), formatting, symbolization) runs outside
 //!   these methods, under the reentrancy guard (`guard::ReportGuard`).
 //!
-//! **The fast path**, taken by a plain request (default alignment, at most 32 KiB: `usable::fast`)
-//! on a thread with its own shard:
+//! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
+//! thread with its own shard whose clock does not run out:
+//! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
+//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call as a
+//!   tail call;
+//! - `dealloc`: the pointer tested against the mark (`sampler::maybe_sampled`: an `and` with one
+//!   cached word; a 4 KiB-aligned pointer also reads one page-bucket counter), and the inner call as a
+//!   tail call;
+//! - `realloc`: both of those, for the old pointer and the new size.
+//!
+//! **The fast path of the exact tier** ([`Exact`]), taken by a plain request (default alignment, at
+//! most 32 KiB: `usable::fast`) on a thread with its own shard:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
 //!   request's size (`Clock::take`: a load, a subtraction, a test, a store), the inner call, a null
 //!   test, then the size class (one table load) and a count and a byte total added to that class's
@@ -27,8 +38,9 @@
 //!
 //! Everything else takes the out-of-line cold path (`cold.rs`): a sampling event (the clock ran out:
 //! this allocation is sampled), a marked pointer (maybe a sampled block: the side table says), a
-//! thread without a shard yet, over-aligned or large requests (usable sizes per block), `realloc`,
-//! and a failed allocation (null), which is never counted. The `GlobalAlloc` methods themselves are
+//! thread without a shard yet, and in the exact tier over-aligned or large requests (usable sizes per
+//! block), `realloc`, and a failed allocation (null), which is never counted. (In the sampled tier a
+//! failed allocation keeps its charge on the clock: the tail call leaves nothing to refund it with.) The `GlobalAlloc` methods themselves are
 //! never inlined: `__rust_alloc` jumps to them, and call sites across the program stay as small as
 //! with the bare allocator.
 
@@ -36,6 +48,7 @@ mod cold;
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
+use core::marker::PhantomData;
 
 use crate::backend::usable;
 use crate::backend::{self, Probe, Registration, kind_of};
@@ -44,17 +57,28 @@ use crate::stats::class::Class;
 use crate::stats::pool;
 use crate::stats::shard::{Owner, Shard};
 
-/// A `GlobalAlloc` that forwards to `A` and counts what passes through.
+/// A `GlobalAlloc` that forwards to `A` and measures what passes through, in tier `T`.
 ///
 /// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
-/// `snmalloc_rs::SnMalloc`, or your own. The counters are process-wide: read them with
+/// `snmalloc_rs::SnMalloc`, or your own. The figures are process-wide: read them with
 /// [`report()`](crate::report) or [`totals()`](crate::totals).
+///
+/// The tier is part of the type, so each build has one code path:
+/// - [`Sampled`] (the default), for production: the allocation path holds only the sampler (a
+///   countdown on allocation, a pointer test on free). A thread's allocated bytes stay exact; counts,
+///   frees, per-class and live figures are estimated from the samples, and the report says so.
+/// - [`Exact`], for tests, allocation budgets and staging: every call is counted, per thread and per
+///   size class, on top of the same sampler.
+///
+/// README's "What it costs" gives both tiers' measured costs.
 ///
 /// # Example
 ///
 /// ```no_run
+/// // Production: the sampled tier.
 /// #[global_allocator]
 /// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// // Tests and staging: `static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);`
 ///
 /// fn main() {
 ///     let v: Vec<u64> = (0..1000).collect();
@@ -62,17 +86,49 @@ use crate::stats::shard::{Owner, Shard};
 ///     drop(v);
 /// }
 /// ```
-pub struct Tracked<A> {
+pub struct Tracked<A, T: Tier = Sampled> {
     inner: A,
     probe: Option<&'static dyn Probe>,
     sampling: Sampling,
+    tier: PhantomData<fn() -> T>,
 }
 
-impl<A> Tracked<A> {
-    /// Wraps `inner`, sampling at [`Sampling::DEFAULT`]. Usable in a `static`.
+/// How much a [`Tracked`] counts: [`Sampled`] or [`Exact`].
+pub trait Tier: sealed::Sealed + 'static {
+    /// Whether every call is counted.
+    #[doc(hidden)]
+    const EXACT: bool;
+}
+
+/// The production tier: only the sampler runs on the allocation path; figures other than a thread's
+/// allocated bytes are estimates from the samples.
+#[derive(Clone, Copy, Debug)]
+pub enum Sampled {}
+
+/// The exact tier: every call counted per thread and per size class, on top of the sampler.
+#[derive(Clone, Copy, Debug)]
+pub enum Exact {}
+
+impl Tier for Sampled {
+    const EXACT: bool = false;
+}
+
+impl Tier for Exact {
+    const EXACT: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Sampled {}
+    impl Sealed for super::Exact {}
+}
+
+impl<A, T: Tier> Tracked<A, T> {
+    /// Wraps `inner`, sampling at [`Sampling::DEFAULT`]. Usable in a `static`; the tier comes from
+    /// the static's type.
     #[must_use]
     pub const fn new(inner: A) -> Self {
-        Self { inner, probe: None, sampling: Sampling::DEFAULT }
+        Self { inner, probe: None, sampling: Sampling::DEFAULT, tier: PhantomData }
     }
 
     /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
@@ -80,7 +136,7 @@ impl<A> Tracked<A> {
     /// the probe is not consulted: their own interfaces are used.
     #[must_use]
     pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
-        Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT }
+        Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT, tier: PhantomData }
     }
 
     /// Wraps `inner`, sampling at `sampling` from the process's first allocation on;
@@ -95,7 +151,7 @@ impl<A> Tracked<A> {
     /// ```
     #[must_use]
     pub const fn with_sampling(inner: A, sampling: Sampling) -> Self {
-        Self { inner, probe: None, sampling }
+        Self { inner, probe: None, sampling, tier: PhantomData }
     }
 
     /// The wrapped allocator.
@@ -104,13 +160,13 @@ impl<A> Tracked<A> {
     }
 }
 
-impl<A: fmt::Debug> fmt::Debug for Tracked<A> {
+impl<A: fmt::Debug, T: Tier> fmt::Debug for Tracked<A, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tracked").field("inner", &self.inner).finish_non_exhaustive()
+        f.debug_struct("Tracked").field("inner", &self.inner).field("exact", &T::EXACT).finish_non_exhaustive()
     }
 }
 
-impl<A: 'static> Tracked<A> {
+impl<A: 'static, T: Tier> Tracked<A, T> {
     fn registration(&self) -> Registration {
         Registration {
             kind: kind_of::<A>(),
@@ -128,6 +184,7 @@ impl<A: 'static> Tracked<A> {
         pool::slow(
             || {
                 if backend::register(self.registration()) {
+                    crate::stats::set_sampled(!T::EXACT);
                     sampler::configure(self.sampling);
                 }
             },
@@ -136,7 +193,7 @@ impl<A: 'static> Tracked<A> {
     }
 }
 
-impl<A: GlobalAlloc + 'static> Tracked<A> {
+impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// `alloc` or `alloc_zeroed`, forwarded.
     #[inline(always)]
     unsafe fn inner_alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
@@ -144,9 +201,10 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         unsafe { if zeroed { self.inner.alloc_zeroed(layout) } else { self.inner.alloc(layout) } }
     }
 
-    /// Both allocation entry points: the fast path, or the cold one.
-    #[inline(always)]
-    unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+    /// The exact tier's allocation: its fast path, or the cold one. Out of line: the fast path is
+    /// large enough that copying it into every call site would bloat them.
+    #[inline(never)]
+    unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let kind = backend::kind_of_value(&self.inner);
         if let Some(rule) = usable::fast(kind, self.probe, layout) {
             if pool::current().hot.clock.take(layout.size()) {
@@ -167,27 +225,10 @@ impl<A: GlobalAlloc + 'static> Tracked<A> {
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.allocate_cold(layout, zeroed) }
     }
-}
 
-// SAFETY: every method forwards to `A` with the caller's arguments (a sampled block's alignment
-// raised, and the block freed with that same layout: see `cold.rs`) and returns `A`'s result
-// unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
-// memory handed out.
-unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
+    /// The exact tier's free: its fast path, or the cold one. Out of line, like [`Self::allocate_exact`].
     #[inline(never)]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.allocate(layout, false) }
-    }
-
-    #[inline(never)]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.allocate(layout, true) }
-    }
-
-    #[inline(never)]
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+    unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
         let kind = backend::kind_of_value(&self.inner);
         if !sampler::maybe_sampled(ptr) {
             if let Some(rule) = usable::fast(kind, self.probe, layout) {
@@ -206,8 +247,63 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Tracked<A> {
         unsafe { self.deallocate_cold(ptr, layout) }
     }
 
-    #[inline(never)]
+    /// Both allocation entry points. The sampled tier's fast path is small enough to sit in every call
+    /// site (a countdown and the inner call), as the bare allocator's shim does; the exact tier's is
+    /// a call.
+    #[inline(always)]
+    unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        if T::EXACT {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.allocate_exact(layout, zeroed) };
+        }
+        if pool::current().hot.clock.take(layout.size()) {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.inner_alloc(layout, zeroed) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate_cold(layout, zeroed) }
+    }
+}
+
+// SAFETY: every method forwards to `A` with the caller's arguments (a sampled block's alignment
+// raised, and the block freed with that same layout: see `cold.rs`) and returns `A`'s result
+// unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
+// memory handed out.
+unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
+    #[inline(always)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, false) }
+    }
+
+    #[inline(always)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate(layout, true) }
+    }
+
+    #[inline(always)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if T::EXACT {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.deallocate_exact(ptr, layout) };
+        }
+        if !sampler::maybe_sampled(ptr) {
+            // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
+            // `layout`, and was not sampled, so that is the layout it has.
+            return unsafe { self.inner.dealloc(ptr, layout) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.deallocate_cold(ptr, layout) }
+    }
+
+    #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !T::EXACT && !sampler::maybe_sampled(ptr) && pool::current().hot.clock.take(new_size) {
+            // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
+            // the caller's layout.
+            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+        }
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.reallocate(ptr, layout, new_size) }
     }

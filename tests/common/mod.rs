@@ -150,9 +150,10 @@ pub fn on_named_thread<T: Send>(
         steps[1].wait();
         steps[2].wait();
         let after = frag::report();
-        let out = inspect(&before, &after);
+        // A failed assertion still lets the thread finish, so the failure is reported, not a hang.
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inspect(&before, &after)));
         steps[3].wait();
-        out
+        out.unwrap_or_else(|e| std::panic::resume_unwind(e))
     })
 }
 
