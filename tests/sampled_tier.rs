@@ -42,7 +42,7 @@ fn sizes(n: usize) -> Vec<usize> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            64usize << (x % 9) | (x >> 32) as usize % 64
+            (64usize << (x % 9)) | ((x >> 32) as usize % 64)
         })
         .collect()
 }
