@@ -21,6 +21,9 @@
 //! }
 //! ```
 //!
+//! That is the production tier ([`Sampled`]): the allocation path holds only the sampler. For tests,
+//! allocation budgets and staging, `Tracked<A, frag::Exact>` ([`Exact`]) counts every call.
+//!
 //! `Tracked<A>` works with any `GlobalAlloc`. It knows `System` (glibc), jemalloc, mimalloc and
 //! snmalloc by type; a custom allocator can supply usable sizes and statistics through a [`Probe`].
 //! [`Select`] picks one of the compiled-in backends at start-up from the `FRAG_ALLOCATOR` environment
@@ -28,9 +31,10 @@
 //!
 //! ## What is measured
 //!
-//! - **Counters**, exact: allocations, deallocations, reallocations, requested bytes, per thread (with
-//!   the OS thread id and name) and per size class (8-byte steps to 32 B, then four classes per
-//!   power of two, like jemalloc's).
+//! - **Counters**: allocations, deallocations, reallocations, requested bytes, per thread (with the
+//!   OS thread id and name) and per size class (8-byte steps to 32 B, then four classes per power of
+//!   two, like jemalloc's). Exact in the [`Exact`] tier; in the [`Sampled`] tier a thread's allocated
+//!   bytes are exact and the rest are estimates from the samples, flagged `estimated`.
 //! - **Usable bytes**, what the backend really hands out per block, so internal fragmentation
 //!   (usable − requested) is visible per class.
 //! - **The allocator's own figures** (jemalloc `stats.*`, glibc `mallinfo2`, mimalloc commit, snmalloc

@@ -32,26 +32,21 @@ extern "C" fn at_exit() {
     while !STOPPED.load(Ordering::Acquire) {
         std::thread::yield_now();
     }
-    let (truth0, t0) = quiescent_totals();
+    let before = quiescent_totals();
     let mut kept: Vec<String> = (0..100).map(|i| format!("allocated after main returned, #{i}")).collect();
     kept.truncate(10);
     let report = frag::report();
     let text = report.to_string();
     drop(kept);
     drop(report);
-    let (truth1, t1) = quiescent_totals();
-    let served = (
-        truth1.allocations - truth0.allocations,
-        truth1.deallocations - truth0.deallocations,
-        truth1.reallocations - truth0.reallocations,
-    );
-    let counted =
-        (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations, t1.reallocations - t0.reallocations);
-    if common::counted_as_served(counted, served).is_err() || counted.0 < 100 || text.is_empty() {
-        say(&format!("after-main: MISMATCH counted {counted:?}, backend served {served:?}\n"));
-        // SAFETY: leaves at once with a failure status.
-        unsafe { libc::_exit(3) };
-    }
+    let counted = match common::counted_between(before, quiescent_totals()) {
+        Ok(c) if c.0 >= 100 && !text.is_empty() => c,
+        outcome => {
+            say(&format!("after-main: MISMATCH {outcome:?}\n"));
+            // SAFETY: leaves at once with a failure status.
+            unsafe { libc::_exit(3) };
+        }
+    };
     say(&format!("after-main: ok, {} allocations and {} frees counted\n", counted.0, counted.1));
 }
 

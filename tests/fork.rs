@@ -19,20 +19,12 @@ const FORKS: usize = 40;
 
 /// Runs in the child: returns what went wrong, if anything.
 fn child() -> Result<(), String> {
-    let (truth0, t0) = quiescent_totals();
+    let before = quiescent_totals();
     let blocks: Vec<Vec<u8>> = (0..1000).map(|i| vec![7u8; 16 + i]).collect();
     let report = frag::report();
     let text = report.to_string();
     drop(blocks);
-    let (truth1, t1) = quiescent_totals();
-    let served = (
-        truth1.allocations - truth0.allocations,
-        truth1.deallocations - truth0.deallocations,
-        truth1.reallocations - truth0.reallocations,
-    );
-    let counted =
-        (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations, t1.reallocations - t0.reallocations);
-    common::counted_as_served(counted, served).map_err(|e| format!("child: {e}"))?;
+    common::counted_between(before, quiescent_totals()).map_err(|e| format!("child: {e}"))?;
     // SAFETY: getpid cannot fail.
     let pid = u64::try_from(unsafe { libc::getpid() }).unwrap_or(0);
     let alive: Vec<_> = report.threads.iter().filter(|t| t.alive).map(|t| (t.tid, t.name.clone())).collect();

@@ -101,6 +101,23 @@ pub fn counted_as_served(counted: (u64, u64, u64), served: (u64, u64, u64)) -> R
     Ok(())
 }
 
+/// [`counted_as_served`] between two quiescent readings (`quiescent_totals`); returns what was
+/// counted: (allocations, deallocations, reallocations).
+pub fn counted_between(
+    (truth0, t0): (Truth, frag::TrackedStats),
+    (truth1, t1): (Truth, frag::TrackedStats),
+) -> Result<(u64, u64, u64), String> {
+    let served = (
+        truth1.allocations - truth0.allocations,
+        truth1.deallocations - truth0.deallocations,
+        truth1.reallocations - truth0.reallocations,
+    );
+    let counted =
+        (t1.allocations - t0.allocations, t1.deallocations - t0.deallocations, t1.reallocations - t0.reallocations);
+    counted_as_served(counted, served).map_err(|e| format!("counted {counted:?}, served {served:?}: {e}"))?;
+    Ok(counted)
+}
+
 /// Asserts that `Tracked`'s process-wide counters agree with what the backend served (see
 /// [`counted_as_served`]): live bytes and blocks exactly.
 pub fn assert_conserved() {
