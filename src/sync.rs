@@ -1,7 +1,7 @@
 //! Atomics and cache padding used by the shard pool and the side tables.
 //!
 //! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
-//! slot registry and the origin side table) take their atomics, and the two macros below, from
+//! slot registry and the sampler's side table) take their atomics, and the two macros below, from
 //! `crate::sync` only: the loom models in `tests/loom/src/` include those files with a `sync` module of
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 

@@ -25,9 +25,8 @@ fn delta(before: &frag::Report, after: &frag::Report) -> (f64, f64) {
 /// One producer allocates `n` blocks; those with `handoff(i)` go to a consumer thread in batches,
 /// the others are freed by the producer itself after a short while.
 ///
-/// Which blocks are sampled differs from run to run: only addresses the per-process random key makes
-/// eligible can be sampled, and the addresses themselves move with ASLR. The assertions below are
-/// therefore statistical, set so that a correct estimator fails them about once in ten thousand runs
+/// Which blocks are sampled differs from run to run (each process seeds its sampling clocks at
+/// random). The assertions below are therefore statistical, set so that a correct estimator fails them about once in ten thousand runs
 /// while a biased one (off by a few points) fails them every time. (How often the 95% interval
 /// covers the truth is checked by simulation in the crate's unit tests.)
 fn run(n: usize, handoff: fn(usize) -> bool) {
@@ -76,10 +75,8 @@ fn producer_consumer_default_rate() {
     assert_eq!(after.origin.as_ref().map(|o| o.sampling), Some(frag::Sampling::DEFAULT));
 }
 
-/// Each thread frees what it allocated. A ring of 4,096 live blocks per thread spreads them over
-/// thousands of addresses: with only a few dozen (a tight LIFO loop) the estimates rest on the
-/// handful of eligible addresses among them and swing by a factor of several from process to process
-/// (see `origin::gate`), although the ratio stays 0 either way.
+/// Each thread frees what it allocated, through a ring of 4,096 live blocks per thread: the ratio is
+/// 0 whichever blocks are sampled.
 #[test]
 fn thread_per_core_default_rate() {
     let before = frag::report();

@@ -4,8 +4,7 @@
 //!
 //! A site's in-use estimate from `B` bytes carries a relative standard error of about
 //! `sqrt(512 KiB × (1/p - 1) × s / B)` for blocks of `s` bytes sampled with probability `p`:
-//! 2.2% for 1 GiB of 256-byte blocks, 2.4% for 1 GiB of 2 KiB blocks (whose eligible addresses are
-//! sampled more often than the plain rate), about 0.1% for 4 MiB blocks. The ±10% bound below is at
+//! 2.2% for 1 GiB of 256-byte blocks, 2.2% for 1 GiB of 2 KiB blocks, about 0.1% for 4 MiB blocks. The ±10% bound below is at
 //! least four of those, so this test fails for a biased estimator, not for bad luck. (At 64 MiB a
 //! site's error is 8.8%: ±10% would hold in about three runs of four.)
 
@@ -117,9 +116,7 @@ fn median_lifetimes_tell_long_lived_sites_from_short_lived_ones() {
     let hold = Duration::from_millis(40);
     let mut shortest_hold = Duration::MAX;
     let mut keep = Vec::new();
-    // 24 rounds of 4 MiB through each site: about 180 samples each. Blocks of 64 KiB: every one can
-    // be sampled (a loop that reuses the same few small-block addresses is sampled through those
-    // addresses only, see `Sampling`, and an unlucky key can leave it with no samples at all).
+    // 24 rounds of 4 MiB through each site: about 180 samples each (blocks of 64 KiB).
     for round in 0..24 {
         let long = site_long_lived(64);
         let started = Instant::now();

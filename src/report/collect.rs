@@ -188,17 +188,22 @@ pub fn report() -> Report {
 }
 
 /// Process-wide counters without building a report: allocation-free, lock-free, O(threads × classes).
+/// Exact in the [`Exact`](crate::Exact) tier, estimates in the sampled one
+/// ([`TrackedStats::estimated`]).
 ///
 /// Cheap enough to poll for a gauge, and usable where allocating is not allowed.
 ///
 /// # Example
 ///
 /// ```no_run
+/// // An allocation budget in a test: the exact tier.
 /// #[global_allocator]
-/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 ///
-/// let t = frag::totals();
-/// assert_eq!(t.allocations - t.deallocations, t.live_blocks);
+/// let before = frag::totals();
+/// let v: Vec<u64> = Vec::with_capacity(16);
+/// assert_eq!(frag::totals().allocations - before.allocations, 1);
+/// # drop(v);
 /// ```
 #[must_use]
 pub fn totals() -> TrackedStats {

@@ -1,7 +1,7 @@
 //! The site table: each distinct sampled stack, interned once, with its tallies.
 //!
 //! A fixed array of [`CAPACITY`] sites with open addressing on a 64-bit hash of the stack (at most
-//! [`MAX_PROBE`] slots from the home slot). Lock-free and allocation-free, like the origin side table:
+//! [`MAX_PROBE`] slots from the home slot). Lock-free and allocation-free, like the sampler's side table:
 //! a new stack claims an empty slot with a compare-and-swap to `BUSY`, writes its frames, then
 //! publishes its hash with a release store; a reader that meets a `BUSY` slot probes on (two threads
 //! racing to intern one stack may make two sites of it, which the report merges). Slots are never
