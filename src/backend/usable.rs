@@ -82,6 +82,27 @@ pub(crate) fn of(kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, la
     }
 }
 
+/// The usable size a block of `layout` would have without the sampler's mark, for a sample that
+/// stands for many such blocks (the sampled tier weighs it): what the fast path's rule gives, from
+/// the request alone where the backend allows; the requested size stands in where only a live,
+/// unmarked block could tell (mimalloc, a probe). Requests off the fast path (large, over-aligned)
+/// take the marked block's own usable size (`ptr`, allocated with `real`): the mark changes little
+/// there.
+pub(crate) fn standing_in(
+    kind: Kind,
+    probe: Option<&'static dyn Probe>,
+    ptr: *mut u8,
+    layout: Layout,
+    real: Layout,
+) -> Usable {
+    match fast(kind, probe, layout) {
+        Some(Rule::Uniform) => Usable::Uniform,
+        Some(Rule::Recorded(u)) => Usable::Recorded(u),
+        Some(Rule::PerBlock(_) | Rule::Probe(_)) => Usable::Requested,
+        None => of(kind, probe, ptr, real),
+    }
+}
+
 /// How the allocation path accounts the usable size of a request on its fast path (see
 /// [`fast`]).
 #[derive(Clone, Copy, Debug)]

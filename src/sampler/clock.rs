@@ -87,11 +87,6 @@ impl Clock {
         self.restart_now(mean);
     }
 
-    /// 64 random bits from the clock's sequence (any thread).
-    pub(crate) fn random(&self) -> u64 {
-        splitmix64(self.rng.fetch_add(GOLDEN, Ordering::Relaxed))
-    }
-
     /// An allocation of `size` bytes on the cold path, by the owner (`shared == false`) or by anyone
     /// (the overflow shard): takes it off the countdown, and when the interval ends, samples it and
     /// draws the next interval with `mean` (the sampler's current setting).
@@ -133,6 +128,14 @@ impl Clock {
         } else {
             self.left.store(self.left.load(Ordering::Relaxed).wrapping_add(size as i64), Ordering::Relaxed);
         }
+    }
+
+    /// The owner freed about `bytes` (a sampled free's weighted bytes): they count towards its next
+    /// publication of live bytes. Returns the bytes moved since the last one. Owner only.
+    pub(crate) fn freed(&self, bytes: u64) -> u64 {
+        let moved = self.unpublished.load(Ordering::Relaxed).saturating_add(bytes);
+        self.unpublished.store(moved, Ordering::Relaxed);
+        moved
     }
 
     /// The owner published its live bytes.

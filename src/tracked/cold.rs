@@ -58,25 +58,41 @@ fn settle(me: &Me, e: &Entry) {
 }
 
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
-/// block in the exact tier; in the sampled tier only sampled ones (`weight`), weighted.
+/// block in the exact tier; in the sampled tier only sampled ones (`sample`, their entry), weighted.
+/// A sampled block's figures are rounded with random bits drawn from its entry, the same when it
+/// enters and when it leaves, so that its rounding cancels once it is freed.
 #[inline(always)]
 fn count<W: Writer, T: Tier>(
     s: &'static Shard,
     entering: bool,
     size: usize,
     usable: usable::Usable,
-    weight: Option<f64>,
+    sample: Option<&Entry>,
 ) {
     let class = Class::of(size);
-    match (T::EXACT, weight) {
+    match (T::EXACT, sample) {
         (true, _) if entering => s.count_in::<W>(class, size, usable),
         (true, _) => s.count_out::<W>(class, size, usable),
-        (false, Some(w)) => s.count_weighted::<W>(entering, class, size, usable, w, s.hot.clock.random()),
+        (false, Some(e)) => s.count_weighted::<W>(entering, class, size, usable, e.weight, e.rounding()),
         (false, None) => {}
     }
 }
 
 impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
+    /// How the block at `ptr`, requested with `layout` and allocated with `real` (marked, if it was
+    /// sampled while marking), is accounted: in the exact tier, what the allocator gave it; in the
+    /// sampled tier, where a sample stands for many blocks, what an unmarked block would have had
+    /// (a marked block's 4 KiB, times its weight, would stand for nothing real).
+    #[inline(always)]
+    fn usable(&self, ptr: *mut u8, layout: Layout, real: Layout) -> usable::Usable {
+        let kind = backend::kind_of_value(&self.inner);
+        if T::EXACT || real == layout {
+            usable::of(kind, self.probe, ptr, real)
+        } else {
+            usable::standing_in(kind, self.probe, ptr, layout, real)
+        }
+    }
+
     /// An allocation off the fast path.
     #[cold]
     #[inline(never)]
@@ -105,8 +121,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             s.hot.clock.refund(size, W::SHARED);
             return ptr;
         }
-        let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
-        count::<W, T>(s, true, size, usable, kept);
+        count::<W, T>(s, true, size, self.usable(ptr, layout, real), kept.as_ref());
         ptr
     }
 
@@ -125,7 +140,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// A sampled allocation: marked (while marking is on), with its site, in the side table. A block
     /// the table has no room for is not sampled, and never carries the mark. Returns the block, the
     /// layout it was allocated with (the one its usable size is accounted with: a marked block's
-    /// usable size is what the allocator really gave it, the mark's cost included), and its weight if
+    /// usable size is what the allocator really gave it, the mark's cost included), and its entry if
     /// it is in the side table.
     ///
     /// # Safety
@@ -137,7 +152,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         zeroed: bool,
         weight: f64,
         frame: Frame,
-    ) -> (*mut u8, Layout, Option<f64>) {
+    ) -> (*mut u8, Layout, Option<Entry>) {
         let marked = if mark::marking() { mark::marked(layout) } else { None };
         let real = marked.unwrap_or(layout);
         // SAFETY: `real` is `layout` with a larger power-of-two alignment, still non-zero in size.
@@ -155,7 +170,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if sampler::keep(ptr, entry) {
             origin::taken();
             sites::taken(site, weight, size);
-            return (ptr, real, Some(weight));
+            return (ptr, real, Some(entry));
         }
         if marked.is_none() {
             return (ptr, layout, None);
@@ -174,12 +189,22 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
         let sampled = sampler::take(ptr);
         let real = real_layout(layout, sampled.as_ref());
-        let usable = usable::of(backend::kind_of_value(&self.inner), self.probe, ptr, real);
+        let usable = self.usable(ptr, layout, real);
         let weight = sampled.map(|e| e.weight);
         if T::EXACT || weight.is_some() {
             match shard(self) {
-                Ok(s) => count::<Owner, T>(s, false, layout.size(), usable, weight),
-                Err(s) => count::<Anyone, T>(s, false, layout.size(), usable, weight),
+                Ok(s) => {
+                    count::<Owner, T>(s, false, layout.size(), usable, sampled.as_ref());
+                    // Sampled frees move the thread towards publishing its live figure too, so that a
+                    // thread that only frees (no allocations, no clock events) still does.
+                    if let Some(w) = weight {
+                        if s.hot.clock.freed((w * layout.size() as f64) as u64) >= live::PUBLISH_BYTES {
+                            s.publish_all();
+                            s.hot.clock.published();
+                        }
+                    }
+                }
+                Err(s) => count::<Anyone, T>(s, false, layout.size(), usable, sampled.as_ref()),
             }
         }
         if let Some(e) = sampled {
@@ -213,10 +238,9 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         new_size: usize,
         frame: Frame,
     ) -> *mut u8 {
-        let kind = backend::kind_of_value(&self.inner);
         // The block is ours: nobody else can remove or add its entry meanwhile.
         let old = sampler::peek(ptr);
-        let old_usable = usable::of(kind, self.probe, ptr, real_layout(layout, old.as_ref()));
+        let old_usable = self.usable(ptr, layout, real_layout(layout, old.as_ref()));
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
@@ -251,14 +275,14 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             s.hot.clock.refund(new_size, W::SHARED);
             return new_ptr;
         }
-        let new_usable = usable::of(kind, self.probe, new_ptr, new_real);
+        let new_usable = self.usable(new_ptr, new_layout, new_real);
         if T::EXACT {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
         } else {
-            count::<W, T>(s, false, layout.size(), old_usable, old.map(|e| e.weight));
-            count::<W, T>(s, true, new_size, new_usable, kept);
-            if let Some(w) = kept {
-                s.count_reallocs::<W>(w, s.hot.clock.random());
+            count::<W, T>(s, false, layout.size(), old_usable, old.as_ref());
+            count::<W, T>(s, true, new_size, new_usable, kept.as_ref());
+            if let Some(e) = kept {
+                s.count_reallocs::<W>(e.weight, e.rounding());
             }
         }
         new_ptr
@@ -280,7 +304,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         old: Option<Entry>,
         weight: Option<f64>,
         frame: Frame,
-    ) -> (*mut u8, Layout, Option<f64>) {
+    ) -> (*mut u8, Layout, Option<Entry>) {
         let (p, new_real, kept) = match weight {
             // SAFETY: `new_layout` is valid and non-zero in size.
             Some(w) => unsafe { self.allocate_sampled(new_layout, false, w, frame) },
@@ -303,8 +327,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// Samples the block a reallocation produced in place of an unmarked one, while marking is off
-    /// (its layout stays the caller's). Its weight if it is in the side table.
-    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> Option<f64> {
+    /// (its layout stays the caller's). Its entry if it is in the side table.
+    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> Option<Entry> {
         let site = sites::capture(frame);
         let me = pool::me();
         let entry = Entry {
@@ -321,6 +345,6 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
         origin::taken();
         sites::taken(site, weight, size as u64);
-        Some(weight)
+        Some(entry)
     }
 }
