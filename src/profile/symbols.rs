@@ -97,6 +97,9 @@ pub(crate) fn is_plumbing(function: &str) -> bool {
     // `<T as Trait>::method`: plumbing when either the type or the trait is.
     let trait_path = f.split_once(" as ").map(|(_, t)| t.trim_start_matches('<'));
     PREFIXES.iter().any(|p| f.starts_with(p) || trait_path.is_some_and(|t| t.starts_with(p)))
+        // Line tables name frag's own frames briefly (`alloc<std::alloc::System,
+        // frag::tracked::Exact>`, when a debug build does not inline them): the tier gives them away.
+        || f.contains("frag::tracked::")
 }
 
 /// Whether a source file is the standard library's allocation plumbing: how frames are recognised
@@ -113,7 +116,7 @@ fn is_plumbing_line(line: &Line) -> bool {
 
 /// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
 /// used when the profile carries no names and `pprof` symbolizes it itself.
-pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*";
+pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*|.*frag::tracked::.*";
 
 /// A site's stack as logical frames, leaf first: each return address expanded into its inlined
 /// functions, leading allocation plumbing trimmed. Each frame is `(pc, index of its first kept line)`.
@@ -162,6 +165,8 @@ mod tests {
             "<alloc::vec::Vec<T>>::push",
             "frag::x",
             "<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem",
+            "allocate<std::alloc::System, frag::tracked::Exact>",
+            "alloc<tikv_jemallocator::Jemalloc, frag::tracked::Sampled>",
         ];
         for f in re_words {
             assert!(is_plumbing(f), "{f}");
