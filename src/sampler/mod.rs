@@ -235,6 +235,13 @@ pub(crate) fn take(ptr: *mut u8) -> Option<Entry> {
     e
 }
 
+/// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever
+/// its entry is read, so that a figure rounded at random when the block is allocated is rounded the
+/// same way when it is freed.
+pub(crate) fn rounding(e: &Entry) -> u64 {
+    clock::splitmix64(e.born ^ e.size.rotate_left(32))
+}
+
 /// Monotonic nanoseconds, from the vDSO: no allocation, no lock.
 pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

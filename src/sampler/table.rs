@@ -67,13 +67,6 @@ impl Entry {
         (u64::from(self.tid) << 32) | u64::from(slot)
     }
 
-    /// 64 random bits that belong to this sample (from its birth time and size): the same whenever
-    /// its entry is read, so that a figure rounded at random when the block is allocated is rounded
-    /// the same way when it is freed.
-    pub(crate) fn rounding(&self) -> u64 {
-        crate::sampler::clock::splitmix64(self.born ^ self.size.rotate_left(32))
-    }
-
     fn how(self) -> u64 {
         (u64::from(self.site) << 1) | u64::from(self.marked)
     }

@@ -73,7 +73,7 @@ fn count<W: Writer, T: Tier>(
     match (T::EXACT, sample) {
         (true, _) if entering => s.count_in::<W>(class, size, usable),
         (true, _) => s.count_out::<W>(class, size, usable),
-        (false, Some(e)) => s.count_weighted::<W>(entering, class, size, usable, e.weight, e.rounding()),
+        (false, Some(e)) => s.count_weighted::<W>(entering, class, size, usable, e.weight, sampler::rounding(e)),
         (false, None) => {}
     }
 }
@@ -282,7 +282,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             count::<W, T>(s, false, layout.size(), old_usable, old.as_ref());
             count::<W, T>(s, true, new_size, new_usable, kept.as_ref());
             if let Some(e) = kept {
-                s.count_reallocs::<W>(e.weight, e.rounding());
+                s.count_reallocs::<W>(e.weight, sampler::rounding(&e));
             }
         }
         new_ptr
