@@ -17,12 +17,13 @@
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
-//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call as a
-//!   tail call;
+//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call;
 //! - `dealloc`: the pointer tested against the mark (`sampler::maybe_sampled`: an `and` with one
-//!   cached word; a 4 KiB-aligned pointer also reads one page-bucket counter), and the inner call as a
-//!   tail call;
+//!   cached word; a 4 KiB-aligned pointer also reads one page-bucket counter), and the inner call;
 //! - `realloc`: both of those, for the old pointer and the new size.
+//!
+//! These are inlined into every call site (the `GlobalAlloc` methods are `#[inline(always)]`), as the
+//! bare allocator's own shim is.
 //!
 //! **The fast path of the exact tier** ([`Exact`]), taken by a plain request (default alignment, at
 //! most 32 KiB: `usable::fast`) on a thread with its own shard:
@@ -31,18 +32,17 @@
 //!   test, then the size class (one table load) and a count and a byte total added to that class's
 //!   one cache line (plain load + store, no atomic read-modify-write); for backends whose usable size
 //!   is not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too.
-//! - `dealloc`: the pointer tested against the mark (`sampler::maybe_sampled`: an `and` with one
-//!   cached word; a 4 KiB-aligned pointer also reads one filter byte of the side table), the shard, a
-//!   test that it is the thread's own (not the parked one), the same bookkeeping, and the inner call
-//!   as a tail call.
+//! - `dealloc`: the same mark test, the shard, a test that it is the thread's own (not the parked
+//!   one), the same bookkeeping, and the inner call as a tail call.
+//!
+//! These are out of line (`allocate_exact`, `deallocate_exact`): the inlined `GlobalAlloc` methods
+//! call them, so call sites stay as small as with the bare allocator.
 //!
 //! Everything else takes the out-of-line cold path (`cold.rs`): a sampling event (the clock ran out:
 //! this allocation is sampled), a marked pointer (maybe a sampled block: the side table says), a
 //! thread without a shard yet, and in the exact tier over-aligned or large requests (usable sizes per
 //! block), `realloc`, and a failed allocation (null), which is never counted. (In the sampled tier a
-//! failed allocation keeps its charge on the clock: the tail call leaves nothing to refund it with.) The `GlobalAlloc` methods themselves are
-//! never inlined: `__rust_alloc` jumps to them, and call sites across the program stay as small as
-//! with the bare allocator.
+//! failed allocation keeps its charge on the clock: nothing after the inner call refunds it.)
 
 mod cold;
 
