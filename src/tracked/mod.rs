@@ -51,7 +51,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::backend::usable;
-use crate::backend::{self, Probe, Registration, kind_of};
+use crate::backend::{self, Probe, Registration};
 use crate::sampler::{self, Sampling};
 use crate::stats::class::Class;
 use crate::stats::pool;
@@ -169,7 +169,9 @@ impl<A: fmt::Debug, T: Tier> fmt::Debug for Tracked<A, T> {
 impl<A: 'static, T: Tier> Tracked<A, T> {
     fn registration(&self) -> Registration {
         Registration {
-            kind: kind_of::<A>(),
+            // The value, not the type: a `Select` decides its backend here if nothing did before (the
+            // sampled tier's fast path never asks).
+            kind: backend::kind_of_value(&self.inner),
             type_name: core::any::type_name::<A>(),
             probe: self.probe,
             sampling: self.sampling,
