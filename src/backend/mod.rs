@@ -153,8 +153,6 @@ pub(crate) struct Registration {
     pub(crate) kind: Kind,
     pub(crate) type_name: &'static str,
     pub(crate) probe: Option<&'static dyn Probe>,
-    /// The sampling the `Tracked` was configured with.
-    pub(crate) sampling: crate::sampler::Sampling,
 }
 
 impl Registration {

@@ -30,21 +30,7 @@ use crate::stats::class::TABLE_MAX as SMALL_MAX;
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
 
-/// How a block's usable size is accounted for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "jemalloc", feature = "snmalloc")), allow(dead_code))]
-pub(crate) enum Usable {
-    /// The class's uniform usable size (computed at report time).
-    Uniform,
-    /// This many bytes, recorded with the block and counted as an exception to the class's uniform
-    /// size.
-    Explicit(usize),
-    /// This many bytes, recorded with the block, on a backend where every block records its usable
-    /// size (glibc): no count of exceptions is kept, the report sums what was recorded.
-    Recorded(usize),
-    /// Unknown: the requested size stands in.
-    Requested,
-}
+pub(crate) use crate::stats::shard::Usable;
 
 /// Whether a request takes the backend's plain size-class path: default alignment and at most
 /// `max` bytes.

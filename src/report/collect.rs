@@ -120,7 +120,7 @@ pub fn report() -> Report {
     }
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(|t| Warning::new(WarningKind::ConfigTrap, t.to_string())));
-    if let Some(Err(e)) = reg.map(|r| r.sampling.mean()) {
+    if let Some(e) = crate::sampler::configured_error() {
         warnings.push(Warning::new(
             WarningKind::InvalidSampling,
             format!("Tracked configured with an invalid sampling ({e}): the default is used"),

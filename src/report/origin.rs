@@ -141,7 +141,7 @@ pub(super) fn section(
 #[cfg(test)]
 mod tests {
     use super::wilson;
-    use crate::sampler::clock::Clock;
+    use crate::stats::clock::Clock;
 
     #[test]
     fn parts_never_exceed_their_exact_total() {

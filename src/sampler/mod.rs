@@ -1,8 +1,8 @@
 //! The one sampler: which allocations are followed, what each one stands for, and how a free finds
 //! them again. Origin tallies (`origin`) and allocation sites (`sites`) both consume its samples.
 //!
-//! - **When** (`clock`): a Poisson countdown over each thread's allocated bytes, decided before the
-//!   inner call: a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`, independent of
+//! - **When** (`stats::clock`, which each thread's shard holds): a Poisson countdown over each
+//!   thread's allocated bytes, decided before the inner call: a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`, independent of
 //!   its address and of everything before it;
 //! - **how a free knows** (`mark`): a sampled block is allocated 4 KiB-aligned, so a free whose pointer
 //!   is not 4 KiB-aligned knows from the pointer alone that there is nothing to look up;
@@ -12,7 +12,6 @@
 //!
 //! Set the mean with [`set_sampling`] or [`Tracked::with_sampling`](crate::Tracked::with_sampling).
 
-pub(crate) mod clock;
 pub(crate) mod mark;
 pub(crate) mod table;
 
@@ -196,11 +195,26 @@ pub(crate) fn mean() -> u64 {
 }
 
 /// Applies a `Tracked`'s configured sampling at registration (the process's first shard claim),
-/// unless `set_sampling` came first. An invalid configuration keeps the default; the report warns.
+/// unless `set_sampling` came first. An invalid configuration keeps the default; the report warns
+/// ([`configured_error`]).
 pub(crate) fn configure(s: Sampling) {
-    if let (Ok(mean), false) = (s.mean(), EXPLICIT.load(Ordering::Relaxed)) {
-        apply(mean);
+    match s.mean() {
+        Ok(mean) if !EXPLICIT.load(Ordering::Relaxed) => apply(mean),
+        Ok(_) => {}
+        Err(SamplingError::TooSmall { mean }) => {
+            INVALID_MEAN.store(mean, Ordering::Relaxed);
+            INVALID.store(true, Ordering::Release);
+        }
     }
+}
+
+/// Whether the installed `Tracked` was configured with an invalid sampling, and its mean.
+static INVALID: AtomicBool = AtomicBool::new(false);
+static INVALID_MEAN: AtomicU64 = AtomicU64::new(0);
+
+/// Why the installed `Tracked`'s configured sampling was not applied, if it was invalid.
+pub(crate) fn configured_error() -> Option<SamplingError> {
+    INVALID.load(Ordering::Acquire).then(|| SamplingError::TooSmall { mean: INVALID_MEAN.load(Ordering::Relaxed) })
 }
 
 /// Whether the block at `ptr` may be a sampled one (see `mark`): `false` is definite.
@@ -239,16 +253,10 @@ pub(crate) fn take(ptr: *mut u8) -> Option<Entry> {
 /// its entry is read, so that a figure rounded at random when the block is allocated is rounded the
 /// same way when it is freed.
 pub(crate) fn rounding(e: &Entry) -> u64 {
-    clock::splitmix64(e.born ^ e.size.rotate_left(32))
+    crate::stats::clock::splitmix64(e.born ^ e.size.rotate_left(32))
 }
 
-/// Monotonic nanoseconds, from the vDSO: no allocation, no lock.
-pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC is always available on our targets.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-}
+pub(crate) use crate::stats::clock::now_ns;
 
 #[cfg(test)]
 mod tests {

@@ -205,7 +205,7 @@ impl Table {
 fn hash(stack: &[usize]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ stack.len() as u64;
     for &pc in stack {
-        h = crate::sampler::clock::splitmix64(h ^ pc as u64);
+        h = crate::stats::clock::splitmix64(h ^ pc as u64);
     }
     h.max(BUSY + 1)
 }

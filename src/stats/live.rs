@@ -1,7 +1,7 @@
 //! Process-wide live bytes and their peak, kept without a global atomic on every allocation.
 //!
 //! Each owning thread counts requested bytes in and out per size class in its shard anyway; at the
-//! events of its sampling clock (`sampler::clock`, the cold path) it folds the net of all its classes
+//! events of its sampling clock (`stats::clock`, the cold path) it folds the net of all its classes
 //! into `LIVE` once [`PUBLISH_BYTES`] (16 MiB) were allocated since the last time: never per
 //! allocation. The price is precision: a thread's unpublished net stays below that (plus one
 //! sampling interval, 512 KiB on average at the default mean) either way, so `peak_allocated_bytes`

@@ -2,6 +2,7 @@
 //!
 //! - [`class`]: which size class a request belongs to;
 //! - [`shard`]: one thread's counters and how they are written;
+//! - [`clock`]: a thread's sampling clock (the sampler's countdown, and its exact allocated bytes);
 //! - [`pool`]: the static pool of shards, thread start and exit, fork, the overflow shard;
 //! - [`thread`]: the calling thread's slot and the shard its fast path writes to;
 //! - [`registry`]: the lock-free claim / release / recycle protocol the pool runs on;
@@ -25,6 +26,7 @@ pub(crate) fn sampled() -> bool {
 }
 
 pub(crate) mod class;
+pub(crate) mod clock;
 pub(crate) mod live;
 pub(crate) mod pool;
 pub(crate) mod registry;

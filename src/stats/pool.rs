@@ -26,7 +26,7 @@ static POOL: Registry<Shard, POOL_SIZE> = Registry::new([const { Shard::new() };
 static OVERFLOW: Shard = Shard::new();
 /// The shard the fast path sees on a thread without one of its own: its clock is never started and
 /// nothing ever writes to it, so every allocation there takes the cold path (see
-/// `sampler::clock::Clock::take`), and so does every free that would count in it (`is_parked`).
+/// `stats::clock::Clock::take`), and so does every free that would count in it (`is_parked`).
 pub(crate) static PARKED: Shard = Shard::new();
 /// Mixed into every clock's seed, so that processes draw independent samples: from `getrandom`,
 /// once, at the first claim.
@@ -140,7 +140,7 @@ fn process_seed() -> u64 {
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), libc::GRND_NONBLOCK) };
     let mut seed = u64::from_ne_bytes(bytes);
     if n != bytes.len() as isize {
-        seed = crate::sampler::now_ns().rotate_left(29) ^ (&PROCESS_SEED as *const AtomicU64 as u64);
+        seed = super::clock::now_ns().rotate_left(29) ^ (&PROCESS_SEED as *const AtomicU64 as u64);
     }
     let seed = seed | 1;
     match PROCESS_SEED.compare_exchange(0, seed, Ordering::Relaxed, Ordering::Relaxed) {

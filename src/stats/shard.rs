@@ -5,11 +5,26 @@
 //! differences taken at report time, summed over all shards, so a block allocated on one thread and
 //! freed on another balances out in the totals without any shard going negative.
 
-use crate::backend::usable::Usable;
-use crate::sampler::clock::Clock;
 use crate::stats::class::{Class, NUM_CLASSES, ROW_WORDS};
+use crate::stats::clock::Clock;
 use crate::stats::live;
 use crate::sync::{AtomicU8, AtomicU64, CachePadded, Ordering, owned_add, shared_add};
+
+/// How a block's usable size is accounted for (the backends decide which: `backend::usable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "jemalloc", feature = "snmalloc")), allow(dead_code))]
+pub(crate) enum Usable {
+    /// The class's uniform usable size (computed at report time).
+    Uniform,
+    /// This many bytes, recorded with the block and counted as an exception to the class's uniform
+    /// size.
+    Explicit(usize),
+    /// This many bytes, recorded with the block, on a backend where every block records its usable
+    /// size (glibc): no count of exceptions is kept, the report sums what was recorded.
+    Recorded(usize),
+    /// Unknown: the requested size stands in.
+    Requested,
+}
 
 /// Counters for one size class in one shard: exactly one cache line ([`ROW_WORDS`] words), so an
 /// update touches one line.
@@ -197,7 +212,7 @@ impl Totals {
 /// The owner's per-operation state besides the class counters: one cache line.
 #[derive(Debug)]
 pub(crate) struct Hot {
-    /// The sampling clock, which the fast path counts down on every allocation (see `sampler::clock`).
+    /// The sampling clock, which the fast path counts down on every allocation (see `stats::clock`).
     pub(crate) clock: Clock,
     pub(crate) reallocs: AtomicU64,
 }

@@ -99,9 +99,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         // The exact tier comes here from `allocate_exact`, a frame of ours to skip.
         let frame = Frame::here(T::EXACT);
-        // SAFETY (both): the caller's guarantees, passed on.
         match shard(self) {
+            // SAFETY: the caller's guarantees, passed on.
             Ok(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
+            // SAFETY: the caller's guarantees, passed on.
             Err(s) => unsafe { self.allocate_in::<Anyone>(s, layout, zeroed, frame) },
         }
     }
@@ -222,9 +223,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here(false);
-        // SAFETY (both): the caller's guarantees, passed on.
         match shard(self) {
+            // SAFETY: the caller's guarantees, passed on.
             Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
+            // SAFETY: the caller's guarantees, passed on.
             Err(s) => unsafe { self.reallocate_in::<Anyone>(s, ptr, layout, new_size, frame) },
         }
     }

@@ -174,7 +174,6 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
             kind: backend::kind_of_value(&self.inner),
             type_name: core::any::type_name::<A>(),
             probe: self.probe,
-            sampling: self.sampling,
         }
     }
 

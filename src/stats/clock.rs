@@ -16,7 +16,8 @@
 //! The draws come from a per-clock Weyl sequence hashed with SplitMix64, seeded when a thread claims
 //! its shard: allocation-free, lock-free, independent of addresses.
 //!
-//! This file depends on nothing but `sync`: the shards embed a clock, and the sampler drives it.
+//! This file depends on nothing but `sync`: the shards embed a clock, and the sampler (`sampler`)
+//! decides what to do with its events.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
@@ -203,6 +204,14 @@ fn draw(state: u64, mean: u64) -> i64 {
     let u = ((splitmix64(state) >> 11) + 1) as f64 / (1u64 << 53) as f64;
     let x = -u.ln() * mean as f64;
     x.min(mean as f64 * 64.0).min(i64::MAX as f64 / 2.0) as i64
+}
+
+/// Monotonic nanoseconds, from the vDSO: no allocation, no lock.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC is always available on our targets.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
