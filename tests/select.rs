@@ -75,7 +75,11 @@ fn usable_matches_backend(expected: Backend) {
     }
     let mut layouts = common::plain_layouts(64 << 10);
     layouts.extend(common::aligned_layouts());
+    // Unsampled: on glibc a sampled block's 4 KiB alignment splits a larger chunk, and later blocks
+    // carved from its remainders exceed the chunk rule (`tests/glibc_stats.rs`).
+    frag::set_sampling(frag::Sampling::Off).unwrap();
     let bad = common::usable_mismatches(&layouts, |p| owned_by(expected, p));
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     let tolerated = if expected == Backend::System { layouts.len() / 100 } else { 0 };
     assert!(
         bad.iter().all(|&(_, t, r)| agrees(expected, t, r)) && bad.len() <= tolerated,
