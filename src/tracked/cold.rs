@@ -50,6 +50,30 @@ fn real_layout(layout: Layout, e: Option<&Entry>) -> Layout {
     }
 }
 
+/// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, `marked` or not) in
+/// the side table with its site and the calling thread, and counts it in the origin and site
+/// tallies. Its entry, or `None` when the table had no room.
+fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> Option<Entry> {
+    let site = sites::capture(frame);
+    let me = pool::me();
+    let size = size as u64;
+    let entry = Entry { tid: me.tid, slot: me.slot, size, weight, born: sampler::now_ns(), site, marked };
+    if !sampler::keep(ptr, entry) {
+        return None;
+    }
+    origin::taken();
+    sites::taken(site, weight, size);
+    Some(entry)
+}
+
+/// Publishes the owner's live figure once `moved` bytes went through its shard since the last time.
+fn publish_if_due(s: &Shard, moved: u64) {
+    if moved >= live::PUBLISH_BYTES {
+        s.publish_all();
+        s.hot.clock.published();
+    }
+}
+
 /// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `me`.
 fn settle(me: &Me, e: &Entry) {
     let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
@@ -131,9 +155,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(always)]
     fn charge<W: Writer>(&self, s: &'static Shard, size: usize) -> Option<f64> {
         let event = s.hot.clock.charge(size, sampler::mean(), W::SHARED)?;
-        if !W::SHARED && event.unpublished >= live::PUBLISH_BYTES {
-            s.publish_all();
-            s.hot.clock.published();
+        if !W::SHARED {
+            publish_if_due(s, event.unpublished);
         }
         event.weight
     }
@@ -163,14 +186,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees.
             return (if marked.is_some() { unsafe { self.inner_alloc(layout, zeroed) } } else { ptr }, layout, None);
         }
-        let site = sites::capture(frame);
-        let me = pool::me();
-        let size = layout.size() as u64;
-        let entry =
-            Entry { tid: me.tid, slot: me.slot, size, weight, born: sampler::now_ns(), site, marked: marked.is_some() };
-        if sampler::keep(ptr, entry) {
-            origin::taken();
-            sites::taken(site, weight, size);
+        if let Some(entry) = keep(ptr, layout.size(), weight, frame, marked.is_some()) {
             return (ptr, real, Some(entry));
         }
         if marked.is_none() {
@@ -199,10 +215,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     // Sampled frees move the thread towards publishing its live figure too, so that a
                     // thread that only frees (no allocations, no clock events) still does.
                     if let Some(w) = weight {
-                        if s.hot.clock.freed((w * layout.size() as f64) as u64) >= live::PUBLISH_BYTES {
-                            s.publish_all();
-                            s.hot.clock.published();
-                        }
+                        publish_if_due(s, s.hot.clock.freed((w * layout.size() as f64) as u64));
                     }
                 }
                 Err(s) => count::<Anyone, T>(s, false, layout.size(), usable, sampled.as_ref()),
@@ -268,7 +281,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                 settle(&pool::me(), &e);
             }
             let kept = match weight {
-                Some(w) if !p.is_null() => self.sample_unmarked(p, new_size, w, frame),
+                // Produced in place of an unmarked block while marking is off: its layout stays.
+                Some(w) if !p.is_null() => keep(p, new_size, w, frame, false),
                 _ => None,
             };
             (p, new_layout, kept)
@@ -326,27 +340,5 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         // SAFETY: `ptr` came from this allocator with `real`, and its entry is gone.
         unsafe { self.inner.dealloc(ptr, real) };
         (p, new_real, kept)
-    }
-
-    /// Samples the block a reallocation produced in place of an unmarked one, while marking is off
-    /// (its layout stays the caller's). Its entry if it is in the side table.
-    fn sample_unmarked(&self, ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> Option<Entry> {
-        let site = sites::capture(frame);
-        let me = pool::me();
-        let entry = Entry {
-            tid: me.tid,
-            slot: me.slot,
-            size: size as u64,
-            weight,
-            born: sampler::now_ns(),
-            site,
-            marked: false,
-        };
-        if !sampler::keep(ptr, entry) {
-            return None;
-        }
-        origin::taken();
-        sites::taken(site, weight, size as u64);
-        Some(entry)
     }
 }
