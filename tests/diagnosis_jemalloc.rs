@@ -150,15 +150,23 @@ fn a_mapping_outside_the_heap_is_outside_heap() {
 #[test]
 fn frees_on_another_thread_are_found() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // The finding needs 100 sampled frees; at the default rate these 131,072 blocks give about that
-    // many, so every block is sampled here (the default rate is tested in `origin_sampled`).
+    // The finding needs 100 sampled frees; at the default rate these 128 MiB give about 256, so every
+    // block is sampled here (the default rate is tested in `origin_sampled`).
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
+    // The consumer starts once every batch is sent, so all 128 MiB are live at once and then freed on
+    // the other thread: what the frees leave behind does not depend on how the two threads interleave.
     let (tx, rx) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
-    let consumer = std::thread::spawn(move || rx.into_iter().for_each(drop));
-    for _ in 0..64 {
-        tx.send(touched(2048, 1024)).unwrap(); // 2 MiB a batch, 128 MiB in all
+    let (go, start) = std::sync::mpsc::channel::<()>();
+    let consumer = std::thread::spawn(move || {
+        start.recv().unwrap();
+        rx.into_iter().for_each(drop)
+    });
+    for _ in 0..32 {
+        // 4 MiB a batch, 128 MiB in all: 8,192 blocks, all of them with room in the side table.
+        tx.send(touched(256, 16 << 10)).unwrap();
     }
     drop(tx);
+    go.send(()).unwrap();
     consumer.join().unwrap();
     let r = frag::report();
     eprintln!("{r}");
