@@ -23,7 +23,7 @@ the build that allocation sites need instead (target/instructions-build-fp/).
 
 Usage:
     python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--floor] [--check]
-                                    [--frame-pointers] [--repeat N]
+                                    [--frame-pointers] [--repeat N] [--salts N] [--no-pairs]
 
 `--check` exits 1 when a budget is exceeded. Needs valgrind (CI installs it).
 """
@@ -130,17 +130,20 @@ VARIANTS = {"bare": "1", "sampled": "", "exact": "exact", "jeprof": "1", "forwar
 JEPROF_ENV = {"_RJEM_MALLOC_CONF": "prof:true,prof_active:true,lg_prof_sample:19"}
 
 
-def build_service(backend, variant):
-    """The service example, release, with `variant`'s global allocator (only that differs)."""
+def build_service(backend, variant, salt=0):
+    """The service example, release, with `variant`'s global allocator (only that differs). A non-zero
+    `salt` adds `-C metadata=salt<N>` to the example crate alone: its symbol hashes, and so how rustc
+    splits it into codegen units and what gets inlined where, change; its source and its dependencies
+    do not. The spread over salts is the build-to-build spread a service delta carries."""
     feats = ["serde"] + ([FEATURES[backend]] if FEATURES[backend] else [])
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
     env = {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]}
-    run(["cargo", "build", "--quiet", "--release", "--example", "service", "--no-default-features",
-         "--features", ",".join(feats)], env)
+    run(["cargo", "rustc", "--quiet", "--release", "--example", "service", "--no-default-features",
+         "--features", ",".join(feats)] + (["--", "-C", f"metadata=salt{salt}"] if salt else []), env)
     out_dir = os.path.join(ROOT, "target", "instructions")
     os.makedirs(out_dir, exist_ok=True)
-    dest = os.path.join(out_dir, f"service-{backend}-{variant}")
+    dest = os.path.join(out_dir, f"service-{backend}-{variant}-{salt}")
     shutil.copy2(os.path.join(target_dir(), "release", "examples", "service"), dest)
     return dest
 
@@ -162,6 +165,10 @@ def main():
                     help=f"sampled tier: relative instructions added per request (default {SERVICE_BUDGET})")
     ap.add_argument("--exact-service-budget", type=float, default=EXACT_SERVICE_BUDGET,
                     help=f"exact tier: relative instructions added per request (default {EXACT_SERVICE_BUDGET})")
+    ap.add_argument("--salts", type=int, default=1,
+                    help="builds of the service per allocator, each with its own -C metadata salt on the example "
+                         "crate (median and range over all builds and runs; default 1)")
+    ap.add_argument("--no-pairs", action="store_true", help="skip the pair and churn workloads")
     ap.add_argument("--repeat", type=int, default=3,
                     help="callgrind runs of the service per build (median and range reported; default 3)")
     ap.add_argument("--service-backends", default=None,
@@ -187,13 +194,13 @@ def main():
     def budget_of(backend):
         return pair_budget.get(backend, pair_budget.get("*", PAIR_BUDGET))
 
-    exe = build_workloads(backends)
     failures = []
+    exe = None if args.no_pairs else build_workloads(backends)
     print(f"Instructions added by Tracked (callgrind, difference of two run lengths; exact-tier budget "
           f"+{args.pair_budget} per pair)\n")
     print("| backend | case | bare | sampled | added | exact | added |")
     print("|---|---|---|---|---|---|---|")
-    for backend in backends:
+    for backend in backends if exe else []:
         for size in PAIR_SIZES:
             r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
                  for kind in ("bare",) + TIERS}
@@ -218,7 +225,7 @@ def main():
 
     if not args.no_service:
         print(f"\nService example, instructions per request (--concurrency 8 --delay-ms 0; publisher rounds "
-              f"not counted; median of {args.repeat} runs, range in brackets)\n")
+              f"not counted; median of {args.repeat} runs of each of {args.salts} builds, range in brackets)\n")
         print("| backend | allocator | per request | added |")
         print("|---|---|---|---|")
         service_backends = backends if args.service_backends is None else \
@@ -228,11 +235,14 @@ def main():
                 (["forward", "count", "count-inline"] if args.floor else [])
             r = {}
             for variant in variants:
-                exe_s = build_service(backend, variant)
                 env = JEPROF_ENV if variant == "jeprof" else {}
-                runs = sorted(per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
-                                     SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env)["Ir"]
-                              for _ in range(max(1, args.repeat)))
+                runs = []
+                for salt in range(max(1, args.salts)):
+                    exe_s = build_service(backend, variant, salt)
+                    runs += [per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
+                                    SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env)["Ir"]
+                             for _ in range(max(1, args.repeat))]
+                runs.sort()
                 r[variant] = (runs[len(runs) // 2], runs[0], runs[-1])
             bare = r["bare"][0]
             names = {"bare": "bare", "sampled": "Tracked (sampled)", "exact": "Tracked<_, Exact>",
