@@ -49,7 +49,7 @@ TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
 PAIR_ITERS = (200_000, 400_000)
-CHURN_STEPS = (200_000, 400_000)
+CHURN_STEPS = (500_000, 1_500_000)
 SERVICE_LOAD = (300, 600)
 # The example's `frag::Publisher` thread runs a round every second of wall time, not per request, and
 # under callgrind a request takes ~50 times longer: counted, its rounds would weigh ~50 times what they

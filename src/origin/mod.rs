@@ -38,9 +38,9 @@ pub(crate) fn taken() {
 pub(crate) fn freed(me: &Me, e: &Entry, lifetime_ns: u64) {
     let cross = e.tid != me.tid;
     let w_f = e.weight;
-    let w = ((w_f * W_ONE as f64).round() as u64).max(1);
-    let wb = (w_f * e.size as f64 * W_ONE as f64).round() as u64;
-    let w2 = (w_f * w_f).round().max(1.0) as u64;
+    let w = (libm::round(w_f * W_ONE as f64) as u64).max(1);
+    let wb = libm::round(w_f * e.size as f64 * W_ONE as f64) as u64;
+    let w2 = libm::round(w_f * w_f).max(1.0) as u64;
     let add = |shard: &Shard, field: usize, v: u64| {
         if let Some(c) = shard.origin.get(field) {
             c.fetch_add(v, Ordering::Relaxed);

@@ -2,67 +2,104 @@
 //!
 //! A sampled block is allocated with its alignment raised to [`MARK_ALIGN`] (4 KiB), jemalloc's own
 //! trick for its profiler's samples. Every free and reallocation then tests `ptr & (MARK_ALIGN - 1)`
-//! ([`maybe_sampled`]): a non-zero result means "not sampled" with no memory read besides
-//! [`FREE_MASK`] (one word, read by every free, never written in the common case, so always cached).
+//! ([`may_be_marked`], inlined into the caller): a non-zero result means "not sampled" with no memory
+//! read besides [`FREE_MASK`] (one word, read by every free, never written in the common case, so
+//! always cached).
+//!
 //! A zero result (the sampled blocks, and unsampled blocks the allocator placed on a 4 KiB boundary:
-//! the first block of many of its slabs, every page-sized block) reads one counter of [`PAGES`],
-//! indexed by the page number's low bits: the number of live sampled blocks in pages with those bits.
-//! Zero (almost always, for an unsampled block) settles it on the fast path; anything else goes to
-//! the cold path, which looks the block up in the side table (`sampler::table`) and frees a sampled
-//! block with the layout it was allocated with.
+//! the first block of many of its slabs, every page-sized block) goes out of line to
+//! [`in_sampled_bucket`], two levels of counters of live sampled blocks indexed by the page number's
+//! low bits:
+//! - [`FILTER`], 1 KiB (16 cache lines, so it stays in L1 under a busy heap): one byte per 1,024
+//!   buckets. A counter that reaches 255 stays there (its increments and decrements stop), so a byte
+//!   never overflows; it only makes its bucket look occupied for good.
+//! - [`PAGES`], 16 KiB: one exact `u16` per 8,192 buckets, read only when the filter's byte is not 0.
+//!
+//! Zero at either level (almost always, for an unsampled block) settles it; anything else goes to the
+//! cold path, which looks the block up in the side table (`sampler::table`) and frees a sampled block
+//! with the layout it was allocated with. A block's counters are raised before it is handed out and
+//! lowered after its entry leaves the table, so whoever frees a sampled block sees both non-zero.
 //!
 //! Raising the alignment costs memory: about [`MARK_ALIGN`] per live sampled block, so about
 //! `MARK_ALIGN / mean` of live bytes (0.8% at the default mean of 512 KiB). That is why small means
-//! and "every block" do not mark: there **every free looks in the side table** instead ([`FREE_MASK`]
+//! and "every block" do not mark: there **every free looks at the counters** instead ([`FREE_MASK`]
 //! becomes 0), and no block's layout changes. That mode is one-way for the life of the process: a
 //! block sampled without the mark must still be found when it is freed, whatever the setting is by
 //! then.
 
 use core::alloc::Layout;
 
-use crate::sync::{AtomicU16, AtomicUsize, Ordering};
+use crate::sync::{AtomicU8, AtomicU16, AtomicUsize, Ordering};
 
 /// The alignment that marks a sampled block.
 pub(crate) const MARK_ALIGN: usize = 4096;
 
 /// Means below this do not mark (the mark would cost more than `MARK_ALIGN / mean` = 6% of live
-/// bytes): every free looks in the side table instead.
+/// bytes): every free looks at the counters instead.
 pub(crate) const MIN_MARKING_MEAN: u64 = 64 << 10;
 
 /// What a free's pointer is tested against: `MARK_ALIGN - 1` while sampled blocks are marked, 0 once
-/// every free looks in the side table.
+/// every free looks at the counters.
 static FREE_MASK: AtomicUsize = AtomicUsize::new(MARK_ALIGN - 1);
 
-/// Counters of live sampled blocks by the low bits of their page number (16 KiB). At most the side
+/// The first level: live sampled blocks by the low 10 bits of their page number, saturating at
+/// [`STUCK`].
+static FILTER: [AtomicU8; FILTER_BUCKETS] = [const { AtomicU8::new(0) }; FILTER_BUCKETS];
+const FILTER_BUCKETS: usize = 1024;
+/// A first-level counter at this value no longer moves.
+const STUCK: u8 = u8::MAX;
+
+/// The second level: live sampled blocks by the low 13 bits of their page number. At most the side
 /// table's 16,384 entries are counted, so a `u16` never overflows.
 static PAGES: [AtomicU16; PAGE_BUCKETS] = [const { AtomicU16::new(0) }; PAGE_BUCKETS];
 const PAGE_BUCKETS: usize = 8192;
 
 #[inline(always)]
-fn bucket(ptr: *mut u8) -> usize {
-    ((ptr as usize) / MARK_ALIGN) & (PAGE_BUCKETS - 1)
+fn page(ptr: *mut u8) -> usize {
+    (ptr as usize) / MARK_ALIGN
 }
 
-/// Whether the block at `ptr` may be a sampled one: the test of every free and reallocation. An
-/// `and` with one cached word; for a pointer on a 4 KiB boundary (or every pointer, once every free
-/// looks in the side table) a shift, an `and` and one counter load as well. `false` is definite.
+/// Whether the block at `ptr` may carry the mark: the test every free and reallocation makes inline,
+/// an `and` with one cached word. `false` is definite: the block was not sampled.
+#[inline(always)]
+pub(crate) fn may_be_marked(ptr: *mut u8) -> bool {
+    (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
+}
+
+/// Whether a sampled block may live in `ptr`'s page bucket: the counters, for a pointer that
+/// [`may_be_marked`]. `false` is definite. Two loads, the second rarely.
+#[inline(always)]
+pub(crate) fn in_sampled_bucket(ptr: *mut u8) -> bool {
+    let p = page(ptr);
+    FILTER.get(p % FILTER_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
+        && PAGES.get(p % PAGE_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
+}
+
+/// Whether the block at `ptr` may be a sampled one: both tests. `false` is definite.
 #[inline(always)]
 pub(crate) fn maybe_sampled(ptr: *mut u8) -> bool {
-    (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
-        && PAGES.get(bucket(ptr)).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
+    may_be_marked(ptr) && in_sampled_bucket(ptr)
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
-/// Before the block is handed out, so that whoever frees it sees the count.
+/// Before the block is handed out, so that whoever frees it sees the counts.
 pub(crate) fn noted(ptr: *mut u8) {
-    if let Some(c) = PAGES.get(bucket(ptr)) {
+    let p = page(ptr);
+    if let Some(c) = PAGES.get(p % PAGE_BUCKETS) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(c) = FILTER.get(p % FILTER_BUCKETS) {
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n != STUCK).then(|| n + 1));
     }
 }
 
 /// The sampled block at `ptr` left the side table (its owner freed or reallocated it).
 pub(crate) fn forgotten(ptr: *mut u8) {
-    if let Some(c) = PAGES.get(bucket(ptr)) {
+    let p = page(ptr);
+    if let Some(c) = FILTER.get(p % FILTER_BUCKETS) {
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n != STUCK && n != 0).then(|| n - 1));
+    }
+    if let Some(c) = PAGES.get(p % PAGE_BUCKETS) {
         c.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -73,7 +110,7 @@ pub(crate) fn marking() -> bool {
     FREE_MASK.load(Ordering::Relaxed) != 0
 }
 
-/// From now on every free looks in the side table, and sampled blocks keep their layout. Called
+/// From now on every free looks at the counters, and sampled blocks keep their layout. Called
 /// before a mean below [`MIN_MARKING_MEAN`] takes effect, so that a block sampled without the mark
 /// is allocated after the switch: whoever frees it got the pointer through some synchronisation with
 /// the allocating thread, and so sees the switch too.
@@ -112,7 +149,25 @@ mod tests {
         noted(a);
         assert!(maybe_sampled(a) && maybe_sampled(b), "one bucket");
         assert!(!maybe_sampled(page(4)) && !maybe_sampled(a.wrapping_add(16)));
+        // Same first-level bucket, another second-level one: the second level settles it.
+        assert!(!maybe_sampled(page(3 + FILTER_BUCKETS)));
         forgotten(a);
         assert!(!maybe_sampled(a));
+    }
+
+    /// A first-level counter that fills up stays full: its bucket always goes on to the second level,
+    /// which stays exact.
+    #[test]
+    fn a_full_filter_byte_sticks() {
+        let page = |n: usize| core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * n);
+        let blocks: Vec<*mut u8> = (0..300).map(|i| page(5 + i * PAGE_BUCKETS)).collect();
+        blocks.iter().for_each(|&p| noted(p));
+        assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
+        blocks.iter().for_each(|&p| forgotten(p));
+        assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
+        assert!(!maybe_sampled(blocks[0]), "the exact level says no");
+        noted(blocks[1]);
+        assert!(maybe_sampled(blocks[0]));
+        forgotten(blocks[1]);
     }
 }

@@ -98,8 +98,8 @@ impl Tallies {
 }
 
 fn fixed(weight: f64, size: u64) -> (u64, u64) {
-    let w = (weight * W_ONE as f64).round() as u64;
-    (w, (weight * size as f64 * W_ONE as f64).round() as u64)
+    let w = libm::round(weight * W_ONE as f64) as u64;
+    (w, libm::round(weight * size as f64 * W_ONE as f64) as u64)
 }
 
 /// Lifetime bucket of `ns` (see [`LIFETIME_BUCKETS`]).

@@ -178,7 +178,7 @@ pub(crate) fn weight(size: u64, mean: u64) -> Option<f64> {
         0 => Some(1.0),
         m => {
             // 1 - exp(-x), without cancellation for small x.
-            let p = -(-(size.max(1) as f64 / m as f64)).exp_m1();
+            let p = -libm::expm1(-(size.max(1) as f64 / m as f64));
             Some(if p > 0.0 { 1.0 / p } else { 1.0 })
         }
     }
@@ -202,7 +202,7 @@ fn draw(state: u64, mean: u64) -> i64 {
     }
     // Uniform in (0, 1]: 53 random bits, never zero.
     let u = ((splitmix64(state) >> 11) + 1) as f64 / (1u64 << 53) as f64;
-    let x = -u.ln() * mean as f64;
+    let x = -libm::log(u) * mean as f64;
     x.min(mean as f64 * 64.0).min(i64::MAX as f64 / 2.0) as i64
 }
 

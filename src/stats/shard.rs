@@ -72,7 +72,7 @@ impl ClassCounters {
 /// `x` rounded down, plus one with the probability of its fraction (`random`: 64 random bits): an
 /// integer whose expectation is `x`.
 fn round_at_random(x: f64, random: u64) -> u64 {
-    let floor = x.floor();
+    let floor = libm::floor(x);
     let u = (random >> 11) as f64 / (1u64 << 53) as f64;
     floor as u64 + u64::from(x - floor > u)
 }

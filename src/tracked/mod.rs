@@ -18,9 +18,11 @@
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
 //!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call;
-//! - `dealloc`: the pointer tested against the mark (`sampler::maybe_sampled`: an `and` with one
-//!   cached word; a 4 KiB-aligned pointer also reads one page-bucket counter), and the inner call;
-//! - `realloc`: both of those, for the old pointer and the new size.
+//! - `dealloc`: the pointer tested against the mark (`sampler::may_be_marked`: an `and` with one
+//!   cached word), and the inner call; a 4 KiB-aligned pointer calls `deallocate_aligned` instead,
+//!   which reads its page bucket's counters (`sampler::in_sampled_bucket`) before the inner call;
+//! - `realloc`: the same pointer test for the old block (an aligned one goes to the cold path) and
+//!   the countdown for the new size.
 //!
 //! These are inlined into every call site (the `GlobalAlloc` methods are `#[inline(always)]`), as the
 //! bare allocator's own shim is.
@@ -248,6 +250,20 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { self.deallocate_cold(ptr, layout) }
     }
 
+    /// The sampled tier's free of a pointer that may carry the mark: its page bucket's counters
+    /// (`sampler::mark`), then the inner call, or the cold path when a sampled block may live there.
+    /// Out of line, so that call sites hold only the pointer test.
+    #[inline(never)]
+    unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
+        if !sampler::in_sampled_bucket(ptr) {
+            // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
+            // `layout`, and was not sampled, so that is the layout it has.
+            return unsafe { self.inner.dealloc(ptr, layout) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.deallocate_cold(ptr, layout) }
+    }
+
     /// Both allocation entry points. The sampled tier's fast path is small enough to sit in every call
     /// site (a countdown and the inner call), as the bare allocator's shim does; the exact tier's is
     /// a call.
@@ -289,18 +305,18 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.deallocate_exact(ptr, layout) };
         }
-        if !sampler::maybe_sampled(ptr) {
+        if !sampler::may_be_marked(ptr) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.deallocate_cold(ptr, layout) }
+        unsafe { self.deallocate_aligned(ptr, layout) }
     }
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !T::EXACT && !sampler::maybe_sampled(ptr) && pool::current().hot.clock.take(new_size) {
+        if !T::EXACT && !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
