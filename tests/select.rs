@@ -76,10 +76,11 @@ fn usable_matches_backend(expected: Backend) {
     let mut layouts = common::plain_layouts(64 << 10);
     layouts.extend(common::aligned_layouts());
     // Unsampled: on glibc a sampled block's 4 KiB alignment splits a larger chunk, and later blocks
-    // carved from its remainders exceed the chunk rule (`tests/glibc_stats.rs`).
+    // carved from its remainders exceed the chunk rule (`tests/glibc_stats.rs`); and a marked block
+    // starts before the pointer handed out, which `malloc_usable_size` cannot be asked about.
+    // Marked blocks' sizes are checked against jemalloc in `tests/sampler_mark.rs`.
     frag::set_sampling(frag::Sampling::Off).unwrap();
     let bad = common::usable_mismatches(&layouts, |p| owned_by(expected, p));
-    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     let tolerated = if expected == Backend::System { layouts.len() / 100 } else { 0 };
     assert!(
         bad.iter().all(|&(_, t, r)| agrees(expected, t, r)) && bad.len() <= tolerated,
@@ -92,10 +93,10 @@ fn usable_matches_backend(expected: Backend) {
     // A realloc chain across classes, both directions, into and out of the large-block paths. A step
     // counts only if nothing else allocated meanwhile (the harness may still be starting up);
     // otherwise the chain starts again.
-    for _attempt in 0..100 {
-        if realloc_chain_alone(expected) {
-            return;
-        }
+    let alone = (0..100).any(|_| realloc_chain_alone(expected));
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    if alone {
+        return;
     }
     panic!("{expected}: the realloc chain never ran without other allocations");
 }

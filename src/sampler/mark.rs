@@ -1,45 +1,56 @@
 //! The mark: how a free tells from the pointer alone that its block was not sampled.
 //!
-//! A sampled block is allocated with its alignment raised to [`MARK_ALIGN`] (4 KiB), jemalloc's own
-//! trick for its profiler's samples. Every free and reallocation then tests `ptr & (MARK_ALIGN - 1)`
-//! ([`may_be_marked`], inlined into the caller): a non-zero result means "not sampled" with no memory
-//! read besides [`FREE_MASK`] (one word, read by every free, never written in the common case, so
-//! always cached).
+//! A sampled block is placed where the allocator puts almost nothing else, jemalloc's profiler's
+//! trick refined:
+//! - a request aligned to at most [`SMALL_OFFSET`] (8) bytes, nearly every request a Rust program
+//!   makes, is allocated [`SMALL_OFFSET`] bytes larger and 4 KiB-aligned, and handed out
+//!   [`SMALL_OFFSET`] bytes into the block: its address is 8 past a 4 KiB boundary. Allocators put
+//!   their blocks of 16 bytes and more on 16-byte boundaries (glibc every block), so an unsampled
+//!   pointer lands there only in a class of an odd multiple of 8 bytes (jemalloc's 8, mimalloc's 24,
+//!   40, 56), once in 512 blocks at most;
+//! - a request aligned to 16 bytes or more is allocated 4 KiB-aligned, its address on the boundary,
+//!   where an unsampled pointer also lands: the first block of many slabs, every page-sized block.
 //!
-//! A zero result (the sampled blocks, and unsampled blocks the allocator placed on a 4 KiB boundary:
-//! the first block of many of its slabs, every page-sized block) goes out of line to
-//! [`in_sampled_bucket`], two levels of counters of live sampled blocks indexed by the page number's
-//! low bits:
-//! - [`FILTER`], 1 KiB (16 cache lines, so it stays in L1 under a busy heap): one byte per 1,024
-//!   buckets. A counter that reaches 255 stays there (its increments and decrements stop), so a byte
-//!   never overflows; it only makes its bucket look occupied for good.
+//! Every free and reallocation tests `ptr & 4095` against its request's mark ([`may_be_marked`],
+//! inlined into the caller; the alignment is usually a constant there, so one `and` and a compare
+//! with one cached word, [`FREE_MASK`]). A mismatch means "not sampled" with no other memory read.
+//! A match goes out of line to [`in_sampled_bucket`], two levels of counters of live sampled blocks
+//! indexed by the page number's low bits:
+//! - [`FILTER`], 1 KiB (16 cache lines): one byte per 1,024 buckets. A counter that reaches 255
+//!   stays there (its increments and decrements stop), so a byte never overflows; it only makes its
+//!   bucket look occupied for good.
 //! - [`PAGES`], 16 KiB: one exact `u16` per 8,192 buckets, read only when the filter's byte is not 0.
 //!
-//! Zero at either level (almost always, for an unsampled block) settles it; anything else goes to the
-//! cold path, which looks the block up in the side table (`sampler::table`) and frees a sampled block
-//! with the layout it was allocated with. A block's counters are raised before it is handed out and
-//! lowered after its entry leaves the table, so whoever frees a sampled block sees both non-zero.
+//! Zero at either level settles it; anything else goes to the cold path, which looks the block up in
+//! the side table (`sampler::table`) and frees a sampled block with the layout and address it was
+//! allocated with. A block's counters are raised before it is handed out and lowered after its entry
+//! leaves the table, so whoever frees a sampled block sees both non-zero.
 //!
-//! Raising the alignment costs memory: about [`MARK_ALIGN`] per live sampled block, so about
-//! `MARK_ALIGN / mean` of live bytes (0.8% at the default mean of 512 KiB). That is why small means
-//! and "every block" do not mark: there **every free looks at the counters** instead ([`FREE_MASK`]
-//! becomes 0), and no block's layout changes. That mode is one-way for the life of the process: a
-//! block sampled without the mark must still be found when it is freed, whatever the setting is by
-//! then.
+//! The mark costs memory: about 4 KiB per live sampled block (the alignment; the 8 bytes rarely
+//! move a block of 4 KiB or more to a larger class), so about `4 KiB / mean` of live bytes (0.8% at
+//! the default mean of 512 KiB). That is why small means and "every block" do not mark: there
+//! **every free looks at the counters** instead ([`FREE_MASK`] becomes 0), and no block's layout
+//! changes. That mode is one-way for the life of the process: a block sampled without the mark must
+//! still be found when it is freed, whatever the setting is by then.
 
 use core::alloc::Layout;
 
 use crate::sync::{AtomicU8, AtomicU16, AtomicUsize, Ordering};
 
-/// The alignment that marks a sampled block.
+/// The alignment of a marked block.
 pub(crate) const MARK_ALIGN: usize = 4096;
+
+/// Where a marked block of a request aligned to at most this many bytes starts, past its 4 KiB
+/// boundary (and how many bytes larger it is allocated).
+pub(crate) const SMALL_OFFSET: usize = 8;
 
 /// Means below this do not mark (the mark would cost more than `MARK_ALIGN / mean` = 6% of live
 /// bytes): every free looks at the counters instead.
 pub(crate) const MIN_MARKING_MEAN: u64 = 64 << 10;
 
-/// What a free's pointer is tested against: `MARK_ALIGN - 1` while sampled blocks are marked, 0 once
-/// every free looks at the counters.
+/// The bits of a free's pointer that the mark sets: `MARK_ALIGN - 1` while sampled blocks are
+/// marked, 0 once every free looks at the counters. The offset a small request's mark leaves is
+/// `FREE_MASK & SMALL_OFFSET` (8, or 0 with the mask), so one load gives both.
 static FREE_MASK: AtomicUsize = AtomicUsize::new(MARK_ALIGN - 1);
 
 /// The first level: live sampled blocks by the low 10 bits of their page number, saturating at
@@ -59,11 +70,13 @@ fn page(ptr: *mut u8) -> usize {
     (ptr as usize) / MARK_ALIGN
 }
 
-/// Whether the block at `ptr` may carry the mark: the test every free and reallocation makes inline,
-/// an `and` with one cached word. `false` is definite: the block was not sampled.
+/// Whether the block at `ptr`, requested aligned to `align`, may carry the mark: the test every free
+/// and reallocation makes inline. `false` is definite: the block was not sampled.
 #[inline(always)]
-pub(crate) fn may_be_marked(ptr: *mut u8) -> bool {
-    (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
+pub(crate) fn may_be_marked(ptr: *mut u8, align: usize) -> bool {
+    let mask = FREE_MASK.load(Ordering::Relaxed);
+    let offset = if align <= SMALL_OFFSET { mask & SMALL_OFFSET } else { 0 };
+    (ptr as usize) & mask == offset
 }
 
 /// Whether a sampled block may live in `ptr`'s page bucket: the counters, for a pointer that
@@ -75,10 +88,11 @@ pub(crate) fn in_sampled_bucket(ptr: *mut u8) -> bool {
         && PAGES.get(p % PAGE_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
 }
 
-/// Whether the block at `ptr` may be a sampled one: both tests. `false` is definite.
+/// Whether the block at `ptr`, requested aligned to `align`, may be a sampled one: both tests.
+/// `false` is definite.
 #[inline(always)]
-pub(crate) fn maybe_sampled(ptr: *mut u8) -> bool {
-    may_be_marked(ptr) && in_sampled_bucket(ptr)
+pub(crate) fn maybe_sampled(ptr: *mut u8, align: usize) -> bool {
+    may_be_marked(ptr, align) && in_sampled_bucket(ptr)
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
@@ -118,11 +132,22 @@ pub(crate) fn look_up_every_free() {
     FREE_MASK.store(0, Ordering::SeqCst);
 }
 
-/// The layout a sampled block is allocated with: the caller's, with the alignment raised to
-/// [`MARK_ALIGN`]. `None` if that is not a valid layout (a size near `isize::MAX`).
+/// How a marked block of a request is allocated: the layout, and how far into the block the
+/// caller's pointer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Marked {
+    pub(crate) layout: Layout,
+    pub(crate) offset: usize,
+}
+
+/// How a sampled block of the caller's `layout` is allocated to carry the mark: [`SMALL_OFFSET`]
+/// bytes larger and handed out that far in for alignments up to [`SMALL_OFFSET`], else as it is;
+/// aligned to [`MARK_ALIGN`]. `None` if that is not a valid layout (a size near `isize::MAX`).
 #[inline]
-pub(crate) fn marked(layout: Layout) -> Option<Layout> {
-    layout.align_to(MARK_ALIGN).ok()
+pub(crate) fn marked(layout: Layout) -> Option<Marked> {
+    let offset = if layout.align() <= SMALL_OFFSET { SMALL_OFFSET } else { 0 };
+    let layout = Layout::from_size_align(layout.size().checked_add(offset)?, layout.align().max(MARK_ALIGN)).ok()?;
+    Some(Marked { layout, offset })
 }
 
 #[cfg(test)]
@@ -130,12 +155,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn marked_layouts_keep_their_size() {
-        let l = Layout::from_size_align(64, 8).unwrap();
-        let m = marked(l).unwrap();
-        assert_eq!((m.size(), m.align()), (64, MARK_ALIGN));
+    fn marked_layouts() {
+        let m = marked(Layout::from_size_align(64, 8).unwrap()).unwrap();
+        assert_eq!((m.layout.size(), m.layout.align(), m.offset), (72, MARK_ALIGN, 8));
+        let m = marked(Layout::from_size_align(64, 16).unwrap()).unwrap();
+        assert_eq!((m.layout.size(), m.layout.align(), m.offset), (64, MARK_ALIGN, 0));
         let big = Layout::from_size_align(1 << 20, 1 << 16).unwrap();
-        assert_eq!(marked(big), Some(big));
+        assert_eq!(marked(big), Some(Marked { layout: big, offset: 0 }));
+        assert_eq!(marked(Layout::from_size_align(isize::MAX as usize - 2, 1).unwrap()), None);
+    }
+
+    /// A small request's mark is 8 past a page boundary; a larger alignment's is the boundary.
+    #[test]
+    fn the_mark_depends_on_the_alignment() {
+        let page = core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * 9);
+        assert!(may_be_marked(page.wrapping_add(8), 1) && may_be_marked(page.wrapping_add(8), 8));
+        assert!(!may_be_marked(page, 8) && !may_be_marked(page.wrapping_add(16), 8));
+        assert!(may_be_marked(page, 16) && may_be_marked(page, 4096));
+        assert!(!may_be_marked(page.wrapping_add(8), 16) && !may_be_marked(page.wrapping_add(16), 16));
     }
 
     /// An unsampled pointer on a page boundary is settled by its bucket's counter; a noted one is not,
@@ -144,15 +181,16 @@ mod tests {
     fn page_buckets_count_sampled_blocks() {
         let page = |n: usize| core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * n);
         let (a, b) = (page(3 + 7 * PAGE_BUCKETS), page(3 + 11 * PAGE_BUCKETS));
-        assert!(!maybe_sampled(a) && !maybe_sampled(b));
-        assert!(!maybe_sampled(a.wrapping_add(16)));
+        assert!(!maybe_sampled(a, 16) && !maybe_sampled(b, 16));
+        assert!(!maybe_sampled(a.wrapping_add(16), 16));
         noted(a);
-        assert!(maybe_sampled(a) && maybe_sampled(b), "one bucket");
-        assert!(!maybe_sampled(page(4)) && !maybe_sampled(a.wrapping_add(16)));
+        assert!(maybe_sampled(a, 16) && maybe_sampled(b, 16), "one bucket");
+        assert!(maybe_sampled(a.wrapping_add(8), 8), "the small mark, same page");
+        assert!(!maybe_sampled(page(4), 16) && !maybe_sampled(a.wrapping_add(16), 16));
         // Same first-level bucket, another second-level one: the second level settles it.
-        assert!(!maybe_sampled(page(3 + FILTER_BUCKETS)));
+        assert!(!maybe_sampled(page(3 + FILTER_BUCKETS), 16));
         forgotten(a);
-        assert!(!maybe_sampled(a));
+        assert!(!maybe_sampled(a, 16));
     }
 
     /// A first-level counter that fills up stays full: its bucket always goes on to the second level,
@@ -165,9 +203,9 @@ mod tests {
         assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
         blocks.iter().for_each(|&p| forgotten(p));
         assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
-        assert!(!maybe_sampled(blocks[0]), "the exact level says no");
+        assert!(!maybe_sampled(blocks[0], 16), "the exact level says no");
         noted(blocks[1]);
-        assert!(maybe_sampled(blocks[0]));
+        assert!(maybe_sampled(blocks[0], 16));
         forgotten(blocks[1]);
     }
 }

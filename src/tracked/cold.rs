@@ -41,12 +41,12 @@ fn shard<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Result<&'static Shard, &'sta
     }
 }
 
-/// The layout a block allocated with the caller's `layout` really has: the marked one if its entry
-/// `e` says it carries the mark.
-fn real_layout(layout: Layout, e: Option<&Entry>) -> Layout {
-    match e {
-        Some(e) if e.marked => mark::marked(layout).unwrap_or(layout),
-        _ => layout,
+/// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
+/// starts and its layout, the marked ones if its entry `e` says it carries the mark.
+fn real(ptr: *mut u8, layout: Layout, e: Option<&Entry>) -> (*mut u8, Layout) {
+    match e.filter(|e| e.marked).and_then(|_| mark::marked(layout)) {
+        Some(m) => (ptr.wrapping_sub(m.offset), m.layout),
+        None => (ptr, layout),
     }
 }
 
@@ -103,7 +103,7 @@ fn count<W: Writer, T: Tier>(
 }
 
 impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
-    /// How the block at `ptr`, requested with `layout` and allocated with `real` (marked, if it was
+    /// How the block requested with `layout` and allocated at `ptr` with `real` (marked, if it was
     /// sampled while marking), is accounted: in the exact tier, what the allocator gave it; in the
     /// sampled tier, where a sample stands for many blocks, what an unmarked block would have had
     /// (a marked block's 4 KiB, times its weight, would stand for nothing real).
@@ -136,17 +136,18 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     unsafe fn allocate_in<W: Writer>(&self, s: &'static Shard, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
         let size = layout.size();
         let weight = self.charge::<W>(s, size);
-        let (ptr, real, kept) = match weight {
+        let (ptr, kept) = match weight {
             // SAFETY: the caller's guarantees, passed on.
             Some(w) => unsafe { self.allocate_sampled(layout, zeroed, w, frame) },
             // SAFETY: the caller's guarantees, passed on.
-            None => (unsafe { self.inner_alloc(layout, zeroed) }, layout, None),
+            None => (unsafe { self.inner_alloc(layout, zeroed) }, None),
         };
         if ptr.is_null() {
             s.hot.clock.refund(size, W::SHARED);
             return ptr;
         }
-        count::<W, T>(s, true, size, self.usable(ptr, layout, real), kept.as_ref());
+        let (base, real) = real(ptr, layout, kept.as_ref());
+        count::<W, T>(s, true, size, self.usable(base, layout, real), kept.as_ref());
         ptr
     }
 
@@ -161,41 +162,37 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         event.weight
     }
 
-    /// A sampled allocation: marked (while marking is on), with its site, in the side table. A block
-    /// the table has no room for is not sampled, and never carries the mark. Returns the block, the
-    /// layout it was allocated with (the one its usable size is accounted with: a marked block's
-    /// usable size is what the allocator really gave it, the mark's cost included), and its entry if
-    /// it is in the side table.
+    /// A sampled allocation: marked (while marking is on: `mark::marked` says how), with its site, in
+    /// the side table. A block the table has no room for is not sampled, and never carries the mark.
+    /// Returns the block handed out and its entry if it is in the side table (from which [`real`]
+    /// tells where and how it was allocated).
     ///
     /// # Safety
     ///
     /// `layout` as for `GlobalAlloc::alloc`.
-    unsafe fn allocate_sampled(
-        &self,
-        layout: Layout,
-        zeroed: bool,
-        weight: f64,
-        frame: Frame,
-    ) -> (*mut u8, Layout, Option<Entry>) {
-        let marked = if mark::marking() { mark::marked(layout) } else { None };
-        let real = marked.unwrap_or(layout);
-        // SAFETY: `real` is `layout` with a larger power-of-two alignment, still non-zero in size.
-        let ptr = unsafe { self.inner_alloc(real, zeroed) };
-        if ptr.is_null() {
-            // The larger alignment may be what failed: the caller's own layout is still owed a try.
+    unsafe fn allocate_sampled(&self, layout: Layout, zeroed: bool, weight: f64, frame: Frame) -> (*mut u8, Option<Entry>) {
+        let Some(m) = mark::marking().then(|| mark::marked(layout)).flatten() else {
             // SAFETY: the caller's guarantees.
-            return (if marked.is_some() { unsafe { self.inner_alloc(layout, zeroed) } } else { ptr }, layout, None);
+            let ptr = unsafe { self.inner_alloc(layout, zeroed) };
+            let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, false) };
+            return (ptr, entry);
+        };
+        // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
+        let base = unsafe { self.inner_alloc(m.layout, zeroed) };
+        if base.is_null() {
+            // The mark may be what failed: the caller's own layout is still owed a try.
+            // SAFETY: the caller's guarantees.
+            return (unsafe { self.inner_alloc(layout, zeroed) }, None);
         }
-        if let Some(entry) = keep(ptr, layout.size(), weight, frame, marked.is_some()) {
-            return (ptr, real, Some(entry));
+        // In bounds: the block is `m.offset` bytes larger than the request.
+        let ptr = base.wrapping_add(m.offset);
+        if let Some(entry) = keep(ptr, layout.size(), weight, frame, true) {
+            return (ptr, Some(entry));
         }
-        if marked.is_none() {
-            return (ptr, layout, None);
-        }
-        // SAFETY: `ptr` was just allocated with `real` and nobody else knows it.
-        unsafe { self.inner.dealloc(ptr, real) };
+        // SAFETY: `base` was just allocated with `m.layout` and nobody else knows it.
+        unsafe { self.inner.dealloc(base, m.layout) };
         // SAFETY: the caller's guarantees.
-        (unsafe { self.inner_alloc(layout, zeroed) }, layout, None)
+        (unsafe { self.inner_alloc(layout, zeroed) }, None)
     }
 
     /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the
@@ -204,9 +201,9 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
-        let sampled = sampler::take(ptr);
-        let real = real_layout(layout, sampled.as_ref());
-        let usable = self.usable(ptr, layout, real);
+        let sampled = sampler::take(ptr, layout.align());
+        let (base, real) = real(ptr, layout, sampled.as_ref());
+        let usable = self.usable(base, layout, real);
         let weight = sampled.map(|e| e.weight);
         if T::EXACT || weight.is_some() {
             match shard(self) {
@@ -224,9 +221,9 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if let Some(e) = sampled {
             settle(&pool::me(), &e);
         }
-        // SAFETY: `ptr` came from this allocator with `real`: the caller's layout, or for a marked
-        // block the marked one it was allocated with (`allocate_sampled`).
-        unsafe { self.inner.dealloc(ptr, real) }
+        // SAFETY: the block came from this allocator at `base` with `real`: the caller's pointer and
+        // layout, or for a marked block the ones it was allocated with (`allocate_sampled`).
+        unsafe { self.inner.dealloc(base, real) }
     }
 
     /// `realloc`. The new size is an allocation for the clock; the old block, if sampled, is freed
@@ -254,20 +251,21 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         frame: Frame,
     ) -> *mut u8 {
         // The block is ours: nobody else can remove or add its entry meanwhile.
-        let old = sampler::peek(ptr);
-        let old_usable = self.usable(ptr, layout, real_layout(layout, old.as_ref()));
+        let old = sampler::peek(ptr, layout.align());
+        let (old_base, old_real) = real(ptr, layout, old.as_ref());
+        let old_usable = self.usable(old_base, layout, old_real);
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let weight = self.charge::<W>(s, new_size);
         let by_hand = old.is_some_and(|e| e.marked) || (weight.is_some() && mark::marking());
-        let (new_ptr, new_real, kept) = if by_hand {
+        let (new_ptr, kept) = if by_hand {
             // SAFETY: the caller's guarantees about `ptr`, `layout` and `new_size`.
             unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
         } else {
             // Before the old block can go back to the allocator (its address may be reused at once).
             if old.is_some() {
-                sampler::take(ptr);
+                sampler::take(ptr, layout.align());
             }
             // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
             let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -285,13 +283,14 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                 Some(w) if !p.is_null() => keep(p, new_size, w, frame, false),
                 _ => None,
             };
-            (p, new_layout, kept)
+            (p, kept)
         };
         if new_ptr.is_null() {
             s.hot.clock.refund(new_size, W::SHARED);
             return new_ptr;
         }
-        let new_usable = self.usable(new_ptr, new_layout, new_real);
+        let (new_base, new_real) = real(new_ptr, new_layout, kept.as_ref());
+        let new_usable = self.usable(new_base, new_layout, new_real);
         if T::EXACT {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
         } else {
@@ -305,8 +304,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// A reallocation where a block carries the mark: allocate the new block (sampled or not), copy,
-    /// then settle and free the old one with the layout it has. On failure nothing changed. Returns
-    /// the new block, the layout it was allocated with and its weight if it is sampled.
+    /// then settle and free the old one where and with the layout it was allocated. On failure
+    /// nothing changed. Returns the new block and its entry if it is sampled.
     ///
     /// # Safety
     ///
@@ -320,25 +319,25 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         old: Option<Entry>,
         weight: Option<f64>,
         frame: Frame,
-    ) -> (*mut u8, Layout, Option<Entry>) {
-        let (p, new_real, kept) = match weight {
+    ) -> (*mut u8, Option<Entry>) {
+        let (p, kept) = match weight {
             // SAFETY: `new_layout` is valid and non-zero in size.
             Some(w) => unsafe { self.allocate_sampled(new_layout, false, w, frame) },
             // SAFETY: as above.
-            None => (unsafe { self.inner_alloc(new_layout, false) }, new_layout, None),
+            None => (unsafe { self.inner_alloc(new_layout, false) }, None),
         };
         if p.is_null() {
-            return (p, new_real, None);
+            return (p, None);
         }
         // SAFETY: both blocks are live and distinct, each at least the copied length.
         unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
-        let real = real_layout(layout, old.as_ref());
+        let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
-            sampler::take(ptr);
+            sampler::take(ptr, layout.align());
             settle(&pool::me(), &e);
         }
-        // SAFETY: `ptr` came from this allocator with `real`, and its entry is gone.
-        unsafe { self.inner.dealloc(ptr, real) };
-        (p, new_real, kept)
+        // SAFETY: the block came from this allocator at `base` with `real`, and its entry is gone.
+        unsafe { self.inner.dealloc(base, real) };
+        (p, kept)
     }
 }

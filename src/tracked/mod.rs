@@ -233,7 +233,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
         let kind = backend::kind_of_value(&self.inner);
-        if !sampler::maybe_sampled(ptr) {
+        if !sampler::maybe_sampled(ptr, layout.align()) {
             if let Some(rule) = usable::fast(kind, self.probe, layout) {
                 let s = pool::current();
                 if !pool::is_parked(s) {
@@ -305,7 +305,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.deallocate_exact(ptr, layout) };
         }
-        if !sampler::may_be_marked(ptr) {
+        if !sampler::may_be_marked(ptr, layout.align()) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -316,7 +316,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !T::EXACT && !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
+        if !T::EXACT && !sampler::may_be_marked(ptr, layout.align()) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
