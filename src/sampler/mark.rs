@@ -11,11 +11,13 @@
 //! - a request aligned to 16 bytes or more is allocated 4 KiB-aligned, its address on the boundary,
 //!   where an unsampled pointer also lands: the first block of many slabs, every page-sized block.
 //!
-//! Every free and reallocation tests `ptr & 4095` against its request's mark ([`may_be_marked`],
-//! inlined into the caller; the alignment is usually a constant there, so one `and` and a compare
-//! with one cached word, [`FREE_MASK`]). A mismatch means "not sampled" with no other memory read.
-//! A match goes out of line to [`in_sampled_bucket`], two levels of counters of live sampled blocks
-//! indexed by the page number's low bits:
+//! Every free and reallocation tests whether `ptr & 4095` is 0 or 8 ([`may_be_marked`], inlined into
+//! the caller: an `and` with one cached word, [`FREE_MASK`]). Anything else means "not sampled" with
+//! no other memory read. A match goes out of line (the caller's alignment is usually not a constant
+//! there: `__rust_dealloc` takes it as an argument), where [`maybe_sampled`] tells the request's own
+//! mark (8 for alignments up to 8, else 0: a page-aligned block of a small request, the common
+//! false match, is settled here with no memory read) and then reads [`in_sampled_bucket`], two levels
+//! of counters of live sampled blocks indexed by the page number's low bits:
 //! - [`FILTER`], 1 KiB (16 cache lines): one byte per 1,024 buckets. A counter that reaches 255
 //!   stays there (its increments and decrements stop), so a byte never overflows; it only makes its
 //!   bucket look occupied for good.
@@ -48,10 +50,10 @@ pub(crate) const SMALL_OFFSET: usize = 8;
 /// bytes): every free looks at the counters instead.
 pub(crate) const MIN_MARKING_MEAN: u64 = 64 << 10;
 
-/// The bits of a free's pointer that the mark sets: `MARK_ALIGN - 1` while sampled blocks are
-/// marked, 0 once every free looks at the counters. The offset a small request's mark leaves is
-/// `FREE_MASK & SMALL_OFFSET` (8, or 0 with the mask), so one load gives both.
-static FREE_MASK: AtomicUsize = AtomicUsize::new(MARK_ALIGN - 1);
+/// The low bits of a pointer that are 0 in either mark, 0 or 8 past a page boundary: `MARK_ALIGN - 1`
+/// without `SMALL_OFFSET` while sampled blocks are marked, 0 once every free looks at the counters.
+static FREE_MASK: AtomicUsize = AtomicUsize::new(MARKING);
+const MARKING: usize = (MARK_ALIGN - 1) & !SMALL_OFFSET;
 
 /// The first level: live sampled blocks by the low 10 bits of their page number, saturating at
 /// [`STUCK`].
@@ -70,29 +72,35 @@ fn page(ptr: *mut u8) -> usize {
     (ptr as usize) / MARK_ALIGN
 }
 
-/// Whether the block at `ptr`, requested aligned to `align`, may carry the mark: the test every free
-/// and reallocation makes inline. `false` is definite: the block was not sampled.
+/// Whether the block at `ptr` may carry either mark: the test every free and reallocation makes
+/// inline. `false` is definite: the block was not sampled.
 #[inline(always)]
-pub(crate) fn may_be_marked(ptr: *mut u8, align: usize) -> bool {
-    let mask = FREE_MASK.load(Ordering::Relaxed);
-    let offset = if align <= SMALL_OFFSET { mask & SMALL_OFFSET } else { 0 };
-    (ptr as usize) & mask == offset
+pub(crate) fn may_be_marked(ptr: *mut u8) -> bool {
+    (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
+}
+
+/// Whether the block at `ptr`, requested aligned to `align`, sits where its request's mark would
+/// put it (always, once every free looks at the counters). No memory read beyond [`FREE_MASK`].
+#[inline(always)]
+fn at_its_mark(ptr: *mut u8, align: usize) -> bool {
+    let offset = if align <= SMALL_OFFSET { SMALL_OFFSET } else { 0 };
+    !marking() || (ptr as usize) % MARK_ALIGN == offset
 }
 
 /// Whether a sampled block may live in `ptr`'s page bucket: the counters, for a pointer that
 /// [`may_be_marked`]. `false` is definite. Two loads, the second rarely.
 #[inline(always)]
-pub(crate) fn in_sampled_bucket(ptr: *mut u8) -> bool {
+fn in_sampled_bucket(ptr: *mut u8) -> bool {
     let p = page(ptr);
     FILTER.get(p % FILTER_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
         && PAGES.get(p % PAGE_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
 }
 
-/// Whether the block at `ptr`, requested aligned to `align`, may be a sampled one: both tests.
+/// Whether the block at `ptr`, requested aligned to `align`, may be a sampled one: every test.
 /// `false` is definite.
 #[inline(always)]
 pub(crate) fn maybe_sampled(ptr: *mut u8, align: usize) -> bool {
-    may_be_marked(ptr, align) && in_sampled_bucket(ptr)
+    may_be_marked(ptr) && at_its_mark(ptr, align) && in_sampled_bucket(ptr)
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
@@ -169,10 +177,12 @@ mod tests {
     #[test]
     fn the_mark_depends_on_the_alignment() {
         let page = core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * 9);
-        assert!(may_be_marked(page.wrapping_add(8), 1) && may_be_marked(page.wrapping_add(8), 8));
-        assert!(!may_be_marked(page, 8) && !may_be_marked(page.wrapping_add(16), 8));
-        assert!(may_be_marked(page, 16) && may_be_marked(page, 4096));
-        assert!(!may_be_marked(page.wrapping_add(8), 16) && !may_be_marked(page.wrapping_add(16), 16));
+        assert!(may_be_marked(page) && may_be_marked(page.wrapping_add(8)));
+        assert!(!may_be_marked(page.wrapping_add(16)) && !may_be_marked(page.wrapping_add(24)));
+        assert!(at_its_mark(page.wrapping_add(8), 1) && at_its_mark(page.wrapping_add(8), 8));
+        assert!(!at_its_mark(page, 8) && !at_its_mark(page.wrapping_add(16), 8));
+        assert!(at_its_mark(page, 16) && at_its_mark(page, 4096));
+        assert!(!at_its_mark(page.wrapping_add(8), 16) && !at_its_mark(page.wrapping_add(16), 16));
     }
 
     /// An unsampled pointer on a page boundary is settled by its bucket's counter; a noted one is not,

@@ -217,7 +217,7 @@ pub(crate) fn configured_error() -> Option<SamplingError> {
     INVALID.load(Ordering::Acquire).then(|| SamplingError::TooSmall { mean: INVALID_MEAN.load(Ordering::Relaxed) })
 }
 
-pub(crate) use mark::{in_sampled_bucket, may_be_marked, maybe_sampled};
+pub(crate) use mark::{may_be_marked, maybe_sampled};
 
 /// Puts the sampled block at `ptr` in the side table, before it is handed out. `false` (and a
 /// counted drop) when its neighbourhood is full.

@@ -18,9 +18,10 @@
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
 //!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call;
-//! - `dealloc`: the pointer tested against the mark (`sampler::may_be_marked`: an `and` with one
-//!   cached word), and the inner call; a 4 KiB-aligned pointer calls `deallocate_aligned` instead,
-//!   which reads its page bucket's counters (`sampler::in_sampled_bucket`) before the inner call;
+//! - `dealloc`: the pointer tested against the marks (`sampler::may_be_marked`: an `and` with one
+//!   cached word), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
+//!   `deallocate_aligned` instead, which tests its request's own mark and reads its page bucket's
+//!   counters (`sampler::maybe_sampled`) before the inner call;
 //! - `realloc`: the same pointer test for the old block (an aligned one goes to the cold path) and
 //!   the countdown for the new size.
 //!
@@ -250,12 +251,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { self.deallocate_cold(ptr, layout) }
     }
 
-    /// The sampled tier's free of a pointer that may carry the mark: its page bucket's counters
-    /// (`sampler::mark`), then the inner call, or the cold path when a sampled block may live there.
+    /// The sampled tier's free of a pointer that may carry a mark: its request's own mark, then its
+    /// page bucket's counters (`sampler::mark`), then the inner call, or the cold path when a sampled
+    /// block may live there.
     /// Out of line, so that call sites hold only the pointer test.
     #[inline(never)]
     unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
-        if !sampler::in_sampled_bucket(ptr) {
+        if !sampler::maybe_sampled(ptr, layout.align()) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -305,7 +307,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.deallocate_exact(ptr, layout) };
         }
-        if !sampler::may_be_marked(ptr, layout.align()) {
+        if !sampler::may_be_marked(ptr) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -316,7 +318,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !T::EXACT && !sampler::may_be_marked(ptr, layout.align()) && pool::current().hot.clock.take(new_size) {
+        if !T::EXACT && !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
