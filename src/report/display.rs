@@ -142,11 +142,15 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
     let interval =
         o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0));
     let clamped = if o.clamped { ", lowered to the exact count" } else { "" };
+    let count = |n: u64, i: Option<(u64, u64)>| match i {
+        Some((lo, hi)) if (lo, hi) != (n, n) => format!("≈{n} (95% {lo}-{hi})"),
+        _ => format!("≈{n}"),
+    };
     writeln!(
         f,
-        "           cross-thread frees ≈{} of ≈{} = {}{interval}; bytes ≈{} = {} (estimates from {} sampled frees{clamped})",
-        o.cross_thread_frees,
-        o.frees,
+        "           cross-thread frees {} of {} = {}{interval}; bytes ≈{} = {} (estimates from {} sampled frees{clamped})",
+        count(o.cross_thread_frees, o.cross_thread_frees_interval),
+        count(o.frees, o.frees_interval),
         opt_percent(o.cross_thread_free_ratio),
         Bytes(o.cross_thread_bytes),
         opt_percent(o.cross_thread_byte_ratio),

@@ -248,6 +248,17 @@ pub struct Origin {
     pub cross_thread_byte_ratio: Option<f64>,
     /// 95% interval of `cross_thread_free_ratio` (Wilson score with the samples' effective size).
     pub ratio_interval: Option<(f64, f64)>,
+    /// 95% interval of `frees` (`None` with too few samples). Each block is sampled on its own
+    /// (disjoint stretches of a Poisson process over allocated bytes), so the estimate's variance is
+    /// estimated by `Σ w(w − 1)` over the sampled frees, `w` each one's weight; the interval is the
+    /// estimate ± 1.96 of its square root, and is exact (a single point) with every block sampled.
+    /// JSON: `est_frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees_interval"))]
+    pub frees_interval: Option<(u64, u64)>,
+    /// 95% interval of `cross_thread_frees`, as for `frees_interval`. JSON:
+    /// `est_cross_thread_frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees_interval"))]
+    pub cross_thread_frees_interval: Option<(u64, u64)>,
     /// Largest cells of the (allocating thread → freeing thread) matrix, by frees.
     pub pairs: Vec<OriginPair>,
     /// Matrix cells that did not fit (more distinct thread pairs than the matrix holds).

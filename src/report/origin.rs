@@ -50,6 +50,17 @@ pub(super) fn effective_samples(weighted: u64, w2: u64) -> f64 {
     if w2 > 0 { w * w / w2 as f64 } else { 0.0 }
 }
 
+/// The 95% interval of a Horvitz–Thompson count whose weights (fixed point) sum to `weighted` and
+/// whose squared weights sum to `w2`: the estimate ± 1.96 √(Σw² − Σw), the low end at least 0 and
+/// the high end at most `cap` (the exact count it is part of).
+pub(super) fn count_interval(weighted: u64, w2: u64, cap: u64) -> (u64, u64) {
+    const Z: f64 = 1.959_964;
+    let est = weighted as f64 / W_ONE as f64;
+    let half = Z * (w2 as f64 - est).max(0.0).sqrt();
+    let est = units(weighted).min(cap);
+    (((est as f64 - half).max(0.0) as u64).min(est), ((est as f64 + half).ceil() as u64).clamp(est, cap.max(est)))
+}
+
 /// Estimates `(a, b)` of two parts of an exact total `cap`, each at most what is left of `cap`: an
 /// estimate never exceeds the exact count it is part of. The first part and the sum are minimums of
 /// non-decreasing sequences, so both, published as counters, never go down.
@@ -119,6 +130,10 @@ pub(super) fn section(
     // unclamped estimates) stays as estimated.
     let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
     let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
+    let enough = sampled_frees >= MIN_SAMPLES;
+    let frees_interval =
+        enough.then(|| count_interval(frees_w, all.local_w2.saturating_add(all.remote_w2), exact_frees));
+    let cross_thread_frees_interval = enough.then(|| count_interval(all.remote, all.remote_w2, exact_frees));
     Some(Origin {
         sampling,
         sampled_blocks,
@@ -132,6 +147,8 @@ pub(super) fn section(
         cross_thread_bytes: units(all.remote_bytes).min(exact_freed_bytes),
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
+        frees_interval,
+        cross_thread_frees_interval,
         pairs,
         dropped_pairs: TALLY.pair_drops(),
         lifetimes,

@@ -170,7 +170,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// # Safety
     ///
     /// `layout` as for `GlobalAlloc::alloc`.
-    unsafe fn allocate_sampled(&self, layout: Layout, zeroed: bool, weight: f64, frame: Frame) -> (*mut u8, Option<Entry>) {
+    unsafe fn allocate_sampled(
+        &self,
+        layout: Layout,
+        zeroed: bool,
+        weight: f64,
+        frame: Frame,
+    ) -> (*mut u8, Option<Entry>) {
         let Some(m) = mark::marking().then(|| mark::marked(layout)).flatten() else {
             // SAFETY: the caller's guarantees.
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };

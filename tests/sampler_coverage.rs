@@ -1,0 +1,123 @@
+//! The sampler's estimates over many processes: each process seeds its sampling clocks at random, so
+//! each is one independent draw of the estimator. Ground truth is what the workload did (it counts
+//! its own hand-offs) and the exact tier's counts. An unbiased estimator with honest intervals covers
+//! the truth in about 95% of processes, and its estimates average to the truth; the address-keyed
+//! gate this sampler replaced estimated frees at 0.74 to 1.00 of the truth on this workload.
+
+mod common;
+
+use std::sync::mpsc::sync_channel;
+
+use common::{is_child, raw_alloc, raw_free, run_child, under_memcheck};
+
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
+
+const PROCESSES: usize = 24;
+const BLOCKS: usize = 200_000;
+const BATCH: usize = 500;
+
+/// xorshift64.
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// One process's draw: a producer allocates `BLOCKS` blocks of 48 B to 32 KiB; every other block
+/// goes to a consumer thread in batches, the rest are freed by the producer a little later. Prints
+/// `estimate low high truth` for all frees and for cross-thread frees.
+#[test]
+#[ignore = "run by `intervals_cover_the_truth_across_processes` in its own process"]
+fn coverage_child() {
+    common::child_only("intervals_cover_the_truth_across_processes");
+    let before = frag::report();
+    let t0 = frag::totals();
+    let (tx, rx) = sync_channel::<Vec<(usize, usize)>>(4);
+    let consumer = std::thread::spawn(move || {
+        let mut batches = 0u64;
+        for batch in rx {
+            batch.into_iter().for_each(|(b, s)| raw_free(b, s));
+            batches += 1;
+        }
+        batches
+    });
+    let producer = std::thread::spawn(move || {
+        let mut rng = 0x2545_F491_4F6C_DD1D_u64;
+        let mut ring = vec![(0usize, 0usize); 256];
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut handed = 0u64;
+        for i in 0..BLOCKS {
+            let size = 48 + (next(&mut rng) % (32_768 - 48 + 1)) as usize;
+            let b = raw_alloc(size);
+            if i % 2 == 0 {
+                batch.push((b, size));
+                handed += 1;
+                if batch.len() == BATCH {
+                    tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).unwrap();
+                }
+            } else {
+                let old = std::mem::replace(&mut ring[i % 256], (b, size));
+                if old.0 != 0 {
+                    raw_free(old.0, old.1);
+                }
+            }
+        }
+        ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+        tx.send(batch).unwrap();
+        handed
+    });
+    let handed = producer.join().unwrap();
+    let batches = consumer.join().unwrap();
+    let t1 = frag::totals();
+    let after = frag::report();
+    let (o0, o1) = (before.origin.expect("origin"), after.origin.expect("origin"));
+    // Every free in the window, of any block: deallocations and reallocations' old blocks (exact).
+    let frees = (t1.deallocations + t1.reallocations) - (t0.deallocations + t0.reallocations);
+    // Blocks of the producer freed by the consumer: the hand-offs and the batches' own buffers (the
+    // channel's own blocks, one per 32 messages or so, are within the interval's rounding).
+    let cross = handed + batches;
+    let line = |est: u64, est0: u64, i: Option<(u64, u64)>, truth: u64| {
+        // The window's estimate is the difference of two cumulative ones; its interval is taken as
+        // the end's interval shifted by the start's estimate (the start rests on a few samples).
+        let (lo, hi) = i.expect("interval");
+        format!("{} {} {} {truth}", est - est0, lo.saturating_sub(est0), hi.saturating_sub(est0))
+    };
+    println!(
+        "COVERAGE frees {} cross {}",
+        line(o1.frees, o0.frees, o1.frees_interval, frees),
+        line(o1.cross_thread_frees, o0.cross_thread_frees, o1.cross_thread_frees_interval, cross)
+    );
+}
+
+#[test]
+fn intervals_cover_the_truth_across_processes() {
+    if is_child() || under_memcheck() {
+        // Under valgrind 24 processes of 200,000 blocks take too long; the estimator is the same.
+        return;
+    }
+    let mut rows: Vec<[f64; 8]> = Vec::new();
+    for _ in 0..PROCESSES {
+        let out = run_child("coverage_child", &[]);
+        let line = out.split_once("COVERAGE").and_then(|(_, rest)| rest.lines().next()).expect("a coverage line");
+        let v: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        rows.push(v.try_into().expect("8 figures"));
+    }
+    for (name, at) in [("frees", 0), ("cross-thread frees", 4)] {
+        let covered = rows.iter().filter(|r| (r[at + 1]..=r[at + 2]).contains(&r[at + 3])).count();
+        let ratios: Vec<f64> = rows.iter().map(|r| r[at] / r[at + 3]).collect();
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        let (min, max) = ratios.iter().fold((f64::MAX, f64::MIN), |(a, b), &r| (a.min(r), b.max(r)));
+        eprintln!(
+            "{name}: {covered} of {PROCESSES} intervals cover the truth; estimate / truth mean {mean:.4}, \
+             range {min:.3}..{max:.3}"
+        );
+        // 95% intervals miss about 1.2 of 24 processes; 6 or more misses happen about once in 700
+        // runs of a correct estimator, and every time for one a few points off.
+        assert!(covered >= PROCESSES - 5, "{name}: only {covered} of {PROCESSES} intervals cover the truth");
+        // Each estimate's own error is about 3% (one standard deviation); their mean over 24
+        // processes about 0.7%: 2.5% is more than 3.5 of those.
+        assert!((mean - 1.0).abs() < 0.025, "{name}: estimates average {mean:.4} of the truth");
+    }
+}
