@@ -38,13 +38,17 @@
 //! - `dealloc`: the same mark test, the shard, a test that it is the thread's own (not the parked
 //!   one), the same bookkeeping, and the inner call as a tail call.
 //!
-//! These are out of line (`allocate_exact`, `deallocate_exact`): the inlined `GlobalAlloc` methods
-//! call them, so call sites stay as small as with the bare allocator.
+//! - `realloc`: the same mark test for the old block, both sizes on the fast path, the countdown for
+//!   the new size, the old block's usable size where the rule needs the block, the inner call, a null
+//!   test, and the block moved from its old class's counters to its new one's.
+//!
+//! These are out of line (`allocate_exact`, `deallocate_exact`, `reallocate_exact`): the inlined
+//! `GlobalAlloc` methods call them, so call sites stay as small as with the bare allocator.
 //!
 //! Everything else takes the out-of-line cold path (`cold.rs`): a sampling event (the clock ran out:
 //! this allocation is sampled), a marked pointer (maybe a sampled block: the side table says), a
 //! thread without a shard yet, and in the exact tier over-aligned or large requests (usable sizes per
-//! block), `realloc`, and a failed allocation (null), which is never counted. (In the sampled tier a
+//! block) and a failed allocation (null), which is never counted. (In the sampled tier a
 //! failed allocation keeps its charge on the clock: nothing after the inner call refunds it.)
 
 mod cold;
@@ -251,6 +255,38 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { self.deallocate_cold(ptr, layout) }
     }
 
+    /// The exact tier's reallocation: its fast path, or the cold one. Out of line, like
+    /// [`Self::allocate_exact`].
+    #[inline(never)]
+    unsafe fn reallocate_exact(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let kind = backend::kind_of_value(&self.inner);
+        // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
+        // overflow `isize`, which is all `Layout` requires.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        if !sampler::maybe_sampled(ptr, layout.align()) {
+            if let (Some(old_rule), Some(new_rule)) =
+                (usable::fast(kind, self.probe, layout), usable::fast(kind, self.probe, new_layout))
+            {
+                if pool::current().hot.clock.take(new_size) {
+                    // Read before the call: the old block is gone after it.
+                    let old_usable = old_rule.resolve(kind, old_rule.probe(self.probe), ptr, layout.size());
+                    let probe = new_rule.probe(self.probe);
+                    // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it
+                    // has the caller's layout.
+                    let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
+                    if p.is_null() {
+                        return cold::failed(new_size);
+                    }
+                    let new_usable = new_rule.resolve(kind, probe, p, new_size);
+                    pool::current().count_realloc::<Owner>((layout.size(), old_usable), (new_size, new_usable));
+                    return p;
+                }
+            }
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.reallocate(ptr, layout, new_size) }
+    }
+
     /// The sampled tier's free of a pointer that may carry a mark: its request's own mark, then its
     /// page bucket's counters (`sampler::mark`), then the inner call, or the cold path when a sampled
     /// block may live there.
@@ -318,7 +354,11 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !T::EXACT && !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
+        if T::EXACT {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.reallocate_exact(ptr, layout, new_size) };
+        }
+        if !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
