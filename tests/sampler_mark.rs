@@ -73,3 +73,46 @@ fn only_sampled_blocks_move_and_the_mark_costs_about_a_page_per_sample() {
     free(live);
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
 }
+
+/// Large requests are marked where jemalloc puts them anyway, on a page boundary: no large block,
+/// sampled or not, and no step of a growing buffer, ends up in another class than its request's,
+/// and every sampled block is found again when it is freed (reallocated blocks included).
+#[test]
+fn large_blocks_are_sampled_where_they_are() {
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    let origin = || frag::report().origin.map_or((0, 0), |o| (o.sampled_blocks, o.sampled_frees));
+    let (sampled0, freed0) = origin();
+    let layout = Layout::from_size_align(64 << 10, 8).unwrap();
+    // SAFETY: nallocx has no preconditions beyond a non-zero size.
+    let class = unsafe { tikv_jemalloc_sys::nallocx(layout.size(), 0) };
+    // 400 blocks of 64 KiB: about 12% of them sampled.
+    let blocks: Vec<*mut u8> = (0..400)
+        .map(|_| {
+            // SAFETY: non-zero size; freed below with the same layout.
+            let p = unsafe { std::alloc::alloc(layout) };
+            assert!(!p.is_null());
+            assert_eq!(real_size(p), class, "a 64 KiB block moved into another class");
+            p
+        })
+        .collect();
+    // 40 buffers grown from 8 KiB to 4 MiB by doubling: most of the large steps are sampled.
+    let mut buffers: Vec<Vec<u8>> = (0..40).map(|_| Vec::with_capacity(8 << 10)).collect();
+    for b in &mut buffers {
+        while b.capacity() < 4 << 20 {
+            b.resize(b.capacity(), 1);
+            b.reserve_exact(b.capacity()); // full: doubles, by a reallocation
+            // SAFETY: nallocx has no preconditions beyond a non-zero size.
+            let class = unsafe { tikv_jemalloc_sys::nallocx(b.capacity(), 0) };
+            assert_eq!(real_size(b.as_mut_ptr()), class, "a {} B buffer moved into another class", b.capacity());
+        }
+    }
+    drop(buffers);
+    // SAFETY: each block was allocated above with `layout` and is freed once.
+    blocks.into_iter().for_each(|p| unsafe { std::alloc::dealloc(p, layout) });
+    let (sampled1, freed1) = origin();
+    let (sampled, freed) = (sampled1 - sampled0, freed1 - freed0);
+    // 400 x 11.7% = 47, plus about 5 per buffer.
+    assert!(sampled > 100, "{sampled} samples");
+    // The reports' own allocations may be sampled and still live: a few.
+    assert!(freed + 3 >= sampled, "{sampled} sampled blocks, {freed} found at their free");
+}

@@ -2,14 +2,16 @@
 //!
 //! A sampled block is placed where the allocator puts almost nothing else, jemalloc's profiler's
 //! trick refined:
-//! - a request aligned to at most [`SMALL_OFFSET`] (8) bytes, nearly every request a Rust program
-//!   makes, is allocated [`SMALL_OFFSET`] bytes larger and 4 KiB-aligned, and handed out
-//!   [`SMALL_OFFSET`] bytes into the block: its address is 8 past a 4 KiB boundary. Allocators put
-//!   their blocks of 16 bytes and more on 16-byte boundaries (glibc every block), so an unsampled
-//!   pointer lands there only in a class of an odd multiple of 8 bytes (jemalloc's 8, mimalloc's 24,
-//!   40, 56), once in 512 blocks at most;
-//! - a request aligned to 16 bytes or more is allocated 4 KiB-aligned, its address on the boundary,
-//!   where an unsampled pointer also lands: the first block of many slabs, every page-sized block.
+//! - a small request (under 4 KiB) aligned to at most [`SMALL_OFFSET`] (8) bytes, most requests a
+//!   Rust program makes, is allocated [`SMALL_OFFSET`] bytes larger and 4 KiB-aligned, and handed
+//!   out [`SMALL_OFFSET`] bytes into the block: its address is 8 past a 4 KiB boundary. Allocators
+//!   put their blocks of 16 bytes and more on 16-byte boundaries (glibc every block), so an
+//!   unsampled pointer lands there only in a class of an odd multiple of 8 bytes (jemalloc's 8,
+//!   mimalloc's 24, 40, 56), once in 512 blocks at most;
+//! - any other request is allocated 4 KiB-aligned, its address on the boundary, where an unsampled
+//!   pointer also lands: the first block of many slabs, every page-sized block. For the large
+//!   requests that is where jemalloc, mimalloc and snmalloc put them anyway, so the mark costs them
+//!   nothing, and a sampled reallocation can grow such a block in place ([`at_its_mark`] tells).
 //!
 //! Every free and reallocation tests whether `ptr & 4095` is 0 or 8 ([`may_be_marked`], inlined into
 //! the caller: an `and` with one cached word, [`FREE_MASK`]). Anything else means "not sampled" with
@@ -79,12 +81,18 @@ pub(crate) fn may_be_marked(ptr: *mut u8) -> bool {
     (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
 }
 
-/// Whether the block at `ptr`, requested aligned to `align`, sits where its request's mark would
-/// put it (always, once every free looks at the counters). No memory read beyond [`FREE_MASK`].
+/// How far past a 4 KiB boundary the mark puts a block of the caller's `layout`.
 #[inline(always)]
-fn at_its_mark(ptr: *mut u8, align: usize) -> bool {
-    let offset = if align <= SMALL_OFFSET { SMALL_OFFSET } else { 0 };
-    !marking() || (ptr as usize) % MARK_ALIGN == offset
+fn offset_of(layout: Layout) -> usize {
+    if layout.size() < MARK_ALIGN && layout.align() <= SMALL_OFFSET { SMALL_OFFSET } else { 0 }
+}
+
+/// Whether the block at `ptr`, requested with `layout`, sits where its request's mark would put it
+/// (always, once every free looks at the counters), so that its frees would look for it. No memory
+/// read beyond [`FREE_MASK`].
+#[inline(always)]
+pub(crate) fn at_its_mark(ptr: *mut u8, layout: Layout) -> bool {
+    !marking() || (ptr as usize) % MARK_ALIGN == offset_of(layout)
 }
 
 /// Whether a sampled block may live in `ptr`'s page bucket: the counters, for a pointer that
@@ -96,11 +104,11 @@ fn in_sampled_bucket(ptr: *mut u8) -> bool {
         && PAGES.get(p % PAGE_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
 }
 
-/// Whether the block at `ptr`, requested aligned to `align`, may be a sampled one: every test.
-/// `false` is definite.
+/// Whether the block at `ptr`, requested with `layout`, may be a sampled one: every test. `false` is
+/// definite.
 #[inline(always)]
-pub(crate) fn maybe_sampled(ptr: *mut u8, align: usize) -> bool {
-    may_be_marked(ptr) && at_its_mark(ptr, align) && in_sampled_bucket(ptr)
+pub(crate) fn maybe_sampled(ptr: *mut u8, layout: Layout) -> bool {
+    may_be_marked(ptr) && at_its_mark(ptr, layout) && in_sampled_bucket(ptr)
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
@@ -149,11 +157,12 @@ pub(crate) struct Marked {
 }
 
 /// How a sampled block of the caller's `layout` is allocated to carry the mark: [`SMALL_OFFSET`]
-/// bytes larger and handed out that far in for alignments up to [`SMALL_OFFSET`], else as it is;
-/// aligned to [`MARK_ALIGN`]. `None` if that is not a valid layout (a size near `isize::MAX`).
+/// bytes larger and handed out that far in for a small request aligned to at most
+/// [`SMALL_OFFSET`], else as it is; aligned to [`MARK_ALIGN`]. `None` if that is not a valid layout
+/// (a size near `isize::MAX`).
 #[inline]
 pub(crate) fn marked(layout: Layout) -> Option<Marked> {
-    let offset = if layout.align() <= SMALL_OFFSET { SMALL_OFFSET } else { 0 };
+    let offset = offset_of(layout);
     let layout = Layout::from_size_align(layout.size().checked_add(offset)?, layout.align().max(MARK_ALIGN)).ok()?;
     Some(Marked { layout, offset })
 }
@@ -162,12 +171,17 @@ pub(crate) fn marked(layout: Layout) -> Option<Marked> {
 mod tests {
     use super::*;
 
+    const L8: Layout = Layout::new::<u64>();
+    const L16: Layout = Layout::new::<u128>();
+
     #[test]
     fn marked_layouts() {
         let m = marked(Layout::from_size_align(64, 8).unwrap()).unwrap();
         assert_eq!((m.layout.size(), m.layout.align(), m.offset), (72, MARK_ALIGN, 8));
         let m = marked(Layout::from_size_align(64, 16).unwrap()).unwrap();
         assert_eq!((m.layout.size(), m.layout.align(), m.offset), (64, MARK_ALIGN, 0));
+        let m = marked(Layout::from_size_align(5000, 1).unwrap()).unwrap();
+        assert_eq!((m.layout.size(), m.layout.align(), m.offset), (5000, MARK_ALIGN, 0));
         let big = Layout::from_size_align(1 << 20, 1 << 16).unwrap();
         assert_eq!(marked(big), Some(Marked { layout: big, offset: 0 }));
         assert_eq!(marked(Layout::from_size_align(isize::MAX as usize - 2, 1).unwrap()), None);
@@ -179,10 +193,13 @@ mod tests {
         let page = core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * 9);
         assert!(may_be_marked(page) && may_be_marked(page.wrapping_add(8)));
         assert!(!may_be_marked(page.wrapping_add(16)) && !may_be_marked(page.wrapping_add(24)));
-        assert!(at_its_mark(page.wrapping_add(8), 1) && at_its_mark(page.wrapping_add(8), 8));
-        assert!(!at_its_mark(page, 8) && !at_its_mark(page.wrapping_add(16), 8));
-        assert!(at_its_mark(page, 16) && at_its_mark(page, 4096));
-        assert!(!at_its_mark(page.wrapping_add(8), 16) && !at_its_mark(page.wrapping_add(16), 16));
+        let l = |size: usize, align: usize| Layout::from_size_align(size, align).unwrap();
+        assert!(at_its_mark(page.wrapping_add(8), l(64, 1)) && at_its_mark(page.wrapping_add(8), l(64, 8)));
+        assert!(!at_its_mark(page, l(64, 8)) && !at_its_mark(page.wrapping_add(16), l(64, 8)));
+        assert!(at_its_mark(page, l(64, 16)) && at_its_mark(page, l(64, 4096)));
+        assert!(!at_its_mark(page.wrapping_add(8), l(64, 16)) && !at_its_mark(page.wrapping_add(16), l(64, 16)));
+        // Large requests: the page boundary, whatever their alignment.
+        assert!(at_its_mark(page, l(4096, 1)) && !at_its_mark(page.wrapping_add(8), l(4096, 1)));
     }
 
     /// An unsampled pointer on a page boundary is settled by its bucket's counter; a noted one is not,
@@ -191,16 +208,16 @@ mod tests {
     fn page_buckets_count_sampled_blocks() {
         let page = |n: usize| core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * n);
         let (a, b) = (page(3 + 7 * PAGE_BUCKETS), page(3 + 11 * PAGE_BUCKETS));
-        assert!(!maybe_sampled(a, 16) && !maybe_sampled(b, 16));
-        assert!(!maybe_sampled(a.wrapping_add(16), 16));
+        assert!(!maybe_sampled(a, L16) && !maybe_sampled(b, L16));
+        assert!(!maybe_sampled(a.wrapping_add(16), L16));
         noted(a);
-        assert!(maybe_sampled(a, 16) && maybe_sampled(b, 16), "one bucket");
-        assert!(maybe_sampled(a.wrapping_add(8), 8), "the small mark, same page");
-        assert!(!maybe_sampled(page(4), 16) && !maybe_sampled(a.wrapping_add(16), 16));
+        assert!(maybe_sampled(a, L16) && maybe_sampled(b, L16), "one bucket");
+        assert!(maybe_sampled(a.wrapping_add(8), L8), "the small mark, same page");
+        assert!(!maybe_sampled(page(4), L16) && !maybe_sampled(a.wrapping_add(16), L16));
         // Same first-level bucket, another second-level one: the second level settles it.
-        assert!(!maybe_sampled(page(3 + FILTER_BUCKETS), 16));
+        assert!(!maybe_sampled(page(3 + FILTER_BUCKETS), L16));
         forgotten(a);
-        assert!(!maybe_sampled(a, 16));
+        assert!(!maybe_sampled(a, L16));
     }
 
     /// A first-level counter that fills up stays full: its bucket always goes on to the second level,
@@ -213,9 +230,9 @@ mod tests {
         assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
         blocks.iter().for_each(|&p| forgotten(p));
         assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
-        assert!(!maybe_sampled(blocks[0], 16), "the exact level says no");
+        assert!(!maybe_sampled(blocks[0], L16), "the exact level says no");
         noted(blocks[1]);
-        assert!(maybe_sampled(blocks[0], 16));
+        assert!(maybe_sampled(blocks[0], L16));
         forgotten(blocks[1]);
     }
 }

@@ -15,6 +15,7 @@
 pub(crate) mod mark;
 pub(crate) mod table;
 
+use core::alloc::Layout;
 use core::fmt;
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
@@ -229,16 +230,16 @@ pub(crate) fn keep(ptr: *mut u8, entry: Entry) -> bool {
     kept
 }
 
-/// The entry of the block at `ptr` (requested aligned to `align`), if it was sampled, left in place.
+/// The entry of the block at `ptr` (requested with `layout`), if it was sampled, left in place.
 /// Owner only (the thread freeing or reallocating the block).
-pub(crate) fn peek(ptr: *mut u8, align: usize) -> Option<Entry> {
-    if maybe_sampled(ptr, align) { TABLE.get(ptr) } else { None }
+pub(crate) fn peek(ptr: *mut u8, layout: Layout) -> Option<Entry> {
+    if maybe_sampled(ptr, layout) { TABLE.get(ptr) } else { None }
 }
 
-/// Takes the entry of the block at `ptr` (requested aligned to `align`) out of the side table, if it
-/// was sampled, before the block goes back to the allocator. Owner only.
-pub(crate) fn take(ptr: *mut u8, align: usize) -> Option<Entry> {
-    let e = if maybe_sampled(ptr, align) { TABLE.remove(ptr) } else { None };
+/// Takes the entry of the block at `ptr` (requested with `layout`) out of the side table, if it was
+/// sampled, before the block goes back to the allocator. Owner only.
+pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<Entry> {
+    let e = if maybe_sampled(ptr, layout) { TABLE.remove(ptr) } else { None };
     if e.is_some() {
         mark::forgotten(ptr);
     }

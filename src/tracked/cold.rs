@@ -207,7 +207,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
-        let sampled = sampler::take(ptr, layout.align());
+        let sampled = sampler::take(ptr, layout);
         let (base, real) = real(ptr, layout, sampled.as_ref());
         let usable = self.usable(base, layout, real);
         let weight = sampled.map(|e| e.weight);
@@ -233,12 +233,14 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// `realloc`. The new size is an allocation for the clock; the old block, if sampled, is freed
-    /// as far as the sampler is concerned (settled on this thread). When either block carries the
-    /// mark, the move is made by hand (allocate, copy, free), so that each block keeps the layout
-    /// it was allocated with.
+    /// as far as the sampler is concerned (settled on this thread). When the old block carries the
+    /// mark, or the new one is sampled and the allocator put it where its frees would not look, the
+    /// move is made by hand (allocate, copy, free), so that each block keeps the layout it was
+    /// allocated with.
     #[inline(never)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let frame = Frame::here(false);
+        // Both tiers come here from a frame of ours (`reallocate_aligned`, `reallocate_exact`).
+        let frame = Frame::here(true);
         match shard(self) {
             // SAFETY: the caller's guarantees, passed on.
             Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
@@ -257,21 +259,21 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         frame: Frame,
     ) -> *mut u8 {
         // The block is ours: nobody else can remove or add its entry meanwhile.
-        let old = sampler::peek(ptr, layout.align());
+        let old = sampler::peek(ptr, layout);
         let (old_base, old_real) = real(ptr, layout, old.as_ref());
         let old_usable = self.usable(old_base, layout, old_real);
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let weight = self.charge::<W>(s, new_size);
-        let by_hand = old.is_some_and(|e| e.marked) || (weight.is_some() && mark::marking());
-        let (new_ptr, kept) = if by_hand {
+        // A marked old block has a layout of ours, which only we can move out of.
+        let (new_ptr, kept) = if old.is_some_and(|e| e.marked) {
             // SAFETY: the caller's guarantees about `ptr`, `layout` and `new_size`.
             unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
         } else {
             // Before the old block can go back to the allocator (its address may be reused at once).
             if old.is_some() {
-                sampler::take(ptr, layout.align());
+                sampler::take(ptr, layout);
             }
             // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
             let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -284,12 +286,19 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             } else if let Some(e) = old {
                 settle(&pool::me(), &e);
             }
-            let kept = match weight {
-                // Produced in place of an unmarked block while marking is off: its layout stays.
-                Some(w) if !p.is_null() => keep(p, new_size, w, frame, false),
-                _ => None,
-            };
-            (p, kept)
+            match weight {
+                None => (p, None),
+                _ if p.is_null() => (p, None),
+                // Where its frees will look for it (a large block on most allocators, or every block
+                // while marking is off): sampled in place, its layout the caller's.
+                Some(w) if mark::at_its_mark(p, new_layout) => (p, keep(p, new_size, w, frame, false)),
+                // Elsewhere: moved into a marked block (if that fails, it stays, unsampled).
+                Some(w) => {
+                    // SAFETY: `p` is live, from this allocator, with `new_layout`, and unsampled.
+                    let (q, kept) = unsafe { self.move_by_hand(p, new_layout, new_layout, None, Some(w), frame) };
+                    if q.is_null() { (p, None) } else { (q, kept) }
+                }
+            }
         };
         if new_ptr.is_null() {
             s.hot.clock.refund(new_size, W::SHARED);
@@ -339,7 +348,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
         let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
-            sampler::take(ptr, layout.align());
+            sampler::take(ptr, layout);
             settle(&pool::me(), &e);
         }
         // SAFETY: the block came from this allocator at `base` with `real`, and its entry is gone.

@@ -22,8 +22,8 @@
 //!   cached word), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
 //!   `deallocate_aligned` instead, which tests its request's own mark and reads its page bucket's
 //!   counters (`sampler::maybe_sampled`) before the inner call;
-//! - `realloc`: the same pointer test for the old block (an aligned one goes to the cold path) and
-//!   the countdown for the new size.
+//! - `realloc`: the same pointer test for the old block and the countdown for the new size (out of
+//!   line in `reallocate_aligned` for a pointer 0 or 8 past a boundary, as for `dealloc`).
 //!
 //! These are inlined into every call site (the `GlobalAlloc` methods are `#[inline(always)]`), as the
 //! bare allocator's own shim is.
@@ -238,7 +238,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
         let kind = backend::kind_of_value(&self.inner);
-        if !sampler::maybe_sampled(ptr, layout.align()) {
+        if !sampler::maybe_sampled(ptr, layout) {
             if let Some(rule) = usable::fast(kind, self.probe, layout) {
                 let s = pool::current();
                 if !pool::is_parked(s) {
@@ -263,7 +263,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if !sampler::maybe_sampled(ptr, layout.align()) {
+        if !sampler::maybe_sampled(ptr, layout) {
             if let (Some(old_rule), Some(new_rule)) =
                 (usable::fast(kind, self.probe, layout), usable::fast(kind, self.probe, new_layout))
             {
@@ -287,13 +287,27 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { self.reallocate(ptr, layout, new_size) }
     }
 
+    /// The sampled tier's reallocation of a pointer that may carry a mark, or whose clock ran out: as
+    /// the inline path when the block is not sampled after all and the clock does not run out, else
+    /// the cold path. Out of line, like [`Self::deallocate_aligned`].
+    #[inline(never)]
+    unsafe fn reallocate_aligned(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !sampler::maybe_sampled(ptr, layout) && pool::current().hot.clock.take(new_size) {
+            // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
+            // the caller's layout.
+            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.reallocate(ptr, layout, new_size) }
+    }
+
     /// The sampled tier's free of a pointer that may carry a mark: its request's own mark, then its
     /// page bucket's counters (`sampler::mark`), then the inner call, or the cold path when a sampled
     /// block may live there.
     /// Out of line, so that call sites hold only the pointer test.
     #[inline(never)]
     unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
-        if !sampler::maybe_sampled(ptr, layout.align()) {
+        if !sampler::maybe_sampled(ptr, layout) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -364,6 +378,6 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.reallocate(ptr, layout, new_size) }
+        unsafe { self.reallocate_aligned(ptr, layout, new_size) }
     }
 }
