@@ -4,8 +4,9 @@
 //! - **When** (`stats::clock`, which each thread's shard holds): a Poisson countdown over each
 //!   thread's allocated bytes, decided before the inner call: a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`, independent of
 //!   its address and of everything before it;
-//! - **how a free knows** (`mark`): a sampled block is allocated 4 KiB-aligned, so a free whose pointer
-//!   is not 4 KiB-aligned knows from the pointer alone that there is nothing to look up;
+//! - **how a free knows** (`mark`): a sampled block is placed 8 bytes past a 4 KiB boundary (small
+//!   requests aligned to at most 8 bytes) or on one (the others), so a free whose pointer is neither
+//!   knows from the pointer alone that there is nothing to look up;
 //! - **what is remembered** (`table`): each sampled block's allocating thread, size, weight, birth
 //!   time, site and mark, in a fixed lock-free side table, until its free (or reallocation) removes
 //!   it, before the block goes back to the allocator.
@@ -57,7 +58,8 @@ const MIN_MEAN: u64 = 4 << 10;
 /// table until it is freed.
 ///
 /// **Memory.** A sampled block is allocated 4 KiB-aligned (its mark), which costs up to 4 KiB per live
-/// sampled block: about 0.8% of live bytes at the default mean. Below a mean of 64 KiB (and for
+/// sampled small block (large blocks are page-aligned anyway on jemalloc, mimalloc and snmalloc):
+/// about 0.8% of live bytes at the default mean. Below a mean of 64 KiB (and for
 /// `EveryBlock`) blocks are not marked and keep their layout; every free then looks in the side table
 /// instead, for the rest of the process (a block sampled without the mark must still be found).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

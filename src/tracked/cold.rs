@@ -183,6 +183,23 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, false) };
             return (ptr, entry);
         };
+        // A large request on an allocator that puts large blocks on page boundaries (all but glibc,
+        // whose large blocks start 16 bytes in): allocated as asked, it is already at its mark, so it
+        // keeps the caller's layout and a reallocation can grow it in place.
+        if layout.size() >= mark::MARK_ALIGN
+            && backend::kind_of_value(&self.inner) != backend::Kind::Known(crate::Backend::System)
+        {
+            // SAFETY: the caller's guarantees.
+            let ptr = unsafe { self.inner_alloc(layout, zeroed) };
+            if ptr.is_null() || !mark::at_its_mark(ptr, layout) {
+                if !ptr.is_null() {
+                    // SAFETY: `ptr` was just allocated with `layout` and nobody else knows it.
+                    unsafe { self.inner.dealloc(ptr, layout) };
+                }
+            } else {
+                return (ptr, keep(ptr, layout.size(), weight, frame, false));
+            }
+        }
         // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
         let base = unsafe { self.inner_alloc(m.layout, zeroed) };
         if base.is_null() {

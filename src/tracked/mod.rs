@@ -5,8 +5,9 @@
 //! - every call is forwarded to the inner allocator with the caller's layout, unchanged (no headers,
 //!   no trailers: they would move blocks into other size classes and change the very fragmentation
 //!   being measured). The one exception is a *sampled* block (one per 512 KiB allocated by default),
-//!   whose alignment is raised to 4 KiB so that frees can recognise it (`sampler::mark`); its size,
-//!   and so its size class in our counters, stays the caller's;
+//!   placed where frees can recognise it (`sampler::mark`): 4 KiB-aligned, and for a small request
+//!   aligned to at most 8 bytes also 8 bytes larger, handed out 8 bytes in. Its size, and so its size
+//!   class in our counters, stays the caller's;
 //! - recording never allocates, never takes a lock, never panics: counters are plain stores to the
 //!   thread's own shard (`stats::shard`), or atomic adds to the shared overflow shard; the side tables
 //!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
