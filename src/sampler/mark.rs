@@ -15,20 +15,13 @@
 //!
 //! Every free and reallocation tests whether `ptr & 4095` is 0 or 8 ([`may_be_marked`], inlined into
 //! the caller: an `and` with one cached word, [`FREE_MASK`]). Anything else means "not sampled" with
-//! no other memory read. A match goes out of line (the caller's alignment is usually not a constant
-//! there: `__rust_dealloc` takes it as an argument), where [`maybe_sampled`] tells the request's own
-//! mark (8 for alignments up to 8, else 0: a page-aligned block of a small request, the common
-//! false match, is settled here with no memory read) and then reads [`in_sampled_bucket`], two levels
-//! of counters of live sampled blocks indexed by the page number's low bits:
-//! - [`FILTER`], 1 KiB (16 cache lines): one byte per 1,024 buckets. A counter that reaches 255
-//!   stays there (its increments and decrements stop), so a byte never overflows; it only makes its
-//!   bucket look occupied for good.
-//! - [`PAGES`], 16 KiB: one exact `u16` per 8,192 buckets, read only when the filter's byte is not 0.
-//!
-//! Zero at either level settles it; anything else goes to the cold path, which looks the block up in
-//! the side table (`sampler::table`) and frees a sampled block with the layout and address it was
-//! allocated with. A block's counters are raised before it is handed out and lowered after its entry
-//! leaves the table, so whoever frees a sampled block sees both non-zero.
+//! no other memory read. A match goes out of line (the caller's layout is usually not a constant
+//! there: `__rust_dealloc` takes it as arguments), where [`maybe_sampled`] tells the request's own
+//! mark (a page-aligned block of a small request, the common false match, is settled here with no
+//! memory read) and then reads its page bucket's counters (`sampler::buckets`: two levels, 1 KiB
+//! then 16 KiB). Zero at either level settles it; anything else goes to the cold path, which looks
+//! the block up in the side table (`sampler::table`) and frees a sampled block with the layout and
+//! address it was allocated with.
 //!
 //! The mark costs memory: about 4 KiB per live sampled block (the alignment; the 8 bytes rarely
 //! move a block of 4 KiB or more to a larger class), so about `4 KiB / mean` of live bytes (0.8% at
@@ -39,7 +32,8 @@
 
 use core::alloc::Layout;
 
-use crate::sync::{AtomicU8, AtomicU16, AtomicUsize, Ordering};
+use super::buckets::{Buckets, FILTER_BUCKETS, PAGE_BUCKETS};
+use crate::sync::{AtomicUsize, Ordering};
 
 /// The alignment of a marked block.
 pub(crate) const MARK_ALIGN: usize = 4096;
@@ -57,17 +51,8 @@ pub(crate) const MIN_MARKING_MEAN: u64 = 64 << 10;
 static FREE_MASK: AtomicUsize = AtomicUsize::new(MARKING);
 const MARKING: usize = (MARK_ALIGN - 1) & !SMALL_OFFSET;
 
-/// The first level: live sampled blocks by the low 10 bits of their page number, saturating at
-/// [`STUCK`].
-static FILTER: [AtomicU8; FILTER_BUCKETS] = [const { AtomicU8::new(0) }; FILTER_BUCKETS];
-const FILTER_BUCKETS: usize = 1024;
-/// A first-level counter at this value no longer moves.
-const STUCK: u8 = u8::MAX;
-
-/// The second level: live sampled blocks by the low 13 bits of their page number. At most the side
-/// table's 16,384 entries are counted, so a `u16` never overflows.
-static PAGES: [AtomicU16; PAGE_BUCKETS] = [const { AtomicU16::new(0) }; PAGE_BUCKETS];
-const PAGE_BUCKETS: usize = 8192;
+/// Live sampled blocks by page bucket.
+static BUCKETS: Buckets<FILTER_BUCKETS, PAGE_BUCKETS> = Buckets::new();
 
 #[inline(always)]
 fn page(ptr: *mut u8) -> usize {
@@ -95,43 +80,22 @@ pub(crate) fn at_its_mark(ptr: *mut u8, layout: Layout) -> bool {
     !marking() || (ptr as usize) % MARK_ALIGN == offset_of(layout)
 }
 
-/// Whether a sampled block may live in `ptr`'s page bucket: the counters, for a pointer that
-/// [`may_be_marked`]. `false` is definite. Two loads, the second rarely.
-#[inline(always)]
-fn in_sampled_bucket(ptr: *mut u8) -> bool {
-    let p = page(ptr);
-    FILTER.get(p % FILTER_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
-        && PAGES.get(p % PAGE_BUCKETS).is_some_and(|c| c.load(Ordering::Relaxed) != 0)
-}
-
 /// Whether the block at `ptr`, requested with `layout`, may be a sampled one: every test. `false` is
 /// definite.
 #[inline(always)]
 pub(crate) fn maybe_sampled(ptr: *mut u8, layout: Layout) -> bool {
-    may_be_marked(ptr) && at_its_mark(ptr, layout) && in_sampled_bucket(ptr)
+    may_be_marked(ptr) && at_its_mark(ptr, layout) && BUCKETS.occupied(page(ptr))
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
 /// Before the block is handed out, so that whoever frees it sees the counts.
 pub(crate) fn noted(ptr: *mut u8) {
-    let p = page(ptr);
-    if let Some(c) = PAGES.get(p % PAGE_BUCKETS) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-    if let Some(c) = FILTER.get(p % FILTER_BUCKETS) {
-        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n != STUCK).then(|| n + 1));
-    }
+    BUCKETS.noted(page(ptr));
 }
 
 /// The sampled block at `ptr` left the side table (its owner freed or reallocated it).
 pub(crate) fn forgotten(ptr: *mut u8) {
-    let p = page(ptr);
-    if let Some(c) = FILTER.get(p % FILTER_BUCKETS) {
-        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n != STUCK && n != 0).then(|| n - 1));
-    }
-    if let Some(c) = PAGES.get(p % PAGE_BUCKETS) {
-        c.fetch_sub(1, Ordering::Relaxed);
-    }
+    BUCKETS.forgotten(page(ptr));
 }
 
 /// Whether sampled blocks are marked now (else they keep their layout).
@@ -169,6 +133,7 @@ pub(crate) fn marked(layout: Layout) -> Option<Marked> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::buckets::STUCK;
     use super::*;
 
     const L8: Layout = Layout::new::<u64>();
@@ -227,9 +192,9 @@ mod tests {
         let page = |n: usize| core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * n);
         let blocks: Vec<*mut u8> = (0..300).map(|i| page(5 + i * PAGE_BUCKETS)).collect();
         blocks.iter().for_each(|&p| noted(p));
-        assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
+        assert_eq!(BUCKETS.filter_count(5), STUCK);
         blocks.iter().for_each(|&p| forgotten(p));
-        assert_eq!(FILTER[5].load(Ordering::Relaxed), STUCK);
+        assert_eq!(BUCKETS.filter_count(5), STUCK);
         assert!(!maybe_sampled(blocks[0], L16), "the exact level says no");
         noted(blocks[1]);
         assert!(maybe_sampled(blocks[0], L16));

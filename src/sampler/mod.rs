@@ -13,6 +13,7 @@
 //!
 //! Set the mean with [`set_sampling`] or [`Tracked::with_sampling`](crate::Tracked::with_sampling).
 
+pub(crate) mod buckets;
 pub(crate) mod mark;
 pub(crate) mod table;
 

@@ -13,7 +13,15 @@ use crate::table::{Entry, Table};
 type Small = Table<4>;
 
 fn entry(tid: u32, size: u64) -> Entry {
-    Entry { tid, slot: Some((tid as u16, 1)), size, weight: 8.0, born: u64::from(tid) * 1000 + size, site: tid + 7, marked: tid % 2 == 0 }
+    Entry {
+        tid,
+        slot: Some((tid as u16, 1)),
+        size,
+        weight: 8.0,
+        born: u64::from(tid) * 1000 + size,
+        site: tid + 7,
+        marked: tid % 2 == 0,
+    }
 }
 
 /// `n` block addresses that share one home slot.
