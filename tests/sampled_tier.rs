@@ -126,3 +126,16 @@ fn live_bytes_and_a_classs_figures_are_unbiased() {
     );
     kept.iter().for_each(|&b| raw_free(b, SIZE));
 }
+
+/// With sampling off the sampled tier knows only each thread's allocated bytes: the report says so,
+/// and stops saying so once sampling is on again.
+#[test]
+fn sampling_off_in_the_sampled_tier_is_reported() {
+    let warned = || frag::report().warnings.iter().any(|w| w.kind == frag::WarningKind::UnsampledTier);
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    assert!(!warned());
+    frag::set_sampling(frag::Sampling::Off).unwrap();
+    assert!(warned(), "no warning with sampling off");
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    assert!(!warned());
+}

@@ -120,6 +120,14 @@ pub fn report() -> Report {
     }
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(|t| Warning::new(WarningKind::ConfigTrap, t.to_string())));
+    if crate::stats::sampled() && crate::sampler::sampling() == crate::Sampling::Off {
+        warnings.push(Warning::new(
+            WarningKind::UnsampledTier,
+            "the sampled tier runs with sampling off: counts, frees, per-class and live figures are not \
+             estimated (only each thread's allocated bytes are known); turn sampling on with frag::set_sampling, \
+             or count every call with Tracked<_, frag::Exact>",
+        ));
+    }
     if let Some(e) = crate::sampler::configured_error() {
         warnings.push(Warning::new(
             WarningKind::InvalidSampling,

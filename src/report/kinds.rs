@@ -142,4 +142,7 @@ pub enum WarningKind {
     NoFramePointers,
     /// Stacks were lost because the site table was full.
     DroppedSites,
+    /// The sampled tier runs with sampling off: only a thread's allocated bytes are known; counts,
+    /// frees, per-class and live figures are not estimated.
+    UnsampledTier,
 }
