@@ -74,11 +74,11 @@ fn only_sampled_blocks_move_and_the_mark_costs_about_a_page_per_sample() {
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
 }
 
-/// Large requests are marked where jemalloc puts them anyway, on a page boundary: no large block,
-/// sampled or not, and no step of a growing buffer, ends up in another class than its request's,
-/// and every sampled block is found again when it is freed (reallocated blocks included).
+/// Large requests are marked on a page boundary with no extra bytes: no large block, sampled or
+/// not, and no step of a growing buffer, ends up in another class than its request's, and every
+/// sampled block is found again when it is freed (reallocated blocks included).
 #[test]
-fn large_blocks_are_sampled_where_they_are() {
+fn large_blocks_keep_their_class() {
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     let origin = || frag::report().origin.map_or((0, 0), |o| (o.sampled_blocks, o.sampled_frees));
     let (sampled0, freed0) = origin();

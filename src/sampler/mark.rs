@@ -9,9 +9,9 @@
 //!   unsampled pointer lands there only in a class of an odd multiple of 8 bytes (jemalloc's 8,
 //!   mimalloc's 24, 40, 56), once in 512 blocks at most;
 //! - any other request is allocated 4 KiB-aligned, its address on the boundary, where an unsampled
-//!   pointer also lands: the first block of many slabs, every page-sized block. For the large
-//!   requests that is where jemalloc, mimalloc and snmalloc put them anyway, so the mark costs them
-//!   nothing, and a sampled reallocation can grow such a block in place ([`at_its_mark`] tells).
+//!   pointer also lands: the first block of many slabs, every page-sized block. A large request
+//!   keeps its size class (allocators round those to whole pages anyway); it only loses the random
+//!   cache-line offset jemalloc gives large blocks.
 //!
 //! Every free and reallocation tests whether `ptr & 4095` is 0 or 8 ([`may_be_marked`], inlined into
 //! the caller: an `and` with one cached word, [`FREE_MASK`]). Anything else means "not sampled" with
@@ -76,7 +76,7 @@ fn offset_of(layout: Layout) -> usize {
 /// (always, once every free looks at the counters), so that its frees would look for it. No memory
 /// read beyond [`FREE_MASK`].
 #[inline(always)]
-pub(crate) fn at_its_mark(ptr: *mut u8, layout: Layout) -> bool {
+fn at_its_mark(ptr: *mut u8, layout: Layout) -> bool {
     !marking() || (ptr as usize) % MARK_ALIGN == offset_of(layout)
 }
 

@@ -183,23 +183,6 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, false) };
             return (ptr, entry);
         };
-        // A large request on an allocator that puts large blocks on page boundaries (all but glibc,
-        // whose large blocks start 16 bytes in): allocated as asked, it is already at its mark, so it
-        // keeps the caller's layout and a reallocation can grow it in place.
-        if layout.size() >= mark::MARK_ALIGN
-            && backend::kind_of_value(&self.inner) != backend::Kind::Known(crate::Backend::System)
-        {
-            // SAFETY: the caller's guarantees.
-            let ptr = unsafe { self.inner_alloc(layout, zeroed) };
-            if ptr.is_null() || !mark::at_its_mark(ptr, layout) {
-                if !ptr.is_null() {
-                    // SAFETY: `ptr` was just allocated with `layout` and nobody else knows it.
-                    unsafe { self.inner.dealloc(ptr, layout) };
-                }
-            } else {
-                return (ptr, keep(ptr, layout.size(), weight, frame, false));
-            }
-        }
         // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
         let base = unsafe { self.inner_alloc(m.layout, zeroed) };
         if base.is_null() {
@@ -283,8 +266,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         let weight = self.charge::<W>(s, new_size);
-        // A marked old block has a layout of ours, which only we can move out of.
-        let (new_ptr, kept) = if old.is_some_and(|e| e.marked) {
+        // A layout of ours on either side, which only we can move into or out of: by hand.
+        let (new_ptr, kept) = if old.is_some_and(|e| e.marked) || (weight.is_some() && mark::marking()) {
             // SAFETY: the caller's guarantees about `ptr`, `layout` and `new_size`.
             unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
         } else {
@@ -303,19 +286,12 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             } else if let Some(e) = old {
                 settle(&pool::me(), &e);
             }
-            match weight {
-                None => (p, None),
-                _ if p.is_null() => (p, None),
-                // Where its frees will look for it (a large block on most allocators, or every block
-                // while marking is off): sampled in place, its layout the caller's.
-                Some(w) if mark::at_its_mark(p, new_layout) => (p, keep(p, new_size, w, frame, false)),
-                // Elsewhere: moved into a marked block (if that fails, it stays, unsampled).
-                Some(w) => {
-                    // SAFETY: `p` is live, from this allocator, with `new_layout`, and unsampled.
-                    let (q, kept) = unsafe { self.move_by_hand(p, new_layout, new_layout, None, Some(w), frame) };
-                    if q.is_null() { (p, None) } else { (q, kept) }
-                }
-            }
+            let kept = match weight {
+                // Produced in place of an unmarked block while marking is off: its layout stays.
+                Some(w) if !p.is_null() => keep(p, new_size, w, frame, false),
+                _ => None,
+            };
+            (p, kept)
         };
         if new_ptr.is_null() {
             s.hot.clock.refund(new_size, W::SHARED);
