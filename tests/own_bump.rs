@@ -104,7 +104,10 @@ impl frag::Probe for BumpProbe {
 }
 
 #[global_allocator]
-static A: frag::Tracked<Bump, frag::Exact> = frag::Tracked::with_probe(Bump, &BumpProbe);
+// Unsampled: the arena counts the bytes it serves, and a sampled small block's mark is 8 bytes larger
+// than its request (`src/sampler/mark.rs`).
+static A: frag::Tracked<Bump, frag::Exact> =
+    frag::Tracked::with_probe_and_sampling(Bump, &BumpProbe, frag::Sampling::Off);
 
 const MIB: u64 = 1 << 20;
 

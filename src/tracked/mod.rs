@@ -162,6 +162,28 @@ impl<A, T: Tier> Tracked<A, T> {
         Self { inner, probe: None, sampling, tier: PhantomData }
     }
 
+    /// [`with_probe`](Self::with_probe) and [`with_sampling`](Self::with_sampling) at once.
+    ///
+    /// ```no_run
+    /// # use std::alloc::{GlobalAlloc, Layout, System};
+    /// # struct Mine;
+    /// # unsafe impl GlobalAlloc for Mine {
+    /// #     unsafe fn alloc(&self, l: Layout) -> *mut u8 { unsafe { System.alloc(l) } }
+    /// #     unsafe fn dealloc(&self, p: *mut u8, l: Layout) { unsafe { System.dealloc(p, l) } }
+    /// # }
+    /// # struct MyProbe;
+    /// # impl frag::Probe for MyProbe {
+    /// #     fn name(&self) -> &'static str { "mine" }
+    /// # }
+    /// #[global_allocator]
+    /// static A: frag::Tracked<Mine> = frag::Tracked::with_probe_and_sampling(Mine, &MyProbe, frag::Sampling::Off);
+    /// # fn main() {}
+    /// ```
+    #[must_use]
+    pub const fn with_probe_and_sampling(inner: A, probe: &'static dyn Probe, sampling: Sampling) -> Self {
+        Self { inner, probe: Some(probe), sampling, tier: PhantomData }
+    }
+
     /// The wrapped allocator.
     pub const fn inner(&self) -> &A {
         &self.inner
