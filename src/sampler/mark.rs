@@ -23,9 +23,9 @@
 //! the block up in the side table (`sampler::table`) and frees a sampled block with the layout and
 //! address it was allocated with.
 //!
-//! The mark costs memory: about 4 KiB per live sampled block (the alignment; the 8 bytes rarely
-//! move a block of 4 KiB or more to a larger class), so about `4 KiB / mean` of live bytes (0.8% at
-//! the default mean of 512 KiB). That is why small means and "every block" do not mark: there
+//! The mark costs memory: up to 4 KiB per live sampled small block (the alignment; the 8 bytes go
+//! only to blocks under 4 KiB, which land in a 4 KiB block either way), so about `4 KiB / mean` of
+//! live bytes (0.8% at the default mean of 512 KiB). That is why small means and "every block" do not mark: there
 //! **every free looks at the counters** instead ([`FREE_MASK`] becomes 0), and no block's layout
 //! changes. That mode is one-way for the life of the process: a block sampled without the mark must
 //! still be found when it is freed, whatever the setting is by then.
