@@ -13,8 +13,9 @@
 //! instructions handoff <backend> <variant> <size> <iters> allocated on one thread, freed on another
 //! ```
 //!
-//! `<variant>` is `bare` (the backend alone), `sampled` (`Tracked`'s production tier) or `exact`
-//! (`Tracked<_, Exact>`).
+//! `<variant>` is `bare` (the backend alone), `sampled` (`Tracked`'s production tier), `exact`
+//! (`Tracked<_, Exact>`) or, on jemalloc and glibc, `floor` (`SampleOnly` of
+//! `examples/support/floor.rs`: the least a sampler that marks its samples does).
 //!
 //! ```text
 //! ```
@@ -25,6 +26,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 
 use frag::{Exact, Tracked};
+
+#[allow(dead_code)]
+#[path = "../examples/support/floor.rs"]
+mod floor;
 
 /// One variant's `GlobalAlloc` methods as plain out-of-line functions.
 struct Variant {
@@ -54,10 +59,17 @@ macro_rules! variant {
 }
 
 variant!(system_bare, System, System);
+variant!(system_floor, floor::SampleOnly<System>, floor::SampleOnly(System));
 variant!(system_sampled, Tracked<System>, Tracked::new(System));
 variant!(system_exact, Tracked<System, Exact>, Tracked::new(System));
 #[cfg(feature = "jemalloc")]
 variant!(jemalloc_bare, tikv_jemallocator::Jemalloc, tikv_jemallocator::Jemalloc);
+#[cfg(feature = "jemalloc")]
+variant!(
+    jemalloc_floor,
+    floor::SampleOnly<tikv_jemallocator::Jemalloc>,
+    floor::SampleOnly(tikv_jemallocator::Jemalloc)
+);
 #[cfg(feature = "jemalloc")]
 variant!(jemalloc_sampled, Tracked<tikv_jemallocator::Jemalloc>, Tracked::new(tikv_jemallocator::Jemalloc));
 #[cfg(feature = "jemalloc")]
@@ -79,11 +91,14 @@ fn variant(backend: &str, kind: &str) -> Option<Variant> {
     Some(match (backend, kind) {
         ("system", "bare") => system_bare::VARIANT,
         ("system", "sampled") => system_sampled::VARIANT,
+        ("system", "floor") => system_floor::VARIANT,
         ("system", "exact") => system_exact::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "bare") => jemalloc_bare::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "sampled") => jemalloc_sampled::VARIANT,
+        #[cfg(feature = "jemalloc")]
+        ("jemalloc", "floor") => jemalloc_floor::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "exact") => jemalloc_exact::VARIANT,
         #[cfg(feature = "mimalloc")]

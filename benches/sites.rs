@@ -15,10 +15,10 @@ use criterion::{BenchmarkId, Criterion};
 
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
-static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 #[cfg(not(feature = "jemalloc"))]
 #[global_allocator]
-static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 /// Runs `f` at `depth` frames below this one.
 #[inline(never)]

@@ -15,7 +15,8 @@ the instruction for the single-threaded cases: a regression check, not a timing.
            one sample per 512 KiB, like `Tracked`'s sampler): the anchor. The publisher thread's rounds
            (per second, not per request) are not counted. The threads interleave differently from run
            to run, so the service is measured `--repeat` times per build and reported as the median
-           with its range. `--floor` adds the floor wrappers of `examples/support/floor.rs`.
+           with its range. `--floor` adds the floor wrappers of `examples/support/floor.rs` (to the service,
+           and `SampleOnly`, the least any countdown-and-mark sampler does, to the churn).
 
 Builds go to target/instructions-build/ without frame pointers (RUSTFLAGS set empty, overriding the
 repository's `.cargo/config.toml`): the build a service gets by default. `--frame-pointers` measures
@@ -125,7 +126,7 @@ def per_op(cmd_for, lengths, cache=False, extra=(), env=None):
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
 VARIANTS = {"bare": "1", "sampled": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
-            "count-inline": "count-inline"}
+            "count-inline": "count-inline", "sample-only": "sample-only"}
 # jemalloc's own heap profiler: the bare backend built with profiling, sampling one per 512 KiB.
 JEPROF_ENV = {"_RJEM_MALLOC_CONF": "prof:true,prof_active:true,lg_prof_sample:19"}
 
@@ -218,6 +219,11 @@ def main():
         rel = {t: (r[t]["D1mr"] - mb) / mb if mb else 0.0 for t in TIERS}
         print(f"| {backend} | churn L1d read misses | {mb:.3f} | {r['sampled']['D1mr']:.3f} | "
               f"{100 * rel['sampled']:+.1f}% | {r['exact']['D1mr']:.3f} | {100 * rel['exact']:+.1f}% |", flush=True)
+        if args.floor and backend in ("jemalloc", "system"):
+            f = per_op(lambda n: [exe, "churn", backend, "floor", str(n)], CHURN_STEPS, cache=True)
+            print(f"| {backend} | churn, floor `SampleOnly` (instructions / L1d read misses) | | "
+                  f"{f['Ir']:.1f} / {f['D1mr']:.3f} | {f['Ir'] - r['bare']['Ir']:+.1f} / "
+                  f"{100 * (f['D1mr'] - mb) / mb:+.1f}% | | |", flush=True)
         for tier, budget in (("sampled", args.sampled_miss_budget), ("exact", args.miss_budget)):
             if rel[tier] > budget:
                 failures.append(f"{backend} churn, {tier}: L1 read misses {100 * rel[tier]:+.1f}% > "
@@ -232,7 +238,7 @@ def main():
             [b for b in args.service_backends.split(",") if b]
         for backend in service_backends:
             variants = ["bare"] + list(TIERS) + (["jeprof"] if backend == "jemalloc" else []) + \
-                (["forward", "count", "count-inline"] if args.floor else [])
+                (["forward", "count", "count-inline", "sample-only"] if args.floor else [])
             r = {}
             for variant in variants:
                 env = JEPROF_ENV if variant == "jeprof" else {}
@@ -247,7 +253,7 @@ def main():
             bare = r["bare"][0]
             names = {"bare": "bare", "sampled": "Tracked (sampled)", "exact": "Tracked<_, Exact>",
                      "jeprof": "jemalloc's own profiler", "forward": "floor: forward", "count": "floor: count",
-                     "count-inline": "floor: count-inline"}
+                     "count-inline": "floor: count-inline", "sample-only": "floor: sample-only"}
             for variant in variants:
                 med, lo, hi = r[variant]
                 added = "—" if variant == "bare" else \

@@ -10,10 +10,11 @@ static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::Sys
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Any `MeanBytes(n)` from 4096 up is accepted as it is; below that (and `u64::MAX`) it is the
-    /// one typed error, and the setting in force does not change.
+    /// Any `MeanBytes(n)` from 64 KiB up is accepted as it is (the sampled tier's least); below 4096
+    /// (and `u64::MAX`) it is `TooSmall`, from 4096 to 64 KiB `NeedsExactTier`, and the setting in
+    /// force does not change.
     #[test]
-    fn every_sampling_mean_is_accepted_or_a_typed_error(n in prop_oneof![any::<u64>(), 0u64..=8192, Just(u64::MAX)]) {
+    fn every_sampling_mean_is_accepted_or_a_typed_error(n in prop_oneof![any::<u64>(), 0u64..=8192, 60_000u64..=70_000, Just(u64::MAX)]) {
         let before = frag::sampling();
         match frag::set_sampling(frag::Sampling::MeanBytes(n)) {
             Err(frag::SamplingError::TooSmall { mean }) => {
@@ -21,9 +22,16 @@ proptest! {
                 prop_assert_eq!(mean, n);
                 prop_assert_eq!(frag::sampling(), before);
             }
+            // This file's `Tracked` is the sampled tier, whose frees test the mark alone: means that
+            // would not mark are refused.
+            Err(frag::SamplingError::NeedsExactTier { mean }) => {
+                prop_assert!((4096..64 << 10).contains(&n), "{n} refused");
+                prop_assert_eq!(mean, n);
+                prop_assert_eq!(frag::sampling(), before);
+            }
             Err(e) => prop_assert!(false, "unexpected error {e:?}"),
             Ok(effective) => {
-                prop_assert!((4096..u64::MAX).contains(&n), "{n} accepted");
+                prop_assert!((64 << 10..u64::MAX).contains(&n), "{n} accepted");
                 prop_assert_eq!(effective, frag::Sampling::MeanBytes(n));
                 prop_assert_eq!(frag::sampling(), effective);
             }

@@ -139,3 +139,26 @@ fn sampling_off_in_the_sampled_tier_is_reported() {
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     assert!(!warned());
 }
+
+/// The sampled tier's frees test the mark alone, so it refuses the settings that do not mark
+/// (`EveryBlock`, means below 64 KiB) with a typed error and keeps the setting in force; the densest
+/// marking mean is taken, and its samples are all found again at their frees.
+#[test]
+fn unmarked_sampling_needs_the_exact_tier() {
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    assert_eq!(frag::set_sampling(frag::Sampling::EveryBlock), Err(frag::SamplingError::NeedsExactTier { mean: 0 }));
+    assert_eq!(
+        frag::set_sampling(frag::Sampling::MeanBytes(32 << 10)),
+        Err(frag::SamplingError::NeedsExactTier { mean: 32 << 10 })
+    );
+    assert_eq!(frag::sampling(), frag::Sampling::DEFAULT, "a refused setting changed the sampling");
+    assert_eq!(frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)), Ok(frag::Sampling::MeanBytes(64 << 10)));
+    let before = frag::report().origin.expect("origin");
+    let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 16 + (i * 37) % 3000]).collect();
+    drop(blocks);
+    let after = frag::report().origin.expect("origin");
+    frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
+    let sampled = after.sampled_blocks - before.sampled_blocks;
+    assert!(sampled > 300, "{sampled} samples of ~30 MiB at 64 KiB");
+    assert_eq!(after.sampled_frees - before.sampled_frees, sampled, "every sample is found at its free");
+}

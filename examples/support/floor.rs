@@ -7,6 +7,9 @@
 //! - [`Count`]: out of line, one per-thread count and byte total per size class (the class from one
 //!   table load, no bounds checks) on alloc and free, the free a tail call. Nothing else: no usable
 //!   sizes, no sampling, no shard registry, no report.
+//! - [`SampleOnly`]: inlined, the least a sampler that decides before the call and marks its samples
+//!   can do: a countdown in a thread-local, page-aligned samples in a fixed set, every free testing
+//!   `ptr & 4095`. The floor of `Tracked`'s sampled tier (`benches/instructions.rs` uses it too).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
@@ -142,3 +145,149 @@ counting!(
     CountInline,
     inline(always)
 );
+
+thread_local! {
+    /// [`SampleOnly`]'s countdown: bytes left before the thread's next sample.
+    static LEFT: Cell<i64> = const { Cell::new(0) };
+}
+
+/// [`SampleOnly`]'s sampled blocks: a fixed open-addressed set of addresses (0 = empty).
+static SAMPLED: [std::sync::atomic::AtomicUsize; 4096] = [const { std::sync::atomic::AtomicUsize::new(0) }; 4096];
+
+/// The alignment a sampled block gets, so that a free tells most unsampled blocks from the pointer.
+const PAGE: usize = 4096;
+
+/// Remembers a sampled block's address, or returns `false` when the set is full.
+#[cold]
+#[inline(never)]
+fn remember(p: usize) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let h = (p / PAGE).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
+    (0..SAMPLED.len()).any(|i| {
+        let slot = &SAMPLED[(h + i) % SAMPLED.len()];
+        // An empty slot, or one a forgotten block left (`usize::MAX`).
+        [0, usize::MAX].into_iter().any(|free| slot.compare_exchange(free, p, Relaxed, Relaxed).is_ok())
+    })
+}
+
+/// Forgets a sampled block's address: `true` when it was there.
+#[cold]
+#[inline(never)]
+fn forget(p: usize) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let h = (p / PAGE).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
+    for i in 0..SAMPLED.len() {
+        let slot = &SAMPLED[(h + i) % SAMPLED.len()];
+        match slot.load(Relaxed) {
+            0 => return false,
+            q if q == p => {
+                slot.store(usize::MAX, Relaxed);
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The cheapest wrapper that samples as `frag` does, inlined into every caller: a byte countdown in a
+/// const thread-local before the inner call (512 KiB between samples, no randomness), a sampled block
+/// allocated page-aligned and remembered in a fixed set, every free and reallocation testing
+/// `ptr & 4095` and looking a page-aligned pointer up out of line. No stacks, no tallies, no report.
+pub struct SampleOnly<A>(pub A);
+
+impl<A: GlobalAlloc> SampleOnly<A> {
+    #[cold]
+    #[inline(never)]
+    unsafe fn sample(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let _ = LEFT.try_with(|l| l.set(512 << 10));
+        let marked = Layout::from_size_align(layout.size(), layout.align().max(PAGE)).unwrap();
+        // SAFETY: the caller's guarantees, with a larger alignment.
+        let p = unsafe { if zeroed { self.0.alloc_zeroed(marked) } else { self.0.alloc(marked) } };
+        if !p.is_null() && !remember(p as usize) {
+            // SAFETY: just allocated with `marked`.
+            unsafe { self.0.dealloc(p, marked) };
+            // SAFETY: the caller's guarantees.
+            return unsafe { self.0.alloc(layout) };
+        }
+        p
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_aligned(&self, ptr: *mut u8, layout: Layout) {
+        let layout = if forget(ptr as usize) {
+            Layout::from_size_align(layout.size(), layout.align().max(PAGE)).unwrap()
+        } else {
+            layout
+        };
+        // SAFETY: the caller's guarantees, with the layout the block was allocated with.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_aligned(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = Layout::from_size_align(new_size, layout.align()).unwrap();
+        // SAFETY: the caller's guarantees.
+        let p = unsafe { self.alloc(new) };
+        if !p.is_null() {
+            // SAFETY: both blocks are valid for the smaller size.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size)) };
+            // SAFETY: the caller's guarantees.
+            unsafe { self.dealloc(ptr, layout) };
+        }
+        p
+    }
+}
+
+#[inline(always)]
+fn take(size: usize) -> bool {
+    LEFT.try_with(|l| {
+        let left = l.get().wrapping_sub(size as i64);
+        l.set(left);
+        left > 0
+    })
+    .unwrap_or(false)
+}
+
+// SAFETY: every method forwards to `A`; a sampled block is allocated with a larger alignment and freed
+// with that same layout (the set says which blocks are sampled).
+unsafe impl<A: GlobalAlloc> GlobalAlloc for SampleOnly<A> {
+    #[inline(always)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if take(layout.size()) {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.0.alloc(layout) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.sample(layout, false) }
+    }
+    #[inline(always)]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if take(layout.size()) {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.0.alloc_zeroed(layout) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.sample(layout, true) }
+    }
+    #[inline(always)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if (ptr as usize) & (PAGE - 1) != 0 {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.0.dealloc(ptr, layout) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.free_aligned(ptr, layout) }
+    }
+    #[inline(always)]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if (ptr as usize) & (PAGE - 1) != 0 && take(new_size) {
+            // SAFETY: the caller's guarantees, passed on.
+            return unsafe { self.0.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.realloc_aligned(ptr, layout, new_size) }
+    }
+}

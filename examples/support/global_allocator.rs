@@ -42,6 +42,7 @@ enum Choice {
     Forward,
     Count,
     CountInline,
+    SampleOnly,
 }
 
 const fn eq(a: &str, b: &str) -> bool {
@@ -66,6 +67,7 @@ const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
     Some(v) if eq(v, "forward") => Choice::Forward,
     Some(v) if eq(v, "count") => Choice::Count,
     Some(v) if eq(v, "count-inline") => Choice::CountInline,
+    Some(v) if eq(v, "sample-only") => Choice::SampleOnly,
     Some(_) => Choice::Bare,
 };
 
@@ -74,6 +76,7 @@ static EXACT: frag::Tracked<Backend, frag::Exact> = frag::Tracked::new(BACKEND);
 static FORWARD: floor::Forward<Backend> = floor::Forward(BACKEND);
 static COUNT: floor::Count<Backend> = floor::Count(BACKEND);
 static COUNT_INLINE: floor::CountInline<Backend> = floor::CountInline(BACKEND);
+static SAMPLE_ONLY: floor::SampleOnly<Backend> = floor::SampleOnly(BACKEND);
 
 /// Calls `$method` on the chosen allocator.
 macro_rules! chosen {
@@ -85,6 +88,7 @@ macro_rules! chosen {
             Choice::Forward => FORWARD.$method($($arg),*),
             Choice::Count => COUNT.$method($($arg),*),
             Choice::CountInline => COUNT_INLINE.$method($($arg),*),
+            Choice::SampleOnly => SAMPLE_ONLY.$method($($arg),*),
         }
     };
 }

@@ -13,8 +13,9 @@
 //!   keeps its size class (allocators round those to whole pages anyway); it only loses the random
 //!   cache-line offset jemalloc gives large blocks.
 //!
-//! Every free and reallocation tests whether `ptr & 4095` is 0 or 8 ([`may_be_marked`], inlined into
-//! the caller: an `and` with one cached word, [`FREE_MASK`]). Anything else means "not sampled" with
+//! Every free and reallocation tests whether `ptr & 4095` is 0 or 8, inlined into the caller: in the
+//! sampled tier an `and` with a constant ([`may_carry_a_mark`]), in the exact tier (where marking can
+//! be turned off) an `and` with one cached word ([`may_be_marked`], [`FREE_MASK`]). Anything else means "not sampled" with
 //! no other memory read. A match goes out of line (the caller's layout is usually not a constant
 //! there: `__rust_dealloc` takes it as arguments), where [`maybe_sampled`] tells the request's own
 //! mark (a page-aligned block of a small request, the common false match, is settled here with no
@@ -28,7 +29,9 @@
 //! live bytes (0.8% at the default mean of 512 KiB). That is why small means and "every block" do not mark: there
 //! **every free looks at the counters** instead ([`FREE_MASK`] becomes 0), and no block's layout
 //! changes. That mode is one-way for the life of the process: a block sampled without the mark must
-//! still be found when it is freed, whatever the setting is by then.
+//! still be found when it is freed, whatever the setting is by then. It exists in the exact tier
+//! only: the sampled tier's frees test the mark alone, so there marking is on for good
+//! ([`marks_only`]) and such means are refused.
 
 use core::alloc::Layout;
 
@@ -46,10 +49,16 @@ pub(crate) const SMALL_OFFSET: usize = 8;
 /// bytes): every free looks at the counters instead.
 pub(crate) const MIN_MARKING_MEAN: u64 = 64 << 10;
 
-/// The low bits of a pointer that are 0 in either mark, 0 or 8 past a page boundary: `MARK_ALIGN - 1`
-/// without `SMALL_OFFSET` while sampled blocks are marked, 0 once every free looks at the counters.
+/// The low bits of a pointer that are 0 in either mark, 0 or 8 past a page boundary: [`MARKING`]
+/// while sampled blocks are marked (with [`MARKS_ONLY`] once the sampled tier registered), 0 once
+/// every free looks at the counters.
 static FREE_MASK: AtomicUsize = AtomicUsize::new(MARKING);
+/// `MARK_ALIGN - 1` without `SMALL_OFFSET`: the bits that are 0 in either mark.
 const MARKING: usize = (MARK_ALIGN - 1) & !SMALL_OFFSET;
+/// A bit no user-space pointer has, set in [`FREE_MASK`] when the sampled tier registered: marking
+/// stays on for good, because that tier's frees test [`MARKING`] as a constant
+/// ([`may_carry_a_mark`]).
+const MARKS_ONLY: usize = 1 << (usize::BITS - 1);
 
 /// Live sampled blocks by page bucket.
 static BUCKETS: Buckets<FILTER_BUCKETS, PAGE_BUCKETS> = Buckets::new();
@@ -64,6 +73,13 @@ fn page(ptr: *mut u8) -> usize {
 #[inline(always)]
 pub(crate) fn may_be_marked(ptr: *mut u8) -> bool {
     (ptr as usize) & FREE_MASK.load(Ordering::Relaxed) == 0
+}
+
+/// [`may_be_marked`] for the sampled tier, where marking is always on ([`marks_only`]): the mask is a
+/// constant, so the test is an `and` with an immediate and no memory read.
+#[inline(always)]
+pub(crate) fn may_carry_a_mark(ptr: *mut u8) -> bool {
+    (ptr as usize) & MARKING == 0
 }
 
 /// How far past a 4 KiB boundary the mark puts a block of the caller's `layout`.
@@ -108,8 +124,20 @@ pub(crate) fn marking() -> bool {
 /// before a mean below [`MIN_MARKING_MEAN`] takes effect, so that a block sampled without the mark
 /// is allocated after the switch: whoever frees it got the pointer through some synchronisation with
 /// the allocating thread, and so sees the switch too.
-pub(crate) fn look_up_every_free() {
-    FREE_MASK.store(0, Ordering::SeqCst);
+/// `false`, and nothing changes, under the sampled tier ([`marks_only`]).
+pub(crate) fn look_up_every_free() -> bool {
+    match FREE_MASK.compare_exchange(MARKING, 0, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) | Err(0) => true,
+        Err(_) => false,
+    }
+}
+
+/// Marking stays on for the life of the process: the sampled tier registered, whose frees test the
+/// mark as a constant. Called at registration, before any block is sampled. `false` if every free
+/// was looking at the counters until now (a mean set before registration): marking is back on, and
+/// the caller must not keep that mean.
+pub(crate) fn marks_only() -> bool {
+    FREE_MASK.swap(MARKING | MARKS_ONLY, Ordering::SeqCst) != 0
 }
 
 /// How a marked block of a request is allocated: the layout, and how far into the block the

@@ -20,7 +20,7 @@ pub(crate) mod table;
 use core::alloc::Layout;
 use core::fmt;
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use table::{Entry, Table};
 
 /// Every live sampled block.
@@ -63,12 +63,15 @@ const MIN_MEAN: u64 = 4 << 10;
 /// about 0.8% of live bytes at the default mean. Below a mean of 64 KiB (and for
 /// `EveryBlock`) blocks are not marked and keep their layout; every free then looks in the side table
 /// instead, for the rest of the process (a block sampled without the mark must still be found).
+/// Those means need the exact tier (`Tracked<_, frag::Exact>`): the sampled tier's frees test the
+/// mark alone, and refuse them ([`SamplingError::NeedsExactTier`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Sampling {
     /// Nothing is sampled: no origin, no sites.
     Off,
-    /// Every allocation: exact origin and site figures, for tests and debugging. Every free takes the
+    /// Every allocation: exact origin and site figures, for tests and debugging, in the exact tier
+    /// (`Tracked<_, frag::Exact>`; the sampled tier refuses it). Every free takes the
     /// cold path from then on (about 100 ns per allocation + free), and blocks beyond the side
     /// table's capacity (16,384 live) are dropped from the figures (the report counts them).
     EveryBlock,
@@ -131,6 +134,13 @@ pub enum SamplingError {
         /// The mean asked for.
         mean: u64,
     },
+    /// `EveryBlock`, or a mean below 64 KiB, in the sampled tier: its frees tell sampled blocks by
+    /// their mark alone, and at such means blocks are not marked. Use `Tracked<_, frag::Exact>`
+    /// (where every free can look in the side table), or a mean of at least 64 KiB.
+    NeedsExactTier {
+        /// The mean asked for (0 for `EveryBlock`).
+        mean: u64,
+    },
 }
 
 impl fmt::Display for SamplingError {
@@ -139,6 +149,16 @@ impl fmt::Display for SamplingError {
             Self::TooSmall { mean } => write!(
                 f,
                 "Sampling::MeanBytes({mean}) is outside 4096..u64::MAX: use Sampling::EveryBlock for exact figures"
+            ),
+            Self::NeedsExactTier { mean: 0 } => write!(
+                f,
+                "Sampling::EveryBlock needs Tracked<_, frag::Exact>: the sampled tier only follows marked blocks"
+            ),
+            Self::NeedsExactTier { mean } => write!(
+                f,
+                "Sampling::MeanBytes({mean}) is below {} in the sampled tier, which only follows marked blocks: \
+                 use Tracked<_, frag::Exact> or a larger mean",
+                mark::MIN_MARKING_MEAN
             ),
         }
     }
@@ -152,23 +172,24 @@ impl std::error::Error for SamplingError {}
 ///
 /// # Errors
 ///
-/// [`SamplingError::TooSmall`] for a mean below 4096 bytes.
+/// [`SamplingError::TooSmall`] for a mean below 4096 bytes; [`SamplingError::NeedsExactTier`] for
+/// `EveryBlock` or a mean below 64 KiB under the sampled tier (`Tracked<A>`).
 ///
 /// # Example
 ///
 /// ```no_run
 /// #[global_allocator]
-/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 ///
 /// // One sample per 128 KiB allocated: finer profiles, more samples in the side table.
 /// frag::set_sampling(frag::Sampling::MeanBytes(128 << 10)).unwrap();
-/// // Exact figures while debugging a test:
+/// // Exact origin and site figures while debugging a test (the exact tier only):
 /// frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
 /// ```
 pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
     let mean = s.mean()?;
+    apply(mean)?;
     EXPLICIT.store(true, Ordering::Relaxed);
-    apply(mean);
     if let Some(s) = crate::stats::pool::owned() {
         s.hot.clock.restart_now(mean);
     }
@@ -178,12 +199,29 @@ pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
 /// Whether `set_sampling` was called: a `Tracked`'s configured sampling then no longer applies.
 static EXPLICIT: AtomicBool = AtomicBool::new(false);
 
-fn apply(mean: u64) {
-    if mean < mark::MIN_MARKING_MEAN {
-        // Before any block is sampled at this mean (see `mark`).
-        mark::look_up_every_free();
+/// Makes `mean` the process's mean, unless the tier cannot sample at it.
+fn apply(mean: u64) -> Result<(), SamplingError> {
+    // Before any block is sampled at this mean (see `mark`).
+    if mean < mark::MIN_MARKING_MEAN && !mark::look_up_every_free() {
+        return Err(SamplingError::NeedsExactTier { mean });
     }
     MEAN.store(mean, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Called at registration (the process's first shard claim, before any block is sampled), before
+/// [`configure`]: the sampled tier follows marked blocks only (`mark::marks_only`). A mean that
+/// `set_sampling` set before then and that the tier cannot use falls back to the default; the report
+/// warns ([`configured_error`]).
+pub(crate) fn register_tier(exact: bool) {
+    if exact {
+        return;
+    }
+    let mean = mean();
+    if !mark::marks_only() {
+        refuse(SamplingError::NeedsExactTier { mean });
+        MEAN.store(DEFAULT_MEAN, Ordering::SeqCst);
+    }
 }
 
 /// The current sampling.
@@ -202,26 +240,40 @@ pub(crate) fn mean() -> u64 {
 /// unless `set_sampling` came first. An invalid configuration keeps the default; the report warns
 /// ([`configured_error`]).
 pub(crate) fn configure(s: Sampling) {
-    match s.mean() {
-        Ok(mean) if !EXPLICIT.load(Ordering::Relaxed) => apply(mean),
-        Ok(_) => {}
-        Err(SamplingError::TooSmall { mean }) => {
-            INVALID_MEAN.store(mean, Ordering::Relaxed);
-            INVALID.store(true, Ordering::Release);
-        }
+    if EXPLICIT.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = s.mean().and_then(apply) {
+        refuse(e);
     }
 }
 
-/// Whether the installed `Tracked` was configured with an invalid sampling, and its mean.
-static INVALID: AtomicBool = AtomicBool::new(false);
+/// Why a sampling the installed `Tracked` was given was not applied: 0 none, 1 `TooSmall`, 2
+/// `NeedsExactTier`; and its mean.
+static INVALID: AtomicU8 = AtomicU8::new(0);
 static INVALID_MEAN: AtomicU64 = AtomicU64::new(0);
 
-/// Why the installed `Tracked`'s configured sampling was not applied, if it was invalid.
-pub(crate) fn configured_error() -> Option<SamplingError> {
-    INVALID.load(Ordering::Acquire).then(|| SamplingError::TooSmall { mean: INVALID_MEAN.load(Ordering::Relaxed) })
+fn refuse(e: SamplingError) {
+    let (code, mean) = match e {
+        SamplingError::TooSmall { mean } => (1, mean),
+        SamplingError::NeedsExactTier { mean } => (2, mean),
+    };
+    INVALID_MEAN.store(mean, Ordering::Relaxed);
+    INVALID.store(code, Ordering::Release);
 }
 
-pub(crate) use mark::{may_be_marked, maybe_sampled};
+/// Why the installed `Tracked`'s configured sampling (or one set before its first allocation) was
+/// not applied, if it was not.
+pub(crate) fn configured_error() -> Option<SamplingError> {
+    let mean = || INVALID_MEAN.load(Ordering::Relaxed);
+    match INVALID.load(Ordering::Acquire) {
+        1 => Some(SamplingError::TooSmall { mean: mean() }),
+        2 => Some(SamplingError::NeedsExactTier { mean: mean() }),
+        _ => None,
+    }
+}
+
+pub(crate) use mark::{may_carry_a_mark, maybe_sampled};
 
 /// Puts the sampled block at `ptr` in the side table, before it is handed out. `false` (and a
 /// counted drop) when its neighbourhood is full.

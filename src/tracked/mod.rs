@@ -19,8 +19,8 @@
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
 //!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call;
-//! - `dealloc`: the pointer tested against the marks (`sampler::may_be_marked`: an `and` with one
-//!   cached word), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
+//! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
+//!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
 //!   `deallocate_aligned` instead, which tests its request's own mark and reads its page bucket's
 //!   counters (`sampler::maybe_sampled`) before the inner call;
 //! - `realloc`: the same pointer test for the old block and the countdown for the new size (out of
@@ -154,7 +154,7 @@ impl<A, T: Tier> Tracked<A, T> {
     /// use frag::{Sampling, Tracked};
     ///
     /// #[global_allocator]
-    /// static A: Tracked<std::alloc::System> = Tracked::with_sampling(std::alloc::System, Sampling::EveryBlock);
+    /// static A: Tracked<std::alloc::System> = Tracked::with_sampling(std::alloc::System, Sampling::MeanBytes(128 << 10));
     /// # fn main() {}
     /// ```
     #[must_use]
@@ -216,6 +216,7 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
             || {
                 if backend::register(self.registration()) {
                     crate::stats::set_sampled(!T::EXACT);
+                    sampler::register_tier(T::EXACT);
                     sampler::configure(self.sampling);
                 }
             },
@@ -380,7 +381,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.deallocate_exact(ptr, layout) };
         }
-        if !sampler::may_be_marked(ptr) {
+        if !sampler::may_carry_a_mark(ptr) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -395,7 +396,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.reallocate_exact(ptr, layout, new_size) };
         }
-        if !sampler::may_be_marked(ptr) && pool::current().hot.clock.take(new_size) {
+        if !sampler::may_carry_a_mark(ptr) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };

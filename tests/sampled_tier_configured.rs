@@ -1,0 +1,21 @@
+//! A sampled-tier `Tracked` configured in its `static` with a sampling that tier cannot use
+//! (`EveryBlock`): the default applies, the report says why, and samples are still found at their
+//! frees.
+
+#[global_allocator]
+static A: frag::Tracked<std::alloc::System> =
+    frag::Tracked::with_sampling(std::alloc::System, frag::Sampling::EveryBlock);
+
+#[test]
+fn every_block_in_the_static_falls_back_to_the_default_with_a_warning() {
+    let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 16 + (i * 37) % 3000]).collect();
+    assert_eq!(frag::sampling(), frag::Sampling::DEFAULT);
+    let report = frag::report();
+    let w = report.warnings.iter().find(|w| w.kind == frag::WarningKind::InvalidSampling).expect("a warning");
+    assert!(w.message.contains("frag::Exact"), "{}", w.message);
+    let before = report.origin.expect("origin");
+    drop(blocks);
+    let after = frag::report().origin.expect("origin");
+    assert!(before.sampled_blocks > 20, "{} samples of ~30 MiB", before.sampled_blocks);
+    assert_eq!(after.sampled_frees, after.sampled_blocks, "every sample is found at its free");
+}
