@@ -55,7 +55,17 @@ SERVICE_LOAD = (300, 600)
 # The example's `frag::Publisher` thread runs a round every second of wall time, not per request, and
 # under callgrind a request takes ~50 times longer: counted, its rounds would weigh ~50 times what they
 # do in a real run. Its rounds are left out of the count (the same in both builds).
-PUBLISHER_EXCLUDED = ("--toggle-collect=frag::publish::Publisher::publish", "--collect-atstart=yes")
+# (`publish_once` is `#[inline(never)]` for this; `check_excluded` fails the run if the name is gone.)
+PUBLISHER_EXCLUDED = ("--toggle-collect=frag::publish::Publisher::publish_once", "--collect-atstart=yes")
+PUBLISHER_ROUND = "frag::publish::Publisher::publish_once"
+
+
+def check_excluded(exe):
+    """The publisher's round must be a function of its own in `exe`, or the toggle silently excludes
+    nothing (as it did once, when the function it named was renamed)."""
+    out = subprocess.run(["nm", "-C", exe], stdout=subprocess.PIPE, text=True).stdout
+    if not any(line.endswith(" " + PUBLISHER_ROUND) for line in out.splitlines()):
+        sys.exit(f"{exe} has no function {PUBLISHER_ROUND}: the publisher's rounds would be counted")
 
 FEATURES = {
     "system": "",
@@ -146,6 +156,7 @@ def build_service(backend, variant, salt=0):
     os.makedirs(out_dir, exist_ok=True)
     dest = os.path.join(out_dir, f"service-{backend}-{variant}-{salt}")
     shutil.copy2(os.path.join(target_dir(), "release", "examples", "service"), dest)
+    check_excluded(dest)
     return dest
 
 

@@ -103,6 +103,14 @@ pub(crate) fn maybe_sampled(ptr: *mut u8, layout: Layout) -> bool {
     may_be_marked(ptr) && at_its_mark(ptr, layout) && BUCKETS.occupied(page(ptr))
 }
 
+/// [`maybe_sampled`] in the sampled tier, where marking is on for good ([`marks_only`]): the pointer
+/// tested against its request's own mark with constants, then the page bucket's counters. No read of
+/// [`FREE_MASK`].
+#[inline(always)]
+pub(crate) fn maybe_sampled_marked(ptr: *mut u8, layout: Layout) -> bool {
+    (ptr as usize) % MARK_ALIGN == offset_of(layout) && BUCKETS.occupied(page(ptr))
+}
+
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.
 /// Before the block is handed out, so that whoever frees it sees the counts.
 pub(crate) fn noted(ptr: *mut u8) {

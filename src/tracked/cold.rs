@@ -177,11 +177,17 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         weight: f64,
         frame: Frame,
     ) -> (*mut u8, Option<Entry>) {
-        let Some(m) = mark::marking().then(|| mark::marked(layout)).flatten() else {
+        if !mark::marking() {
             // SAFETY: the caller's guarantees.
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };
             let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, false) };
             return (ptr, entry);
+        }
+        let Some(m) = mark::marked(layout) else {
+            // No room for the mark (a size near `isize::MAX`): not sampled, since frees only look for
+            // sampled blocks at their marks.
+            // SAFETY: the caller's guarantees.
+            return (unsafe { self.inner_alloc(layout, zeroed) }, None);
         };
         // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
         let base = unsafe { self.inner_alloc(m.layout, zeroed) };

@@ -316,7 +316,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// the cold path. Out of line, like [`Self::deallocate_aligned`].
     #[inline(never)]
     unsafe fn reallocate_aligned(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !sampler::maybe_sampled(ptr, layout) && pool::current().hot.clock.take(new_size) {
+        if !sampler::maybe_sampled_marked(ptr, layout) && pool::current().hot.clock.take(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -331,7 +331,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// Out of line, so that call sites hold only the pointer test.
     #[inline(never)]
     unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
-        if !sampler::maybe_sampled(ptr, layout) {
+        if !sampler::maybe_sampled_marked(ptr, layout) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
