@@ -153,6 +153,7 @@ fn unmarked_sampling_needs_the_exact_tier() {
     );
     assert_eq!(frag::sampling(), frag::Sampling::DEFAULT, "a refused setting changed the sampling");
     assert_eq!(frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)), Ok(frag::Sampling::MeanBytes(64 << 10)));
+    let live = |o: &frag::Origin| o.sampled_blocks - o.sampled_frees;
     let before = frag::report().origin.expect("origin");
     let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 16 + (i * 37) % 3000]).collect();
     drop(blocks);
@@ -160,5 +161,7 @@ fn unmarked_sampling_needs_the_exact_tier() {
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     let sampled = after.sampled_blocks - before.sampled_blocks;
     assert!(sampled > 300, "{sampled} samples of ~30 MiB at 64 KiB");
-    assert_eq!(after.sampled_frees - before.sampled_frees, sampled, "every sample is found at its free");
+    // Every sample is found at its free: what is still live is at most what the reports themselves
+    // (and the other tests' threads of this process) hold meanwhile.
+    assert!(live(&after) <= live(&before) + 3, "{} live samples after, {} before", live(&after), live(&before));
 }
