@@ -94,6 +94,7 @@
 
 mod backend;
 pub mod diagnosis;
+mod estimate;
 mod guard;
 mod origin;
 mod process;

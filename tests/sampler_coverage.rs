@@ -27,7 +27,8 @@ fn next(x: &mut u64) -> u64 {
 
 /// One process's draw: a producer allocates `BLOCKS` blocks of 48 B to 32 KiB; every other block
 /// goes to a consumer thread in batches, the rest are freed by the producer a little later. Prints
-/// `estimate low high truth` for all frees and for cross-thread frees.
+/// `estimate low high truth` for all frees, cross-thread frees, cross-thread bytes, and the
+/// producer → consumer cell's frees and bytes.
 #[test]
 #[ignore = "run by `intervals_cover_the_truth_across_processes` in its own process"]
 fn coverage_child() {
@@ -35,25 +36,29 @@ fn coverage_child() {
     let before = frag::report();
     let t0 = frag::totals();
     let (tx, rx) = sync_channel::<Vec<(usize, usize)>>(4);
-    let consumer = std::thread::spawn(move || {
-        let mut batches = 0u64;
-        for batch in rx {
-            batch.into_iter().for_each(|(b, s)| raw_free(b, s));
-            batches += 1;
-        }
-        batches
-    });
-    let producer = std::thread::spawn(move || {
+    let consumer = std::thread::Builder::new()
+        .name("cov-consumer".into())
+        .spawn(move || {
+            let mut batches = 0u64;
+            for batch in rx {
+                batch.into_iter().for_each(|(b, s)| raw_free(b, s));
+                batches += 1;
+            }
+            batches
+        })
+        .unwrap();
+    let producer = std::thread::Builder::new().name("cov-producer".into()).spawn(move || {
         let mut rng = 0x2545_F491_4F6C_DD1D_u64;
         let mut ring = vec![(0usize, 0usize); 256];
         let mut batch = Vec::with_capacity(BATCH);
-        let mut handed = 0u64;
+        let (mut handed, mut handed_bytes) = (0u64, 0u64);
         for i in 0..BLOCKS {
             let size = 48 + (next(&mut rng) % (32_768 - 48 + 1)) as usize;
             let b = raw_alloc(size);
             if i % 2 == 0 {
                 batch.push((b, size));
                 handed += 1;
+                handed_bytes += size as u64;
                 if batch.len() == BATCH {
                     tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).unwrap();
                 }
@@ -66,9 +71,9 @@ fn coverage_child() {
         }
         ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
         tx.send(batch).unwrap();
-        handed
+        (handed, handed_bytes)
     });
-    let handed = producer.join().unwrap();
+    let (handed, handed_bytes) = producer.unwrap().join().unwrap();
     let batches = consumer.join().unwrap();
     let t1 = frag::totals();
     let after = frag::report();
@@ -78,6 +83,13 @@ fn coverage_child() {
     // Blocks of the producer freed by the consumer: the hand-offs and the batches' own buffers (the
     // channel's own blocks, one per 32 messages or so, are within the interval's rounding).
     let cross = handed + batches;
+    // Their bytes: the blocks' and each batch's buffer (`BATCH` pairs of `usize`).
+    let cross_bytes = handed_bytes + batches * (BATCH * size_of::<(usize, usize)>()) as u64;
+    let pair = o1
+        .pairs
+        .iter()
+        .find(|p| p.alloc_thread.as_deref() == Some("cov-producer") && p.free_thread.as_deref() == Some("cov-consumer"))
+        .expect("the producer -> consumer cell");
     let line = |est: u64, est0: u64, i: Option<(u64, u64)>, truth: u64| {
         // The window's estimate is the difference of two cumulative ones; its interval is taken as
         // the end's interval shifted by the start's estimate (the start rests on a few samples).
@@ -85,9 +97,13 @@ fn coverage_child() {
         format!("{} {} {} {truth}", est - est0, lo.saturating_sub(est0), hi.saturating_sub(est0))
     };
     println!(
-        "COVERAGE frees {} cross {}",
+        "COVERAGE frees {} cross {} bytes {} pair {} pair-bytes {}",
         line(o1.frees, o0.frees, o1.frees_interval, frees),
-        line(o1.cross_thread_frees, o0.cross_thread_frees, o1.cross_thread_frees_interval, cross)
+        line(o1.cross_thread_frees, o0.cross_thread_frees, o1.cross_thread_frees_interval, cross),
+        line(o1.cross_thread_bytes, o0.cross_thread_bytes, o1.cross_thread_bytes_interval, cross_bytes),
+        // A new cell: nothing before the window.
+        line(pair.frees, 0, pair.frees_interval, cross),
+        line(pair.bytes, 0, pair.bytes_interval, cross_bytes),
     );
 }
 
@@ -97,14 +113,20 @@ fn intervals_cover_the_truth_across_processes() {
         // Under valgrind 24 processes of 200,000 blocks take too long; the estimator is the same.
         return;
     }
-    let mut rows: Vec<[f64; 8]> = Vec::new();
+    let mut rows: Vec<[f64; 20]> = Vec::new();
     for _ in 0..PROCESSES {
         let out = run_child("coverage_child", &[]);
         let line = out.split_once("COVERAGE").and_then(|(_, rest)| rest.lines().next()).expect("a coverage line");
         let v: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-        rows.push(v.try_into().expect("8 figures"));
+        rows.push(v.try_into().expect("20 figures"));
     }
-    for (name, at) in [("frees", 0), ("cross-thread frees", 4)] {
+    for (name, at) in [
+        ("frees", 0),
+        ("cross-thread frees", 4),
+        ("cross-thread bytes", 8),
+        ("producer -> consumer frees", 12),
+        ("producer -> consumer bytes", 16),
+    ] {
         let covered = rows.iter().filter(|r| (r[at + 1]..=r[at + 2]).contains(&r[at + 3])).count();
         let ratios: Vec<f64> = rows.iter().map(|r| r[at] / r[at + 3]).collect();
         let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;

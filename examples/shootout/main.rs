@@ -7,7 +7,12 @@
 //! ```sh
 //! cargo run --release --all-features --example shootout            # about 65 s on 2 cores
 //! cargo run --release --all-features --example shootout -- --quick # under a minute
+//! cargo run --release --all-features --example shootout -- --no-sampling # no sampled (marked) blocks
 //! ```
+//!
+//! `--no-sampling` turns the sampler off in every child before its workload, so that no block carries
+//! the sampler's mark (a sampled small block is allocated 4 KiB-aligned): comparing its figures with
+//! a default run's, against their run-to-run spread, shows what the mark does to fragmentation.
 //!
 //! Workloads: (1) 10,000 blocks alternating 64 B / 4 KiB, small ones freed, then all; (2) the
 //! async-server pattern (timeline pictured); (3) four threads with 5,000 live blocks each; (4)
@@ -30,6 +35,9 @@ use workloads::Scale;
 
 #[global_allocator]
 static A: frag::Tracked<Select> = frag::Tracked::new(Select::new());
+
+/// The flag that turns the sampler off in the children.
+const NO_SAMPLING: &str = "--no-sampling";
 
 /// One child run: a workload with a variant on a backend.
 #[derive(Clone)]
@@ -79,10 +87,16 @@ fn out_dir() -> PathBuf {
 
 fn child(args: &[String]) -> i32 {
     let (Some(workload), Some(variant)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: shootout --child WORKLOAD VARIANT [--quick]");
+        eprintln!("usage: shootout --child WORKLOAD VARIANT [--quick] [--no-sampling]");
         return 2;
     };
     let scale = Scale { quick: args.iter().any(|a| a == "--quick") };
+    if args.iter().any(|a| a == NO_SAMPLING) {
+        if let Err(e) = frag::set_sampling(frag::Sampling::Off) {
+            eprintln!("shootout: turning sampling off: {e}");
+            return 2;
+        }
+    }
     let Some(outcome) = workloads::run(workload, variant, scale) else {
         eprintln!("shootout: unknown workload {workload}");
         return 2;
@@ -100,12 +114,15 @@ fn child(args: &[String]) -> i32 {
     0
 }
 
-fn run_child(plan: &Plan, quick: bool) -> Result<Value, String> {
+fn run_child(plan: &Plan, quick: bool, no_sampling: bool) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["--child", plan.workload, &plan.variant]).env(SELECT_ENV, plan.backend.name());
     if quick {
         cmd.arg("--quick");
+    }
+    if no_sampling {
+        cmd.arg(NO_SAMPLING);
     }
     let start = Instant::now();
     let out = cmd.output().map_err(|e| e.to_string())?;
@@ -129,13 +146,18 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         std::process::exit(child(&args[i + 1..]));
     }
+    if let Some(unknown) = args.iter().find(|a| !["--quick", NO_SAMPLING].contains(&a.as_str())) {
+        eprintln!("shootout: unknown argument {unknown:?} (known: --quick, {NO_SAMPLING})");
+        std::process::exit(2);
+    }
     let quick = args.iter().any(|a| a == "--quick");
+    let no_sampling = args.iter().any(|a| a == NO_SAMPLING);
     let start = Instant::now();
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for plan in plans(quick) {
         eprint!("{:<12} {:<9} {:<17}", plan.workload, plan.backend.name(), plan.variant);
-        match run_child(&plan, quick) {
+        match run_child(&plan, quick, no_sampling) {
             Ok(v) => {
                 eprintln!(" {:5.1} s", v["seconds"].as_f64().unwrap_or(0.0));
                 runs.push(v);

@@ -9,8 +9,9 @@
 //!
 //! - per thread (in each thread's shard): local frees, frees of its blocks elsewhere, frees it made
 //!   of others' blocks, with the sums of squared weights behind their intervals;
-//! - process-wide (`tally`): per size class, per lifetime decade, and per (allocating thread →
-//!   freeing thread) pair.
+//! - process-wide (`tally`): per size class (and, for the sampled tier's class estimates, the
+//!   variance of each class's live blocks and bytes), per lifetime decade, and per (allocating
+//!   thread → freeing thread) pair.
 //!
 //! A reallocation is, as the allocator sees it, the free of the old block (on the reallocating
 //! thread) and the allocation of a new one: a sampled block reallocated on another thread counts as
@@ -18,7 +19,7 @@
 
 pub(crate) mod tally;
 
-use crate::sampler::W_ONE;
+use crate::estimate::SampleSums;
 use crate::sampler::table::Entry;
 use crate::stats::class::class_of;
 use crate::stats::pool::{self, Me};
@@ -28,19 +29,17 @@ use tally::Tally;
 
 pub(crate) static TALLY: Tally = Tally::new();
 
-/// A sampled block went into the side table.
-pub(crate) fn taken() {
-    TALLY.sampled.fetch_add(1, Ordering::Relaxed);
+/// A sampled block of `size` bytes, weighing `weight`, went into the side table.
+pub(crate) fn taken(weight: f64, size: u64) {
+    TALLY.taken(class_of(size as usize), SampleSums::of(weight, size));
 }
 
 /// The sampled block `e` was freed (or reallocated) by the thread `me`, `lifetime_ns` after its
 /// allocation.
 pub(crate) fn freed(me: &Me, e: &Entry, lifetime_ns: u64) {
     let cross = e.tid != me.tid;
-    let w_f = e.weight;
-    let w = (libm::round(w_f * W_ONE as f64) as u64).max(1);
-    let wb = libm::round(w_f * e.size as f64 * W_ONE as f64) as u64;
-    let w2 = libm::round(w_f * w_f).max(1.0) as u64;
+    let sums = SampleSums::of(e.weight, e.size);
+    let SampleSums { w, wb, w2, bytes_var } = sums;
     let add = |shard: &Shard, field: usize, v: u64| {
         if let Some(c) = shard.origin.get(field) {
             c.fetch_add(v, Ordering::Relaxed);
@@ -50,6 +49,7 @@ pub(crate) fn freed(me: &Me, e: &Entry, lifetime_ns: u64) {
         add(me.shard, origin_field::REMOTE, w);
         add(me.shard, origin_field::REMOTE + 1, wb);
         add(me.shard, origin_field::REMOTE_W2, w2);
+        add(me.shard, origin_field::REMOTE_BYTES_VAR, bytes_var);
         let owner = match e.slot {
             Some((index, generation)) => pool::slot_if_generation(index, generation),
             None => Some(pool::overflow()),
@@ -68,14 +68,14 @@ pub(crate) fn freed(me: &Me, e: &Entry, lifetime_ns: u64) {
         add(me.shard, origin_field::LOCAL, w);
         add(me.shard, origin_field::LOCAL + 1, wb);
         add(me.shard, origin_field::LOCAL_W2, w2);
+        add(me.shard, origin_field::LOCAL_BYTES_VAR, bytes_var);
     }
-    TALLY.free(&tally::SampledFree {
+    TALLY.freed(&tally::SampledFree {
         class: class_of(e.size as usize),
         cross,
         lifetime_ns,
         alloc_tid: e.tid,
         free_tid: me.tid,
-        w,
-        wb,
+        sums,
     });
 }

@@ -1,6 +1,7 @@
 //! Process-wide tallies of sampled frees that are not per thread: per size class, lifetimes, the
 //! origin matrix. Written on the cold path only (sampled frees), with atomic adds.
 
+use crate::estimate::SampleSums;
 use crate::stats::class::NUM_CLASSES;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -24,18 +25,20 @@ const PAIR_PROBE: usize = 16;
 struct Pair {
     /// `alloc_tid << 32 | free_tid`, or 0 for an empty cell (no thread has id 0).
     key: AtomicU64,
-    frees: AtomicU64,
-    bytes: AtomicU64,
+    /// `SampleSums` of the pair's frees: `[w, wb, w2, bytes_var]`.
+    sums: [AtomicU64; 4],
 }
 
-/// A snapshot of one origin-matrix cell; weighted fixed point.
+/// A snapshot of one origin-matrix cell: the sums of its sampled frees.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PairSums {
     pub(crate) alloc_tid: u32,
     pub(crate) free_tid: u32,
-    pub(crate) frees: u64,
-    pub(crate) bytes: u64,
+    pub(crate) sums: SampleSums,
 }
+
+/// The variance of a class's sampled blocks: `[count (Σw²), bytes]`, `[entered, left]`.
+type ClassVariance = [[AtomicU64; 2]; 2];
 
 /// One sampled free, as the tallies need it.
 pub(crate) struct SampledFree {
@@ -44,9 +47,8 @@ pub(crate) struct SampledFree {
     pub(crate) lifetime_ns: u64,
     pub(crate) alloc_tid: u32,
     pub(crate) free_tid: u32,
-    /// Weight and weighted bytes, fixed point.
-    pub(crate) w: u64,
-    pub(crate) wb: u64,
+    /// What the sample adds to the estimates.
+    pub(crate) sums: SampleSums,
 }
 
 pub(crate) struct Tally {
@@ -59,6 +61,12 @@ pub(crate) struct Tally {
     class_cross: [AtomicU64; NUM_CLASSES],
     /// Sampled frees per size class (raw count): what the class's estimates rest on.
     class_samples: [AtomicU64; NUM_CLASSES],
+    /// Squared weights of the sampled frees per size class (the cross-thread share's effective
+    /// samples).
+    class_w2: [AtomicU64; NUM_CLASSES],
+    /// Per size class, the variance the sampled blocks that entered and left it add to the sampled
+    /// tier's estimates of its live blocks and bytes.
+    class_variance: [ClassVariance; NUM_CLASSES],
     /// Weighted frees per lifetime bucket: `[local, cross]`.
     lifetimes: [[AtomicU64; LIFETIME_BUCKETS]; 2],
     pairs: [Pair; PAIR_CAPACITY],
@@ -76,32 +84,44 @@ impl Tally {
             class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_samples: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            class_w2: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            class_variance: [const { [const { [const { AtomicU64::new(0) }; 2] }; 2] }; NUM_CLASSES],
             lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_BUCKETS] }; 2],
-            pairs: [const { Pair { key: AtomicU64::new(0), frees: AtomicU64::new(0), bytes: AtomicU64::new(0) } };
-                PAIR_CAPACITY],
+            pairs: [const { Pair { key: AtomicU64::new(0), sums: [const { AtomicU64::new(0) }; 4] } }; PAIR_CAPACITY],
             pair_drops: AtomicU64::new(0),
             retired_elsewhere: [const { AtomicU64::new(0) }; 2],
         }
     }
 
-    /// Records one sampled free.
-    pub(crate) fn free(&self, f: &SampledFree) {
-        let add = |c: Option<&AtomicU64>, v: u64| {
-            if let Some(c) = c {
-                c.fetch_add(v, Ordering::Relaxed);
-            }
-        };
-        self.sampled_frees.fetch_add(1, Ordering::Relaxed);
-        add(self.class_frees.get(f.class), f.w);
-        add(self.class_samples.get(f.class), 1);
-        if f.cross {
-            add(self.class_cross.get(f.class), f.w);
-        }
-        add(self.lifetimes.get(usize::from(f.cross)).and_then(|l| l.get(lifetime_bucket(f.lifetime_ns))), f.w);
-        self.pair(f.alloc_tid, f.free_tid, f.w, f.wb);
+    /// Records one sampled block entering the side table, in size class `class`.
+    pub(crate) fn taken(&self, class: usize, sums: SampleSums) {
+        self.sampled.fetch_add(1, Ordering::Relaxed);
+        self.class_variance_add(class, 0, sums);
     }
 
-    fn pair(&self, alloc_tid: u32, free_tid: u32, w: u64, wb: u64) {
+    /// Records one sampled free.
+    pub(crate) fn freed(&self, f: &SampledFree) {
+        let w = f.sums.w;
+        self.sampled_frees.fetch_add(1, Ordering::Relaxed);
+        add(self.class_frees.get(f.class), w);
+        add(self.class_samples.get(f.class), 1);
+        add(self.class_w2.get(f.class), f.sums.w2);
+        if f.cross {
+            add(self.class_cross.get(f.class), w);
+        }
+        self.class_variance_add(f.class, 1, f.sums);
+        add(self.lifetimes.get(usize::from(f.cross)).and_then(|l| l.get(lifetime_bucket(f.lifetime_ns))), w);
+        self.pair(f.alloc_tid, f.free_tid, f.sums);
+    }
+
+    fn class_variance_add(&self, class: usize, side: usize, sums: SampleSums) {
+        if let Some(v) = self.class_variance.get(class) {
+            add(v[0].get(side), sums.w2);
+            add(v[1].get(side), sums.bytes_var);
+        }
+    }
+
+    fn pair(&self, alloc_tid: u32, free_tid: u32, sums: SampleSums) {
         let key = (u64::from(alloc_tid) << 32) | u64::from(free_tid);
         if key == 0 {
             return;
@@ -117,18 +137,37 @@ impl Tally {
                         Err(now) => now == key,
                     });
             if mine {
-                cell.frees.fetch_add(w, Ordering::Relaxed);
-                cell.bytes.fetch_add(wb, Ordering::Relaxed);
+                for (c, v) in cell.sums.iter().zip([sums.w, sums.wb, sums.w2, sums.bytes_var]) {
+                    c.fetch_add(v, Ordering::Relaxed);
+                }
                 return;
             }
         }
         self.pair_drops.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Weighted `(frees, cross-thread frees)` of class `class`, and its sampled frees.
-    pub(crate) fn class(&self, class: usize) -> (u64, u64, u64) {
+    /// Weighted `(frees, cross-thread frees)` of class `class`, its sampled frees and their squared
+    /// weights.
+    pub(crate) fn class(&self, class: usize) -> ClassFrees {
         let read = |a: &[AtomicU64; NUM_CLASSES]| a.get(class).map_or(0, |c| c.load(Ordering::Relaxed));
-        (read(&self.class_frees), read(&self.class_cross), read(&self.class_samples))
+        ClassFrees {
+            frees: read(&self.class_frees),
+            cross: read(&self.class_cross),
+            samples: read(&self.class_samples),
+            w2: read(&self.class_w2),
+        }
+    }
+
+    /// `(Σw², bytes variance)` of the sampled blocks of class `class` that entered it
+    /// (`live == false`: every sampled allocation) or that are still in it (`live == true`).
+    pub(crate) fn class_variance(&self, class: usize, live: bool) -> (u64, u64) {
+        let Some(v) = self.class_variance.get(class) else { return (0, 0) };
+        let read = |k: usize| {
+            let [entered, left] = &v[k];
+            let entered = entered.load(Ordering::Relaxed);
+            if live { entered.saturating_sub(left.load(Ordering::Relaxed)) } else { entered }
+        };
+        (read(0), read(1))
     }
 
     /// Weighted `(local, cross)` frees of lifetime bucket `i`.
@@ -143,11 +182,11 @@ impl Tally {
             .iter()
             .filter_map(|c| {
                 let key = c.key.load(Ordering::Acquire);
-                (key != 0).then(|| PairSums {
+                let [w, wb, w2, bytes_var] = c.sums.each_ref().map(|a| a.load(Ordering::Relaxed));
+                (key != 0).then_some(PairSums {
                     alloc_tid: (key >> 32) as u32,
                     free_tid: key as u32,
-                    frees: c.frees.load(Ordering::Relaxed),
-                    bytes: c.bytes.load(Ordering::Relaxed),
+                    sums: SampleSums { w, wb, w2, bytes_var },
                 })
             })
             .collect()
@@ -155,6 +194,23 @@ impl Tally {
 
     pub(crate) fn pair_drops(&self) -> u64 {
         self.pair_drops.load(Ordering::Relaxed)
+    }
+}
+
+/// A size class's sampled frees (see [`Tally::class`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ClassFrees {
+    /// Weighted frees and cross-thread frees, fixed point.
+    pub(crate) frees: u64,
+    pub(crate) cross: u64,
+    /// Sampled frees (raw count) and their squared weights.
+    pub(crate) samples: u64,
+    pub(crate) w2: u64,
+}
+
+fn add(c: Option<&AtomicU64>, v: u64) {
+    if let Some(c) = c {
+        c.fetch_add(v, Ordering::Relaxed);
     }
 }
 
@@ -176,12 +232,14 @@ mod tests {
     #[test]
     fn pairs_accumulate_per_key() {
         let t = Box::new(Tally::new());
-        t.pair(1, 2, 3, 30);
-        t.pair(1, 2, 4, 40);
-        t.pair(2, 1, 1, 10);
+        let sums = |w, wb| SampleSums { w, wb, w2: w * w, bytes_var: wb };
+        t.pair(1, 2, sums(3, 30));
+        t.pair(1, 2, sums(4, 40));
+        t.pair(2, 1, sums(1, 10));
         let mut p = t.pairs();
         p.sort_by_key(|p| p.alloc_tid);
-        assert_eq!((p[0].alloc_tid, p[0].free_tid, p[0].frees, p[0].bytes), (1, 2, 7, 70));
-        assert_eq!((p[1].alloc_tid, p[1].free_tid, p[1].frees), (2, 1, 1));
+        assert_eq!((p[0].alloc_tid, p[0].free_tid), (1, 2));
+        assert_eq!(p[0].sums, SampleSums { w: 7, wb: 70, w2: 9 + 16, bytes_var: 70 });
+        assert_eq!((p[1].alloc_tid, p[1].free_tid, p[1].sums.w), (2, 1, 1));
     }
 }

@@ -1,12 +1,13 @@
 //! Building a `Report`: reads shards, the backend and `/proc`. Never runs on the allocation path.
 
-use super::origin::{self as origin_section, units};
+use super::origin as origin_section;
 use super::{
     Fragmentation, RatioInputs, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, Warning,
     WarningKind, WrappedBackend,
 };
 use crate::backend::{self, AllocatorStats, Registration};
 use crate::diagnosis::{self, Diagnosis};
+use crate::estimate::{self, effective_samples, units};
 use crate::guard::ReportGuard;
 use crate::origin::TALLY;
 use crate::process::{self, ProcessStats};
@@ -310,7 +311,7 @@ fn row(kind: RowKind, t: Totals) -> ThreadRow {
         freed_elsewhere_bytes: units(t.origin.elsewhere_bytes),
         remote_frees,
         remote_freed_bytes: units(t.origin.remote_bytes).min(t.freed_bytes),
-        free_samples: origin_section::effective_samples(
+        free_samples: effective_samples(
             t.origin.local.saturating_add(t.origin.remote),
             t.origin.local_w2.saturating_add(t.origin.remote_w2),
         )
@@ -354,9 +355,20 @@ fn class_rows(classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> 
 
 fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow {
     let (live_blocks, live_bytes, usable_bytes) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
-    let (cross_thread_ratio, cross_thread_samples) = origin_section::class_ratio(i);
+    let (cross_thread_ratio, cross_thread_ratio_interval, cross_thread_samples) = origin_section::class_ratio(i);
+    let estimated = crate::stats::sampled();
+    let interval = |live: bool, bytes: bool, estimate: u64| {
+        let (w2, bytes_var) = TALLY.class_variance(i, live);
+        estimated.then(|| {
+            if bytes {
+                estimate::bytes_interval(estimate, bytes_var, u64::MAX)
+            } else {
+                estimate::count_interval(estimate * estimate::W_ONE, w2, u64::MAX)
+            }
+        })
+    };
     SizeClassRow {
-        estimated: crate::stats::sampled(),
+        estimated,
         min_size: class::lower_bound(i) as u64,
         max_size: class::upper_bound(i).map(|b| b as u64),
         allocations: c.allocs,
@@ -366,7 +378,11 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
         usable_bytes,
         internal_bytes: usable_bytes.saturating_sub(live_bytes),
         cross_thread_ratio,
+        cross_thread_ratio_interval,
         cross_thread_samples,
+        allocations_interval: interval(false, false, c.allocs),
+        live_blocks_interval: interval(true, false, live_blocks),
+        live_bytes_interval: interval(true, true, live_bytes),
     }
 }
 
@@ -376,7 +392,7 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
 ///
 /// Made for places where allocating is not an option: an out-of-memory or signal handler that wants
 /// to say which classes hold the heap, a watchdog polling one class, or a test comparing counts
-/// exactly while a report's own allocations would disturb them. The array is 9.0 KiB (89 rows of 104 B),
+/// exactly while a report's own allocations would disturb them. The array is 17.4 KiB (89 rows of 200 B),
 /// returned on the stack.
 ///
 /// # Example
@@ -411,8 +427,8 @@ mod tests {
     /// The size `size_classes()` documents for its array.
     #[test]
     fn size_classes_array_is_as_documented() {
-        assert_eq!((NUM_CLASSES, size_of::<SizeClassRow>()), (89, 104));
-        assert_eq!(format!("{:.1} KiB", size_of::<[SizeClassRow; NUM_CLASSES]>() as f64 / 1024.0), "9.0 KiB");
+        assert_eq!((NUM_CLASSES, size_of::<SizeClassRow>()), (89, 200));
+        assert_eq!(format!("{:.1} KiB", size_of::<[SizeClassRow; NUM_CLASSES]>() as f64 / 1024.0), "17.4 KiB");
     }
 
     /// A ratio over a near-empty heap is not shown; above the floor it is the plain formula.

@@ -91,16 +91,17 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     }
     writeln!(
         f,
-        "  {:>11} {:>10} {:>8} {:>7} {:>9}  leaf frames",
-        "≈in use", "≈blocks", "samples", "≈cross", "≈median"
+        "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  leaf frames",
+        "≈in use", "95%", "≈blocks", "samples", "≈cross", "≈median"
     )?;
     for r in &s.top {
         let few =
             |v: Option<String>| v.unwrap_or_else(|| if r.free_samples > 0 { "few".to_owned() } else { "-".to_owned() });
         writeln!(
             f,
-            "  {:>11} {:>10} {:>8} {:>7} {:>9}  {}",
+            "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  {}",
             Bytes(r.inuse_bytes),
+            plus_minus(r.inuse_bytes, Some(r.inuse_bytes_interval)),
             r.inuse_blocks,
             r.samples,
             few(r.cross_thread_share.map(|c| format!("{:.0}%", c * 100.0))),
@@ -108,10 +109,20 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
             r.frames.first().map_or("?", String::as_str)
         )?;
         for frame in r.frames.iter().skip(1) {
-            writeln!(f, "  {:>50}  {frame}", "")?;
+            writeln!(f, "  {:>56}  {frame}", "")?;
         }
     }
     Ok(())
+}
+
+/// The half-width of a 95% interval around `estimate`, as a share of it: "±8%" ("-" for none).
+fn plus_minus(estimate: u64, interval: Option<(u64, u64)>) -> String {
+    match interval {
+        Some((lo, hi)) if estimate > 0 => {
+            format!("±{:.0}%", (hi - lo) as f64 / 2.0 / estimate as f64 * 100.0)
+        }
+        _ => "-".to_owned(),
+    }
 }
 
 /// The sampling in words: "1 per 512 KiB allocated", "every block", "off now".
@@ -148,25 +159,32 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
     };
     writeln!(
         f,
-        "           cross-thread frees {} of {} = {}{interval}; bytes ≈{} = {} (estimates from {} sampled frees{clamped})",
+        "           cross-thread frees {} of {} = {}{interval}; bytes ≈{} ({}) = {} (estimates from {} sampled frees{clamped})",
         count(o.cross_thread_frees, o.cross_thread_frees_interval),
         count(o.frees, o.frees_interval),
         opt_percent(o.cross_thread_free_ratio),
         Bytes(o.cross_thread_bytes),
+        plus_minus(o.cross_thread_bytes, o.cross_thread_bytes_interval),
         opt_percent(o.cross_thread_byte_ratio),
         o.sampled_frees
     )?;
     if !o.pairs.is_empty() {
-        writeln!(f, "  {:<30}    {:<30} {:>12} {:>11}", "allocated by", "freed by", "≈frees", "≈bytes")?;
+        writeln!(
+            f,
+            "  {:<30}    {:<30} {:>12} {:>5} {:>11} {:>5}",
+            "allocated by", "freed by", "≈frees", "95%", "≈bytes", "95%"
+        )?;
         for p in &o.pairs {
             let who = |tid: u64, name: &Option<String>| format!("{tid} {}", name.as_deref().unwrap_or("?"));
             writeln!(
                 f,
-                "  {:<30} -> {:<30} {:>12} {:>11}",
+                "  {:<30} -> {:<30} {:>12} {:>5} {:>11} {:>5}",
                 who(p.alloc_tid, &p.alloc_thread),
                 who(p.free_tid, &p.free_thread),
                 p.frees,
-                Bytes(p.bytes)
+                plus_minus(p.frees, p.frees_interval),
+                Bytes(p.bytes),
+                plus_minus(p.bytes, p.bytes_interval)
             )?;
         }
     }

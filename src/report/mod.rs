@@ -188,8 +188,24 @@ pub struct SizeClassRow {
     /// on fewer than 30 sampled frees in the class (too few to tell). JSON: `est_cross_thread_ratio`.
     #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_ratio"))]
     pub cross_thread_ratio: Option<f64>,
+    /// 95% interval of `cross_thread_ratio` (Wilson score with the class's effective samples).
+    /// JSON: `est_cross_thread_ratio_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_ratio_interval"))]
+    pub cross_thread_ratio_interval: Option<(f64, f64)>,
     /// Sampled frees in the class: what `cross_thread_ratio` rests on.
     pub cross_thread_samples: u64,
+    /// 95% intervals of `allocations`, `live_blocks` and `live_bytes` where they are estimates
+    /// (`estimated`, the sampled tier; `None` in the exact tier). Each rests on the class's sampled
+    /// blocks: all of them for `allocations`, those still live for the others; see
+    /// [`Origin::frees_interval`] for how they are built. JSON: `est_*_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_allocations_interval"))]
+    pub allocations_interval: Option<(u64, u64)>,
+    /// See `allocations_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_live_blocks_interval"))]
+    pub live_blocks_interval: Option<(u64, u64)>,
+    /// See `allocations_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_live_bytes_interval"))]
+    pub live_bytes_interval: Option<(u64, u64)>,
 }
 
 impl SizeClassRow {
@@ -259,6 +275,10 @@ pub struct Origin {
     /// `est_cross_thread_frees_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees_interval"))]
     pub cross_thread_frees_interval: Option<(u64, u64)>,
+    /// 95% interval of `cross_thread_bytes`: each sampled free of `s` bytes and weight `w` adds
+    /// `w(w − 1)s²` to the estimate's variance. JSON: `est_cross_thread_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_bytes_interval"))]
+    pub cross_thread_bytes_interval: Option<(u64, u64)>,
     /// Largest cells of the (allocating thread → freeing thread) matrix, by frees.
     pub pairs: Vec<OriginPair>,
     /// Matrix cells that did not fit (more distinct thread pairs than the matrix holds).
@@ -285,6 +305,14 @@ pub struct OriginPair {
     pub frees: u64,
     /// Estimated requested bytes freed.
     pub bytes: u64,
+    /// 95% intervals of `frees` and `bytes` (as [`Origin::frees_interval`] and
+    /// [`Origin::cross_thread_bytes_interval`]); `None` when the pair's samples weigh less than 30
+    /// equal ones. JSON: `est_frees_interval`, `est_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees_interval"))]
+    pub frees_interval: Option<(u64, u64)>,
+    /// See `frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_bytes_interval"))]
+    pub bytes_interval: Option<(u64, u64)>,
 }
 
 /// Frees of blocks whose lifetime fell in one decade.

@@ -1,9 +1,10 @@
 //! The `origin` section of a report, from the shards' origin totals and the process-wide tallies.
 
 use super::{LifetimeRow, Origin, OriginPair};
+use crate::estimate::{bytes_interval, count_interval, effective_samples, units, wilson};
 use crate::origin::TALLY;
 use crate::origin::tally::{self, LIFETIME_BUCKETS};
-use crate::sampler::{self, Sampling, TABLE, W_ONE};
+use crate::sampler::{self, Sampling, TABLE};
 use crate::stats::shard::OriginTotals;
 use crate::sync::Ordering;
 
@@ -14,51 +15,16 @@ const TOP_PAIRS: usize = 10;
 /// [`Origin::too_few_samples`] (JSON): with 30 samples a share's 95% interval is still about ±0.17.
 pub(crate) const MIN_SAMPLES: u64 = 30;
 
-/// Weighted fixed point to a whole estimate.
-pub(super) fn units(v: u64) -> u64 {
-    (v + W_ONE / 2) / W_ONE
-}
-
 fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
 
-/// Estimated cross-thread share of class `class`'s frees (`None` on fewer than [`MIN_SAMPLES`]
-/// sampled frees: too few to tell), and the sampled frees it rests on.
-pub(super) fn class_ratio(class: usize) -> (Option<f64>, u64) {
-    let (frees, cross, samples) = TALLY.class(class);
-    (share(cross, frees).filter(|_| samples >= MIN_SAMPLES), samples)
-}
-
-/// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
-pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
-    if n.is_nan() || n <= 0.0 || !(0.0..=1.0).contains(&p) {
-        return None;
-    }
-    const Z: f64 = 1.959_964;
-    let z2 = Z * Z;
-    let denom = 1.0 + z2 / n;
-    let center = (p + z2 / (2.0 * n)) / denom;
-    let half = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
-    Some(((center - half).max(0.0), (center + half).min(1.0)))
-}
-
-/// The effective number of samples (Kish: `(Σw)² / Σw²`) behind an estimate of `weighted` (fixed
-/// point) whose squared weights sum to `w2`.
-pub(super) fn effective_samples(weighted: u64, w2: u64) -> f64 {
-    let w = weighted as f64 / W_ONE as f64;
-    if w2 > 0 { w * w / w2 as f64 } else { 0.0 }
-}
-
-/// The 95% interval of a Horvitz–Thompson count whose weights (fixed point) sum to `weighted` and
-/// whose squared weights sum to `w2`: the estimate ± 1.96 √(Σw² − Σw), the low end at least 0 and
-/// the high end at most `cap` (the exact count it is part of).
-pub(super) fn count_interval(weighted: u64, w2: u64, cap: u64) -> (u64, u64) {
-    const Z: f64 = 1.959_964;
-    let est = weighted as f64 / W_ONE as f64;
-    let half = Z * (w2 as f64 - est).max(0.0).sqrt();
-    let est = units(weighted).min(cap);
-    (((est as f64 - half).max(0.0) as u64).min(est), ((est as f64 + half).ceil() as u64).clamp(est, cap.max(est)))
+/// Estimated cross-thread share of class `class`'s frees and its 95% interval (`None` on fewer than
+/// [`MIN_SAMPLES`] sampled frees: too few to tell), and the sampled frees it rests on.
+pub(super) fn class_ratio(class: usize) -> (Option<f64>, Option<(f64, f64)>, u64) {
+    let c = TALLY.class(class);
+    let ratio = share(c.cross, c.frees).filter(|_| c.samples >= MIN_SAMPLES);
+    (ratio, ratio.and_then(|p| wilson(p, effective_samples(c.frees, c.w2))), c.samples)
 }
 
 /// Estimates `(a, b)` of two parts of an exact total `cap`, each at most what is left of `cap`: an
@@ -97,7 +63,7 @@ pub(super) fn section(
         ratio.and_then(|p| wilson(p, effective_samples(frees_w, all.local_w2.saturating_add(all.remote_w2))));
 
     let mut pairs = TALLY.pairs();
-    pairs.sort_by_key(|p| core::cmp::Reverse(p.frees));
+    pairs.sort_by_key(|p| core::cmp::Reverse(p.sums.w));
     let pairs = pairs
         .into_iter()
         .take(TOP_PAIRS)
@@ -105,13 +71,18 @@ pub(super) fn section(
             let freer = thread(u64::from(p.free_tid));
             // A pair's frees are some of its freeing thread's frees: never more than that thread made.
             let (max_frees, max_bytes) = freer.freed.unwrap_or((exact_frees, exact_freed_bytes));
+            let s = p.sums;
+            let bytes = units(s.wb).min(max_bytes);
+            let enough = effective_samples(s.w, s.w2) >= MIN_SAMPLES as f64;
             OriginPair {
                 alloc_tid: u64::from(p.alloc_tid),
                 alloc_thread: thread(u64::from(p.alloc_tid)).name,
                 free_tid: u64::from(p.free_tid),
                 free_thread: freer.name,
-                frees: units(p.frees).min(max_frees),
-                bytes: units(p.bytes).min(max_bytes),
+                frees: units(s.w).min(max_frees),
+                bytes,
+                frees_interval: enough.then(|| count_interval(s.w, s.w2, max_frees)),
+                bytes_interval: enough.then(|| bytes_interval(bytes, s.bytes_var, max_bytes)),
             }
         })
         .collect();
@@ -134,6 +105,9 @@ pub(super) fn section(
     let frees_interval =
         enough.then(|| count_interval(frees_w, all.local_w2.saturating_add(all.remote_w2), exact_frees));
     let cross_thread_frees_interval = enough.then(|| count_interval(all.remote, all.remote_w2, exact_frees));
+    let cross_thread_bytes = units(all.remote_bytes).min(exact_freed_bytes);
+    let cross_thread_bytes_interval =
+        enough.then(|| bytes_interval(cross_thread_bytes, all.remote_bytes_var, exact_freed_bytes));
     Some(Origin {
         sampling,
         sampled_blocks,
@@ -144,11 +118,12 @@ pub(super) fn section(
         too_few_samples: sampled_frees < MIN_SAMPLES,
         cross_thread_frees,
         cross_thread_free_ratio: ratio,
-        cross_thread_bytes: units(all.remote_bytes).min(exact_freed_bytes),
+        cross_thread_bytes,
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
         frees_interval,
         cross_thread_frees_interval,
+        cross_thread_bytes_interval,
         pairs,
         dropped_pairs: TALLY.pair_drops(),
         lifetimes,
@@ -157,7 +132,7 @@ pub(super) fn section(
 
 #[cfg(test)]
 mod tests {
-    use super::wilson;
+    use crate::estimate::wilson;
     use crate::stats::clock::Clock;
 
     #[test]
@@ -173,17 +148,6 @@ mod tests {
             assert!(x >= last.0 && x + y >= last.0 + last.1, "{a} {b} {cap}");
             last = (x, y);
         }
-    }
-
-    #[test]
-    fn wilson_matches_known_values() {
-        // p = 0.3, n = 1000: 0.2723 .. 0.3292 (textbook Wilson).
-        let (lo, hi) = wilson(0.3, 1000.0).unwrap();
-        assert!((lo - 0.2727).abs() < 1e-3 && (hi - 0.3290).abs() < 1e-3, "{lo} {hi}");
-        // All successes: the interval still has width.
-        let (lo, hi) = wilson(1.0, 10.0).unwrap();
-        assert!(lo < 0.75 && hi > 0.999, "{lo} {hi}");
-        assert_eq!(wilson(0.5, 0.0), None);
     }
 
     /// The interval's coverage, by simulation: many independent sampling clocks (the real one)
@@ -203,7 +167,8 @@ mod tests {
         let mut covered = 0;
         for r in 0..replicates {
             let clock = Clock::new();
-            clock.start((r as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15), mean);
+            // Seeds far apart (a clock's draws walk its seed by a fixed step).
+            clock.start(crate::stats::clock::splitmix64(r as u64), mean);
             let (mut w_all, mut w_cross, mut w2) = (0.0, 0.0, 0.0);
             let mut truth_cross = 0usize;
             for i in 0..blocks {

@@ -1,5 +1,6 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
+use crate::estimate::bytes_interval;
 use crate::profile::symbols::{Symbols, trimmed};
 use crate::sampler::{self, Sampling};
 use crate::sites;
@@ -85,6 +86,15 @@ pub struct SiteRow {
     /// Estimated bytes allocated since start (requested sizes).
     #[cfg_attr(feature = "serde", serde(rename = "est_alloc_bytes"))]
     pub alloc_bytes: u64,
+    /// 95% intervals of `inuse_bytes` and `alloc_bytes`: each sample of `s` bytes and weight `w`
+    /// adds `w(w − 1)s²` to an estimate's variance (see [`Origin::frees_interval`](crate::Origin)).
+    /// Exact (a single point) with every block sampled. JSON: `est_inuse_bytes_interval`,
+    /// `est_alloc_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_inuse_bytes_interval"))]
+    pub inuse_bytes_interval: (u64, u64),
+    /// See `inuse_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_alloc_bytes_interval"))]
+    pub alloc_bytes_interval: (u64, u64),
     /// Estimated blocks allocated since start.
     #[cfg_attr(feature = "serde", serde(rename = "est_alloc_blocks"))]
     pub alloc_blocks: u64,
@@ -148,12 +158,16 @@ fn named_frames(symbols: &mut Symbols, stack: &[usize]) -> Vec<String> {
 }
 
 fn row(s: &SiteFigures) -> SiteRow {
+    let inuse_bytes = s.inuse_bytes.round() as u64;
+    let alloc_bytes = s.alloc_bytes.round() as u64;
     SiteRow {
         stack: s.stack.iter().map(|&pc| pc as u64).collect(),
         frames: s.stack.iter().take(LEAF_FRAMES).map(|pc| format!("{pc:#x}")).collect(),
-        inuse_bytes: s.inuse_bytes.round() as u64,
+        inuse_bytes,
+        inuse_bytes_interval: bytes_interval(inuse_bytes, s.inuse_bytes_var, u64::MAX),
         inuse_blocks: s.inuse_blocks.round() as u64,
-        alloc_bytes: s.alloc_bytes.round() as u64,
+        alloc_bytes,
+        alloc_bytes_interval: bytes_interval(alloc_bytes, s.alloc_bytes_var, u64::MAX),
         alloc_blocks: s.alloc_blocks.round() as u64,
         samples: s.samples,
         cross_thread_share: s.cross_share(),

@@ -33,8 +33,7 @@ static MEAN: AtomicU64 = AtomicU64::new(DEFAULT_MEAN);
 /// `MemProfileRate`.
 pub(crate) const DEFAULT_MEAN: u64 = 512 << 10;
 
-/// Fixed-point unit of weighted estimates: a tally of `W_ONE` is one block.
-pub(crate) const W_ONE: u64 = 256;
+pub(crate) use crate::estimate::W_ONE;
 
 /// `MEAN` when sampling is off.
 pub(crate) const OFF: u64 = u64::MAX;

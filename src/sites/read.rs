@@ -24,6 +24,9 @@ pub(crate) struct SiteFigures {
     pub(crate) cross: f64,
     pub(crate) samples: u64,
     pub(crate) free_samples: u64,
+    /// Byte variances (`estimate::SampleSums::bytes_var`) behind `alloc_bytes` and `inuse_bytes`.
+    pub(crate) alloc_bytes_var: u64,
+    pub(crate) inuse_bytes_var: u64,
     lifetimes: [f64; LIFETIME_BUCKETS],
 }
 
@@ -38,6 +41,9 @@ impl SiteFigures {
         self.cross += f(&t.cross);
         self.samples += t.samples.load(Ordering::Relaxed);
         self.free_samples += t.free_samples.load(Ordering::Relaxed);
+        let (var, var_out) = (t.bytes_var.load(Ordering::Relaxed), t.bytes_var_out.load(Ordering::Relaxed));
+        self.alloc_bytes_var = self.alloc_bytes_var.saturating_add(var);
+        self.inuse_bytes_var = self.inuse_bytes_var.saturating_add(var.saturating_sub(var_out));
         for (to, from) in self.lifetimes.iter_mut().zip(&t.lifetimes) {
             *to += f(from);
         }

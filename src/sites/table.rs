@@ -11,11 +11,11 @@
 //! Two stacks with the same 64-bit hash share a site (odds about `n² / 2^65` for `n` stacks: one in
 //! 10^12 for 4,096).
 //!
-//! Memory: [`CAPACITY`] slots of 864 bytes (64 frames, tallies, 32 lifetime buckets) ≈ 3.4 MiB of
+//! Memory: [`CAPACITY`] slots of 880 bytes (64 frames, tallies, 32 lifetime buckets) ≈ 3.4 MiB of
 //! zero-initialised static memory, resident only where touched (one or two pages per site seen).
 
 use super::unwind::{Frames, MAX_FRAMES};
-use crate::sampler::W_ONE;
+use crate::estimate::SampleSums;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// Sites kept.
@@ -48,6 +48,10 @@ pub(crate) struct Tallies {
     pub(crate) free_samples: AtomicU64,
     /// Weighted frees per lifetime bucket.
     pub(crate) lifetimes: [AtomicU64; LIFETIME_BUCKETS],
+    /// Byte variances (`estimate::SampleSums::bytes_var`) of the samples taken, and of those that
+    /// stopped being in use: the intervals of `alloc_bytes` and of the bytes in use.
+    pub(crate) bytes_var: AtomicU64,
+    pub(crate) bytes_var_out: AtomicU64,
 }
 
 impl Tallies {
@@ -62,12 +66,15 @@ impl Tallies {
             samples: AtomicU64::new(0),
             free_samples: AtomicU64::new(0),
             lifetimes: [const { AtomicU64::new(0) }; LIFETIME_BUCKETS],
+            bytes_var: AtomicU64::new(0),
+            bytes_var_out: AtomicU64::new(0),
         }
     }
 
     /// A block of `size` bytes, weighing `weight`, was sampled here.
     pub(crate) fn sampled(&self, weight: f64, size: u64) {
-        let (w, wb) = fixed(weight, size);
+        let SampleSums { w, wb, bytes_var, .. } = SampleSums::of(weight, size);
+        self.bytes_var.fetch_add(bytes_var, Ordering::Relaxed);
         self.allocs.fetch_add(w, Ordering::Relaxed);
         self.alloc_bytes.fetch_add(wb, Ordering::Relaxed);
         self.live_in[0].fetch_add(w, Ordering::Relaxed);
@@ -77,7 +84,7 @@ impl Tallies {
 
     /// A sampled block was freed, on another thread than the allocating one when `cross`.
     pub(crate) fn freed(&self, weight: f64, size: u64, cross: bool, lifetime_ns: u64) {
-        let (w, _) = fixed(weight, size);
+        let w = SampleSums::of(weight, size).w;
         self.gone(weight, size);
         self.frees.fetch_add(w, Ordering::Relaxed);
         if cross {
@@ -91,15 +98,11 @@ impl Tallies {
 
     /// A sampled block no longer counts as in use.
     fn gone(&self, weight: f64, size: u64) {
-        let (w, wb) = fixed(weight, size);
+        let SampleSums { w, wb, bytes_var, .. } = SampleSums::of(weight, size);
+        self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
         self.live_out[0].fetch_add(w, Ordering::Relaxed);
         self.live_out[1].fetch_add(wb, Ordering::Relaxed);
     }
-}
-
-fn fixed(weight: f64, size: u64) -> (u64, u64) {
-    let w = libm::round(weight * W_ONE as f64) as u64;
-    (w, libm::round(weight * size as f64 * W_ONE as f64) as u64)
 }
 
 /// Lifetime bucket of `ns` (see [`LIFETIME_BUCKETS`]).
@@ -217,7 +220,7 @@ mod tests {
     /// The module docs state the slot size and the table's memory.
     #[test]
     fn memory_is_as_documented() {
-        assert_eq!(size_of::<Slot>(), 864);
+        assert_eq!(size_of::<Slot>(), 880);
         assert_eq!((size_of::<Table>() as f64 / (1u64 << 20) as f64 * 10.0).round() / 10.0, 3.4);
     }
 

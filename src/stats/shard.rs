@@ -124,10 +124,13 @@ pub(crate) struct OriginTotals {
     /// Sums of squared weights of this thread's local and remote frees.
     pub(crate) local_w2: u64,
     pub(crate) remote_w2: u64,
+    /// Variances of the local and remote freed bytes (`estimate::SampleSums::bytes_var`).
+    pub(crate) local_bytes_var: u64,
+    pub(crate) remote_bytes_var: u64,
 }
 
 impl OriginTotals {
-    pub(crate) const FIELDS: usize = 8;
+    pub(crate) const FIELDS: usize = 10;
 
     pub(crate) fn to_array(self) -> [u64; Self::FIELDS] {
         [
@@ -139,6 +142,8 @@ impl OriginTotals {
             self.remote_bytes,
             self.local_w2,
             self.remote_w2,
+            self.local_bytes_var,
+            self.remote_bytes_var,
         ]
     }
 
@@ -152,6 +157,8 @@ impl OriginTotals {
             remote_bytes: a[5],
             local_w2: a[6],
             remote_w2: a[7],
+            local_bytes_var: a[8],
+            remote_bytes_var: a[9],
         }
     }
 
@@ -168,6 +175,8 @@ pub(crate) mod origin_field {
     pub(crate) const REMOTE: usize = 4;
     pub(crate) const LOCAL_W2: usize = 6;
     pub(crate) const REMOTE_W2: usize = 7;
+    pub(crate) const LOCAL_BYTES_VAR: usize = 8;
+    pub(crate) const REMOTE_BYTES_VAR: usize = 9;
 }
 
 impl Totals {

@@ -61,7 +61,7 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> O
     if !sampler::keep(ptr, entry) {
         return None;
     }
-    origin::taken();
+    origin::taken(weight, size);
     sites::taken(site, weight, size);
     Some(entry)
 }

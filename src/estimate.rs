@@ -1,0 +1,174 @@
+//! Estimates from samples: the fixed point the tallies keep them in, what each sample adds to their
+//! variance, and their 95% intervals.
+//!
+//! A block of `s` bytes is sampled with probability `p = 1 - exp(-s / mean)` and stands for `w = 1/p`
+//! blocks (Horvitz–Thompson). Each block is sampled on its own, so the variance of a count estimated
+//! as `Σ w` is estimated by `Σ w(w − 1)` over the samples, and that of a byte total `Σ w·s` by
+//! `Σ w(w − 1)·s²`. The tallies keep, beside each weighted sum, the sum of squared weights `Σ w²`
+//! (from which the count's variance and the samples' effective number follow) and, for byte totals,
+//! the byte variance itself. An interval is the estimate ± 1.96 standard errors, cut to what is
+//! possible: never below 0, never above an exact total the estimate is part of.
+//!
+//! Leaf module: used by the tallies (cold path: no allocation) and the report.
+
+/// Fixed-point unit of weighted estimates: a tally of `W_ONE` is one block.
+pub(crate) const W_ONE: u64 = 256;
+
+/// Byte variances are kept in units of this many bytes squared: a sample adds at most about
+/// `mean²` (`w(w − 1)s²` falls as `s` grows past the mean), so a `u64` holds the sum over 2^36
+/// samples at the default mean, and small means keep a few significant digits.
+const BYTES_VAR_UNIT: f64 = 1024.0;
+
+/// The normal quantile of a two-sided 95% interval.
+const Z95: f64 = 1.959_964;
+
+/// What one sample of `weight` and `size` bytes adds to the tallies, in their fixed point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SampleSums {
+    /// `w`, in `W_ONE` units (at least one unit).
+    pub(crate) w: u64,
+    /// `w·s`, in `W_ONE` units.
+    pub(crate) wb: u64,
+    /// `w²`, a plain integer (at least 1).
+    pub(crate) w2: u64,
+    /// `w(w − 1)·s²`, in `BYTES_VAR_UNIT` units.
+    pub(crate) bytes_var: u64,
+}
+
+impl SampleSums {
+    /// The sums of one sample. No allocation, no panic (float to integer casts saturate).
+    pub(crate) fn of(weight: f64, size: u64) -> Self {
+        let s = size as f64;
+        Self {
+            w: (libm::round(weight * W_ONE as f64) as u64).max(1),
+            wb: libm::round(weight * s * W_ONE as f64) as u64,
+            w2: libm::round(weight * weight).max(1.0) as u64,
+            bytes_var: libm::round((weight * (weight - 1.0)).max(0.0) * s * s / BYTES_VAR_UNIT) as u64,
+        }
+    }
+}
+
+/// Weighted fixed point to a whole estimate.
+pub(crate) fn units(v: u64) -> u64 {
+    (v + W_ONE / 2) / W_ONE
+}
+
+/// `estimate` ± 1.96 `sqrt(variance)`, at least 0 and at most `cap` (the exact total the estimate
+/// is part of; `u64::MAX` for none); it always contains `estimate.min(cap)`.
+fn around(estimate: u64, variance: f64, cap: u64) -> (u64, u64) {
+    let est = estimate.min(cap);
+    let half = Z95 * variance.max(0.0).sqrt();
+    (((est as f64 - half).max(0.0) as u64).min(est), ((est as f64 + half).ceil() as u64).clamp(est, cap.max(est)))
+}
+
+/// The 95% interval of a count whose weights (fixed point) sum to `weighted` and whose squared
+/// weights sum to `w2`: variance `Σw² − Σw`.
+pub(crate) fn count_interval(weighted: u64, w2: u64, cap: u64) -> (u64, u64) {
+    let est = weighted as f64 / W_ONE as f64;
+    around(units(weighted), w2 as f64 - est, cap)
+}
+
+/// The 95% interval of a byte total estimated as `estimate` bytes, whose samples' byte variances
+/// ([`SampleSums::bytes_var`]) sum to `bytes_var`.
+pub(crate) fn bytes_interval(estimate: u64, bytes_var: u64, cap: u64) -> (u64, u64) {
+    around(estimate, bytes_var as f64 * BYTES_VAR_UNIT, cap)
+}
+
+/// The effective number of samples (Kish: `(Σw)² / Σw²`) behind an estimate of `weighted` (fixed
+/// point) whose squared weights sum to `w2`.
+pub(crate) fn effective_samples(weighted: u64, w2: u64) -> f64 {
+    let w = weighted as f64 / W_ONE as f64;
+    if w2 > 0 { w * w / w2 as f64 } else { 0.0 }
+}
+
+/// Wilson score interval at 95% for a proportion `p` observed with effective sample size `n`.
+pub(crate) fn wilson(p: f64, n: f64) -> Option<(f64, f64)> {
+    if n.is_nan() || n <= 0.0 || !(0.0..=1.0).contains(&p) {
+        return None;
+    }
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / n;
+    let center = (p + z2 / (2.0 * n)) / denom;
+    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    Some(((center - half).max(0.0), (center + half).min(1.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::clock::Clock;
+
+    #[test]
+    fn wilson_matches_known_values() {
+        // p = 0.3, n = 1000: 0.2723 .. 0.3292 (textbook Wilson).
+        let (lo, hi) = wilson(0.3, 1000.0).unwrap();
+        assert!((lo - 0.2727).abs() < 1e-3 && (hi - 0.3290).abs() < 1e-3, "{lo} {hi}");
+        // All successes: the interval still has width.
+        let (lo, hi) = wilson(1.0, 10.0).unwrap();
+        assert!(lo < 0.75 && hi > 0.999, "{lo} {hi}");
+        assert_eq!(wilson(0.5, 0.0), None);
+    }
+
+    #[test]
+    fn intervals_hold_the_estimate_within_bounds() {
+        assert_eq!(bytes_interval(1000, 0, u64::MAX), (1000, 1000));
+        // A variance of 10 × 1024 B²: 1.96 × 101.2 = 198.3 either side.
+        assert_eq!(bytes_interval(1000, 10, u64::MAX), (801, 1199));
+        // Cut at 0 and at the exact total.
+        assert_eq!(bytes_interval(100, 1_000_000, 150), (0, 150));
+        assert_eq!(bytes_interval(200, 0, 150), (150, 150));
+        // One sample of weight 1 (a block always sampled) adds no variance.
+        assert_eq!(SampleSums::of(1.0, 1 << 30).bytes_var, 0);
+    }
+
+    /// Coverage by simulation, with the real sampling clock: many independent replicates of a
+    /// workload with known totals; each replicate's count and byte estimates, with their intervals
+    /// built from the per-sample sums, cover the truth about 95% of the time.
+    #[test]
+    fn count_and_byte_intervals_cover_the_truth_95_percent_of_the_time() {
+        let mean = 64 << 10;
+        let (replicates, blocks) = (400, 60_000);
+        let (mut counts, mut bytes) = (0, 0);
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for r in 0..replicates {
+            let clock = Clock::new();
+            // Seeds far apart: a clock's draws walk its seed by a fixed step, so seeds one step apart
+            // would give replicates the same draws shifted by one.
+            clock.start(crate::stats::clock::splitmix64(r as u64), mean);
+            let (mut sums, mut truth_blocks, mut truth_bytes) = (SampleSums::default(), 0u64, 0u64);
+            for _ in 0..blocks {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly small blocks, some up to 256 KiB: weights from about 1 to 4,000.
+                let size = if x % 16 == 0 { 16 + (x >> 8) % (256 << 10) } else { 16 + (x >> 8) % 2048 } as usize;
+                // Half the blocks are "of interest" (say, freed on another thread).
+                let of_interest = (x >> 40) & 1 == 1;
+                if of_interest {
+                    truth_blocks += 1;
+                    truth_bytes += size as u64;
+                }
+                if clock.take(size) {
+                    continue;
+                }
+                let event = clock.charge(size, mean, false);
+                if let Some(w) = event.and_then(|e| e.weight).filter(|_| of_interest) {
+                    let s = SampleSums::of(w, size as u64);
+                    sums.w += s.w;
+                    sums.wb += s.wb;
+                    sums.w2 += s.w2;
+                    sums.bytes_var += s.bytes_var;
+                }
+            }
+            let (lo, hi) = count_interval(sums.w, sums.w2, u64::MAX);
+            counts += usize::from((lo..=hi).contains(&truth_blocks));
+            let (lo, hi) = bytes_interval(units(sums.wb), sums.bytes_var, u64::MAX);
+            bytes += usize::from((lo..=hi).contains(&truth_bytes));
+        }
+        // 95% nominal; with 400 replicates the binomial noise is about ±2 points.
+        for (name, covered) in [("counts", counts), ("bytes", bytes)] {
+            let coverage = covered as f64 / replicates as f64;
+            assert!((0.91..=0.99).contains(&coverage), "{name}: coverage {coverage}");
+        }
+    }
+}
