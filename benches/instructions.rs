@@ -15,7 +15,8 @@
 //!
 //! `<variant>` is `bare` (the backend alone), `sampled` (`Tracked`'s production tier), `exact`
 //! (`Tracked<_, Exact>`) or, on jemalloc and glibc, `floor` (`SampleOnly` of
-//! `examples/support/floor.rs`: the least a sampler that marks its samples does).
+//! `examples/support/floor.rs`: the least a sampler that marks its samples does) and `floor-exact`
+//! (`CountInline<SampleOnly<_>>`: that, plus a per-thread count and byte total per size class).
 //!
 //! ```text
 //! ```
@@ -60,6 +61,11 @@ macro_rules! variant {
 
 variant!(system_bare, System, System);
 variant!(system_floor, floor::SampleOnly<System>, floor::SampleOnly(System));
+variant!(
+    system_floor_exact,
+    floor::CountInline<floor::SampleOnly<System>>,
+    floor::CountInline(floor::SampleOnly(System))
+);
 variant!(system_sampled, Tracked<System>, Tracked::new(System));
 variant!(system_exact, Tracked<System, Exact>, Tracked::new(System));
 #[cfg(feature = "jemalloc")]
@@ -69,6 +75,12 @@ variant!(
     jemalloc_floor,
     floor::SampleOnly<tikv_jemallocator::Jemalloc>,
     floor::SampleOnly(tikv_jemallocator::Jemalloc)
+);
+#[cfg(feature = "jemalloc")]
+variant!(
+    jemalloc_floor_exact,
+    floor::CountInline<floor::SampleOnly<tikv_jemallocator::Jemalloc>>,
+    floor::CountInline(floor::SampleOnly(tikv_jemallocator::Jemalloc))
 );
 #[cfg(feature = "jemalloc")]
 variant!(jemalloc_sampled, Tracked<tikv_jemallocator::Jemalloc>, Tracked::new(tikv_jemallocator::Jemalloc));
@@ -92,6 +104,7 @@ fn variant(backend: &str, kind: &str) -> Option<Variant> {
         ("system", "bare") => system_bare::VARIANT,
         ("system", "sampled") => system_sampled::VARIANT,
         ("system", "floor") => system_floor::VARIANT,
+        ("system", "floor-exact") => system_floor_exact::VARIANT,
         ("system", "exact") => system_exact::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "bare") => jemalloc_bare::VARIANT,
@@ -99,6 +112,8 @@ fn variant(backend: &str, kind: &str) -> Option<Variant> {
         ("jemalloc", "sampled") => jemalloc_sampled::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "floor") => jemalloc_floor::VARIANT,
+        #[cfg(feature = "jemalloc")]
+        ("jemalloc", "floor-exact") => jemalloc_floor_exact::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "exact") => jemalloc_exact::VARIANT,
         #[cfg(feature = "mimalloc")]

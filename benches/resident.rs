@@ -1,8 +1,8 @@
 //! Resident memory `frag` adds, by tier and backend: the same two-thread workload (50 MiB live,
 //! blocks of 16 B to 32 KiB, four times turned over) in child processes whose global allocator is
 //! the bare backend, the sampled tier or the exact tier, interleaved over several rounds. Prints
-//! the RSS each one ends with (median and range), the difference to bare, and what the sampled
-//! tier's marks account for (the live sampled small blocks, one page each, from its own report).
+//! the RSS each one ends with (median and range), the difference to bare, and at most what the
+//! sampler's marks account for (a page for each live sampled block, from the child's own report).
 //!
 //! ```sh
 //! cargo bench --all-features --bench resident            # every backend compiled in, 5 rounds
@@ -139,7 +139,7 @@ fn child(tier: &str) {
     let rss = rss_bytes();
     // The sampled tier's marks: a live sampled block holds at most a page more than it would.
     let marks = match frag::report().origin {
-        Some(o) if tier == "sampled" => o.sampled_blocks.saturating_sub(o.sampled_frees) * 4096,
+        Some(o) if tier != "bare" => o.sampled_blocks.saturating_sub(o.sampled_frees) * 4096,
         _ => 0,
     };
     println!("RESIDENT {tier} {before} {rss} {live} {marks}");
@@ -171,7 +171,7 @@ fn main() {
     for &backend in frag::Backend::ALL {
         let mut rss: Vec<Vec<f64>> = vec![Vec::new(); TIERS.len()];
         let mut live = 0.0;
-        let mut marks = Vec::new();
+        let mut marks: Vec<Vec<f64>> = vec![Vec::new(); TIERS.len()];
         for _ in 0..rounds {
             for (t, tier) in TIERS.iter().enumerate() {
                 let out = Command::new(&exe)
@@ -184,16 +184,14 @@ fn main() {
                 let v: Vec<f64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
                 rss[t].push(v[1] / f64::from(1 << 20));
                 live = v[2] / f64::from(1 << 20);
-                if *tier == "sampled" {
-                    marks.push(v[3] / f64::from(1 << 20));
-                }
+                marks[t].push(v[3] / f64::from(1 << 20));
             }
         }
         let bare = median(&mut rss[0].clone());
         for (t, tier) in TIERS.iter().enumerate() {
             let m = median(&mut rss[t]);
             let (lo, hi) = (rss[t][0], rss[t][rss[t].len() - 1]);
-            let share = if *tier == "sampled" { format!("{:.2}", median(&mut marks)) } else { "-".to_owned() };
+            let share = if t == 0 { "-".to_owned() } else { format!("{:.2}", median(&mut marks[t])) };
             println!(
                 "| {} | {tier} | {m:.1} ({lo:.1} to {hi:.1}) | {:+.2} | {:+.2}% | {share} |",
                 backend.name(),

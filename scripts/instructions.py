@@ -136,7 +136,8 @@ def per_op(cmd_for, lengths, cache=False, extra=(), env=None):
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
 VARIANTS = {"bare": "1", "sampled": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
-            "count-inline": "count-inline", "sample-only": "sample-only"}
+            "count-inline": "count-inline", "sample-only": "sample-only",
+            "count-sample": "count-sample"}
 # jemalloc's own heap profiler: the bare backend built with profiling, sampling one per 512 KiB.
 JEPROF_ENV = {"_RJEM_MALLOC_CONF": "prof:true,prof_active:true,lg_prof_sample:19"}
 
@@ -214,10 +215,15 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for backend in backends if exe else []:
         for size in PAIR_SIZES:
+            floors = ("floor", "floor-exact") if args.floor and backend in ("jemalloc", "system") else ()
             r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
-                 for kind in ("bare",) + TIERS}
+                 for kind in ("bare",) + TIERS + floors}
             print(f"| {backend} | pair {size} B | {r['bare']:.1f} | {r['sampled']:.1f} | "
                   f"{r['sampled'] - r['bare']:+.1f} | {r['exact']:.1f} | {r['exact'] - r['bare']:+.1f} |", flush=True)
+            if floors:
+                print(f"| {backend} | pair {size} B, floors `SampleOnly` / `CountInline<SampleOnly>` | | "
+                      f"{r['floor']:.1f} | {r['floor'] - r['bare']:+.1f} | {r['floor-exact']:.1f} | "
+                      f"{r['floor-exact'] - r['bare']:+.1f} |", flush=True)
             added = r["exact"] - r["bare"]
             if added > budget_of(backend):
                 failures.append(f"{backend} pair {size} B, exact: +{added:.1f} instructions > +{budget_of(backend):g}")
@@ -249,7 +255,7 @@ def main():
             [b for b in args.service_backends.split(",") if b]
         for backend in service_backends:
             variants = ["bare"] + list(TIERS) + (["jeprof"] if backend == "jemalloc" else []) + \
-                (["forward", "count", "count-inline", "sample-only"] if args.floor else [])
+                (["forward", "count", "count-inline", "sample-only", "count-sample"] if args.floor else [])
             r = {}
             for variant in variants:
                 env = JEPROF_ENV if variant == "jeprof" else {}
@@ -264,7 +270,8 @@ def main():
             bare = r["bare"][0]
             names = {"bare": "bare", "sampled": "Tracked (sampled)", "exact": "Tracked<_, Exact>",
                      "jeprof": "jemalloc's own profiler", "forward": "floor: forward", "count": "floor: count",
-                     "count-inline": "floor: count-inline", "sample-only": "floor: sample-only"}
+                     "count-inline": "floor: count-inline", "sample-only": "floor: sample-only",
+                     "count-sample": "floor: count-inline over sample-only"}
             for variant in variants:
                 med, lo, hi = r[variant]
                 added = "—" if variant == "bare" else \

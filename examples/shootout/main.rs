@@ -10,9 +10,10 @@
 //! cargo run --release --all-features --example shootout -- --no-sampling # no sampled (marked) blocks
 //! ```
 //!
-//! `--no-sampling` turns the sampler off in every child before its workload, so that no block carries
-//! the sampler's mark (a sampled small block is allocated 4 KiB-aligned): comparing its figures with
-//! a default run's, against their run-to-run spread, shows what the mark does to fragmentation.
+//! The children run `Tracked`'s exact tier. `--no-sampling` turns its sampler off before the workload,
+//! so that no block carries the sampler's mark (a sampled small block is allocated 4 KiB-aligned) and
+//! the side table stays empty: comparing its figures with a default run's, against their run-to-run
+//! spread, shows what sampling does to fragmentation.
 //!
 //! Workloads: (1) 10,000 blocks alternating 64 B / 4 KiB, small ones freed, then all; (2) the
 //! async-server pattern (timeline pictured); (3) four threads with 5,000 live blocks each; (4)
@@ -33,8 +34,10 @@ use frag::{Backend, SELECT_ENV, Select};
 use serde_json::{Value, json};
 use workloads::Scale;
 
+// The exact tier: live bytes and classes counted, not estimated, so that every ratio is exact and
+// `--no-sampling` keeps them.
 #[global_allocator]
-static A: frag::Tracked<Select> = frag::Tracked::new(Select::new());
+static A: frag::Tracked<Select, frag::Exact> = frag::Tracked::new(Select::new());
 
 /// The flag that turns the sampler off in the children.
 const NO_SAMPLING: &str = "--no-sampling";

@@ -10,6 +10,7 @@
 //! - [`SampleOnly`]: inlined, the least a sampler that decides before the call and marks its samples
 //!   can do: a countdown in a thread-local, page-aligned samples in a fixed set, every free testing
 //!   `ptr & 4095`. The floor of `Tracked`'s sampled tier (`benches/instructions.rs` uses it too).
+//! - `CountInline<SampleOnly<_>>` (`count-sample`): both, the floor of `Tracked`'s exact tier.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;

@@ -4,8 +4,9 @@
 //! The default is `Tracked`'s production tier (sampled). Built with `FRAG_BARE_ALLOCATOR=1` in the
 //! environment, the examples use the bare backend instead, with nothing else changed:
 //! `scripts/instructions.py` compares the builds of the service example. `FRAG_BARE_ALLOCATOR=exact`
-//! builds `Tracked`'s exact tier; `=forward`, `=count` or `=count-inline` one of the floor wrappers of
-//! `floor.rs` (what any wrapper, and any exact per-class counter, costs). The choice is a constant,
+//! builds `Tracked`'s exact tier; `=forward`, `=count`, `=count-inline`, `=sample-only` or
+//! `=count-sample` one of the floor wrappers of `floor.rs` (what any wrapper, any exact per-class
+//! counter, any marking sampler, and the two together cost). The choice is a constant,
 //! so each build has only one code path.
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -43,6 +44,7 @@ enum Choice {
     Count,
     CountInline,
     SampleOnly,
+    CountSample,
 }
 
 const fn eq(a: &str, b: &str) -> bool {
@@ -68,6 +70,7 @@ const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
     Some(v) if eq(v, "count") => Choice::Count,
     Some(v) if eq(v, "count-inline") => Choice::CountInline,
     Some(v) if eq(v, "sample-only") => Choice::SampleOnly,
+    Some(v) if eq(v, "count-sample") => Choice::CountSample,
     Some(_) => Choice::Bare,
 };
 
@@ -77,6 +80,7 @@ static FORWARD: floor::Forward<Backend> = floor::Forward(BACKEND);
 static COUNT: floor::Count<Backend> = floor::Count(BACKEND);
 static COUNT_INLINE: floor::CountInline<Backend> = floor::CountInline(BACKEND);
 static SAMPLE_ONLY: floor::SampleOnly<Backend> = floor::SampleOnly(BACKEND);
+static COUNT_SAMPLE: floor::CountInline<floor::SampleOnly<Backend>> = floor::CountInline(floor::SampleOnly(BACKEND));
 
 /// Calls `$method` on the chosen allocator.
 macro_rules! chosen {
@@ -89,6 +93,7 @@ macro_rules! chosen {
             Choice::Count => COUNT.$method($($arg),*),
             Choice::CountInline => COUNT_INLINE.$method($($arg),*),
             Choice::SampleOnly => SAMPLE_ONLY.$method($($arg),*),
+            Choice::CountSample => COUNT_SAMPLE.$method($($arg),*),
         }
     };
 }
