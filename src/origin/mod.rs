@@ -29,16 +29,15 @@ use tally::Tally;
 
 pub(crate) static TALLY: Tally = Tally::new();
 
-/// A sampled block of `size` bytes, weighing `weight`, went into the side table.
-pub(crate) fn taken(weight: f64, size: u64) {
-    TALLY.taken(class_of(size as usize), SampleSums::of(weight, size));
+/// A sampled block of `size` bytes, adding `sums` to the estimates, went into the side table.
+pub(crate) fn taken(size: u64, sums: SampleSums) {
+    TALLY.taken(class_of(size as usize), sums);
 }
 
-/// The sampled block `e` was freed (or reallocated) by the thread `me`, `lifetime_ns` after its
-/// allocation.
-pub(crate) fn freed(me: &Me, e: &Entry, lifetime_ns: u64) {
+/// The sampled block `e` (adding `sums` to the estimates) was freed (or reallocated) by the thread
+/// `me`, `lifetime_ns` after its allocation.
+pub(crate) fn freed(me: &Me, e: &Entry, sums: SampleSums, lifetime_ns: u64) {
     let cross = e.tid != me.tid;
-    let sums = SampleSums::of(e.weight, e.size);
     let SampleSums { w, wb, w2, bytes_var } = sums;
     let add = |shard: &Shard, field: usize, v: u64| {
         if let Some(c) = shard.origin.get(field) {

@@ -12,6 +12,7 @@ pub(crate) mod read;
 pub(crate) mod table;
 pub(crate) mod unwind;
 
+use crate::estimate::SampleSums;
 use table::{NO_SITE, Table};
 use unwind::{Entry, Frames, MAX_FRAMES};
 
@@ -33,13 +34,13 @@ pub(crate) fn capture(entry: Entry) -> u32 {
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }
 }
 
-/// A block of `size` bytes, weighing `weight`, sampled at `site`, is in the side table.
-pub(crate) fn taken(site: u32, weight: f64, size: u64) {
-    SITES.tallies(site).sampled(weight, size);
+/// A block sampled at `site`, adding `sums` to the estimates, is in the side table.
+pub(crate) fn taken(site: u32, sums: SampleSums) {
+    SITES.tallies(site).sampled(sums);
 }
 
 /// A sampled block was freed (or reallocated), by another thread than the allocating one when
 /// `cross`.
-pub(crate) fn freed(site: u32, weight: f64, size: u64, cross: bool, lifetime_ns: u64) {
-    SITES.tallies(site).freed(weight, size, cross, lifetime_ns);
+pub(crate) fn freed(site: u32, sums: SampleSums, cross: bool, lifetime_ns: u64) {
+    SITES.tallies(site).freed(sums, cross, lifetime_ns);
 }

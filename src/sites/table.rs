@@ -71,9 +71,9 @@ impl Tallies {
         }
     }
 
-    /// A block of `size` bytes, weighing `weight`, was sampled here.
-    pub(crate) fn sampled(&self, weight: f64, size: u64) {
-        let SampleSums { w, wb, bytes_var, .. } = SampleSums::of(weight, size);
+    /// A block adding `sums` to the estimates was sampled here.
+    pub(crate) fn sampled(&self, sums: SampleSums) {
+        let SampleSums { w, wb, bytes_var, .. } = sums;
         self.bytes_var.fetch_add(bytes_var, Ordering::Relaxed);
         self.allocs.fetch_add(w, Ordering::Relaxed);
         self.alloc_bytes.fetch_add(wb, Ordering::Relaxed);
@@ -83,9 +83,9 @@ impl Tallies {
     }
 
     /// A sampled block was freed, on another thread than the allocating one when `cross`.
-    pub(crate) fn freed(&self, weight: f64, size: u64, cross: bool, lifetime_ns: u64) {
-        let w = SampleSums::of(weight, size).w;
-        self.gone(weight, size);
+    pub(crate) fn freed(&self, sums: SampleSums, cross: bool, lifetime_ns: u64) {
+        let w = sums.w;
+        self.gone(sums);
         self.frees.fetch_add(w, Ordering::Relaxed);
         if cross {
             self.cross.fetch_add(w, Ordering::Relaxed);
@@ -97,8 +97,8 @@ impl Tallies {
     }
 
     /// A sampled block no longer counts as in use.
-    fn gone(&self, weight: f64, size: u64) {
-        let SampleSums { w, wb, bytes_var, .. } = SampleSums::of(weight, size);
+    fn gone(&self, sums: SampleSums) {
+        let SampleSums { w, wb, bytes_var, .. } = sums;
         self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
         self.live_out[0].fetch_add(w, Ordering::Relaxed);
         self.live_out[1].fetch_add(wb, Ordering::Relaxed);

@@ -10,6 +10,7 @@ use core::alloc::{GlobalAlloc, Layout};
 
 use super::{Tier, Tracked};
 use crate::backend::{self, usable};
+use crate::estimate::SampleSums;
 use crate::origin;
 use crate::sampler::table::Entry;
 use crate::sampler::{self, mark};
@@ -61,8 +62,9 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> O
     if !sampler::keep(ptr, entry) {
         return None;
     }
-    origin::taken(weight, size);
-    sites::taken(site, weight, size);
+    let sums = SampleSums::of(weight, size);
+    origin::taken(size, sums);
+    sites::taken(site, sums);
     Some(entry)
 }
 
@@ -77,8 +79,9 @@ fn publish_if_due(s: &Shard, moved: u64) {
 /// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `me`.
 fn settle(me: &Me, e: &Entry) {
     let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
-    origin::freed(me, e, lifetime_ns);
-    sites::freed(e.site, e.weight, e.size, e.tid != me.tid, lifetime_ns);
+    let sums = SampleSums::of(e.weight, e.size);
+    origin::freed(me, e, sums, lifetime_ns);
+    sites::freed(e.site, sums, e.tid != me.tid, lifetime_ns);
 }
 
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
