@@ -57,3 +57,21 @@ fn glibc_ground_truth() {
     assert_eq!(r.fragmentation.ratio_inputs, frag::RatioInputs::Process);
     drop(blocks);
 }
+
+/// glibc's figures only when glibc's `malloc` is the one in use. Under valgrind, whose memcheck
+/// replaces `malloc` (as an `LD_PRELOAD`ed allocator would), glibc's arenas describe nothing and
+/// `mallinfo2` may read through a null arena: the report leaves them out and says why. Run under
+/// memcheck by CI; without it, the figures are there and there is no such warning.
+#[test]
+fn statistics_only_from_glibcs_own_malloc() {
+    let report = frag::report();
+    let warned = report
+        .warnings
+        .iter()
+        .any(|w| w.kind == frag::WarningKind::AllocatorStats && w.message.contains("not glibc's"));
+    if common::under_memcheck() {
+        assert!(report.allocator.is_none() && warned, "{:?} {:?}", report.allocator, report.warnings);
+    } else {
+        assert!(report.allocator.is_some() && !warned, "{:?}", report.warnings);
+    }
+}

@@ -206,7 +206,7 @@ impl Registration {
     /// report never initialises an allocator the program does not use.
     pub(crate) fn stats(&self) -> Result<Option<AllocatorStats>, String> {
         match self.kind {
-            Kind::Known(Backend::System) => Ok(system::stats()),
+            Kind::Known(Backend::System) => system::stats(),
             #[cfg(feature = "jemalloc")]
             Kind::Known(Backend::Jemalloc) => jemalloc::stats().map(Some),
             #[cfg(feature = "mimalloc")]

@@ -80,9 +80,38 @@ mod glibc {
         keepcost: usize,
     }
 
+    /// Whether `malloc` is glibc's own: `false` when another allocator interposes it (`LD_PRELOAD`ed
+    /// tcmalloc or jemalloc, valgrind's replacement), whose blocks glibc's statistics know nothing
+    /// of, and whose presence leaves glibc's arenas half set up (`mallinfo2` then reads through a
+    /// null arena under valgrind).
+    fn malloc_is_glibcs() -> bool {
+        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names is always safe to call.
+        let (malloc, own) = unsafe {
+            (
+                libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()),
+                libc::dlsym(libc::RTLD_DEFAULT, c"__libc_malloc".as_ptr()),
+            )
+        };
+        // A glibc without `__libc_malloc` exported cannot be checked: trust it. Valgrind redirects
+        // calls to glibc's own `malloc` rather than the symbol, so it is told by its preloaded objects
+        // in `LD_PRELOAD` (it sets the variable for the program it runs).
+        let valgrind = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("vgpreload"));
+        (own.is_null() || malloc == own) && !valgrind
+    }
+
     /// `mallinfo2` (glibc 2.33+) looked up at run time, so the binary still loads on older glibc, where
     /// the legacy `mallinfo` (with `int` fields that wrap at 2 GiB) is used instead.
-    pub(crate) fn stats() -> Option<AllocatorStats> {
+    ///
+    /// # Errors
+    ///
+    /// When `malloc` is not glibc's (another allocator interposes it): glibc's figures would describe
+    /// an allocator nobody uses.
+    pub(crate) fn stats() -> Result<Option<AllocatorStats>, String> {
+        if !malloc_is_glibcs() {
+            return Err("malloc is not glibc's (another allocator interposes it: LD_PRELOAD, valgrind), so \
+                        glibc's statistics do not describe the heap"
+                .to_owned());
+        }
         // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name is always safe to call.
         let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
         let m = if sym.is_null() {
@@ -105,7 +134,7 @@ mod glibc {
             f()
         };
         let free = crate::backend::malloc_info::free_space();
-        Some(AllocatorStats {
+        Ok(Some(AllocatorStats {
             allocated: Some((m.uordblks + m.hblkhd) as u64),
             free: Some(m.fordblks as u64),
             arena: Some(m.arena as u64),
@@ -114,7 +143,7 @@ mod glibc {
             free_whole_pages: free.map(|f| f.whole_pages),
             thread_arena_tops: free.map(|f| f.thread_tops),
             ..AllocatorStats::default()
-        })
+        }))
     }
 }
 
@@ -142,8 +171,8 @@ mod other {
         is_plain(layout, crate::stats::class::TABLE_MAX).then_some(Rule::Uniform)
     }
 
-    pub(crate) fn stats() -> Option<AllocatorStats> {
-        None
+    pub(crate) fn stats() -> Result<Option<AllocatorStats>, String> {
+        Ok(None)
     }
 }
 
