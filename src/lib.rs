@@ -110,7 +110,7 @@ pub mod tune;
 pub mod watch;
 
 pub use backend::select::{SELECT_ENV, Select};
-pub use backend::{AllocatorStats, Backend, Probe};
+pub use backend::{AllocatorStats, Backend, Probe, WrappedBackend};
 pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
@@ -119,7 +119,7 @@ pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publishe
 pub use report::needs_serde;
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, RatioInputs, Report, RowKind, ShardPool, SiteRow, Sites,
-    SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, WrappedBackend, report, size_classes, totals,
+    SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 pub use sites::frame_pointers;

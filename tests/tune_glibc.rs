@@ -48,7 +48,10 @@ fn mallopt_values_are_range_checked_before_glibc_sees_them() {
 #[test]
 fn a_purge_delay_is_not_a_glibc_knob() {
     let e = frag::tune::set_purge_delay(frag::tune::Decay::Immediate).unwrap_err();
-    assert!(matches!(e, TuneError::Unsupported { backend: "system", .. }), "{e}");
+    assert!(
+        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::System), .. }),
+        "{e}"
+    );
 }
 
 #[cfg(feature = "jemalloc")]
@@ -60,7 +63,10 @@ fn jemalloc_knobs_fail_without_starting_jemalloc() {
         status.lines().find(|l| l.starts_with("VmSize")).unwrap().to_owned()
     };
     let before = vm_size();
-    let wrong = TuneError::WrongBackend { wanted: "jemalloc", installed: "system" };
+    let wrong = TuneError::WrongBackend {
+        wanted: frag::Backend::Jemalloc,
+        installed: frag::WrappedBackend::Known(frag::Backend::System),
+    };
     assert_eq!(jemalloc::purge_all().unwrap_err(), wrong);
     assert_eq!(jemalloc::set_thread_tcache_max(4096).unwrap_err(), wrong);
     assert_eq!(jemalloc::effective().unwrap_err(), wrong);

@@ -159,13 +159,25 @@ fn bad_input_gets_typed_errors() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let e = frag::tune::glibc::set(frag::tune::glibc::Mallopt::ArenaMax(2)).unwrap_err();
-        assert_eq!(e, TuneError::WrongBackend { wanted: "glibc", installed: "jemalloc" });
+        assert_eq!(
+            e,
+            TuneError::WrongBackend {
+                wanted: frag::Backend::System,
+                installed: frag::WrappedBackend::Known(frag::Backend::Jemalloc)
+            }
+        );
         assert!(frag::tune::glibc::trim().is_err());
     }
     #[cfg(feature = "mimalloc")]
     {
         let e = frag::tune::mimalloc::collect(true).unwrap_err();
-        assert_eq!(e, TuneError::WrongBackend { wanted: "mimalloc", installed: "jemalloc" });
+        assert_eq!(
+            e,
+            TuneError::WrongBackend {
+                wanted: frag::Backend::Mimalloc,
+                installed: frag::WrappedBackend::Known(frag::Backend::Jemalloc)
+            }
+        );
     }
 }
 

@@ -52,7 +52,10 @@ fn bad_and_misbehaving_values_are_refused() {
     #[cfg(feature = "jemalloc")]
     assert_eq!(
         frag::tune::jemalloc::purge_all().unwrap_err(),
-        TuneError::WrongBackend { wanted: "jemalloc", installed: "mimalloc" }
+        TuneError::WrongBackend {
+            wanted: frag::Backend::Jemalloc,
+            installed: frag::WrappedBackend::Known(frag::Backend::Mimalloc)
+        }
     );
 }
 

@@ -10,13 +10,22 @@ static A: frag::Tracked<snmalloc_rs::SnMalloc> = frag::Tracked::new(snmalloc_rs:
 fn every_call_is_unsupported_or_for_another_backend() {
     drop(vec![0u8; 100]);
     let e = frag::tune::release_free_memory().unwrap_err();
-    assert!(matches!(e, TuneError::Unsupported { backend: "snmalloc", .. }), "{e}");
+    assert!(
+        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc), .. }),
+        "{e}"
+    );
     let e = frag::tune::set_purge_delay(Decay::Immediate).unwrap_err();
-    assert!(matches!(e, TuneError::Unsupported { backend: "snmalloc", .. }), "{e}");
+    assert!(
+        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc), .. }),
+        "{e}"
+    );
     #[cfg(feature = "jemalloc")]
     assert_eq!(
         frag::tune::jemalloc::set_decay(frag::tune::jemalloc::DecayKind::Dirty, Decay::Immediate).unwrap_err(),
-        TuneError::WrongBackend { wanted: "jemalloc", installed: "snmalloc" }
+        TuneError::WrongBackend {
+            wanted: frag::Backend::Jemalloc,
+            installed: frag::WrappedBackend::Known(frag::Backend::Snmalloc)
+        }
     );
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     assert!(matches!(frag::tune::glibc::trim(), Err(TuneError::WrongBackend { .. })));

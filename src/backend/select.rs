@@ -3,7 +3,8 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::CStr;
 
-use super::{Backend, Kind};
+use super::interface::KnownAllocator;
+use super::list::{Backend, EVERY_NAME, with_backend};
 use crate::sync::{AtomicU8, Ordering};
 
 /// The environment variable [`Select`] reads: a backend name (`system` or `glibc`, `jemalloc`,
@@ -129,15 +130,15 @@ fn parse(bytes: &[u8]) -> Result<Option<Backend>, ()> {
     if let Some(b) = Backend::ALL.iter().find(|b| is(b.name())) {
         return Ok(Some(*b));
     }
-    if is("jemalloc") || is("mimalloc") || is("snmalloc") { Ok(None) } else { Err(()) }
+    if EVERY_NAME.iter().any(|name| is(name)) { Ok(None) } else { Err(()) }
 }
 
-/// The chosen backend's kind, for `backend::kind_of`: one relaxed load, and no decision. Every path
+/// The chosen backend, for `backend::backend_of`: one relaxed load, and no decision. Every path
 /// that asks runs after the process's first allocation through `Select` has chosen (a block
 /// exists), so the fallback to the default backend is never taken.
 #[inline(always)]
-pub(crate) fn chosen_kind() -> Kind {
-    Kind::Known(Backend::from_code(CHOICE.load(Ordering::Relaxed)).unwrap_or(Backend::DEFAULT))
+pub(crate) fn chosen() -> Backend {
+    Backend::from_code(CHOICE.load(Ordering::Relaxed)).unwrap_or(Backend::DEFAULT)
 }
 
 /// What reading the variable found, once the backend is chosen; `None` if no `Select` allocated.
@@ -152,33 +153,6 @@ pub(crate) fn env_status() -> Option<EnvStatus> {
     })
 }
 
-/// Evaluates `$call` with `$a` bound to the chosen backend's allocator (a unit value).
-macro_rules! dispatch {
-    ($select:expr, $a:ident => $call:expr) => {
-        match $select.backend() {
-            Backend::System => {
-                let $a = std::alloc::System;
-                $call
-            }
-            #[cfg(feature = "jemalloc")]
-            Backend::Jemalloc => {
-                let $a = tikv_jemallocator::Jemalloc;
-                $call
-            }
-            #[cfg(feature = "mimalloc")]
-            Backend::Mimalloc => {
-                let $a = ::mimalloc::MiMalloc;
-                $call
-            }
-            #[cfg(feature = "snmalloc")]
-            Backend::Snmalloc => {
-                let $a = snmalloc_rs::SnMalloc;
-                $call
-            }
-        }
-    };
-}
-
 // SAFETY: every method forwards to the one backend chosen for the process, which never changes once
 // chosen (before the first block exists), so every block is freed or reallocated by the allocator that
 // handed it out; each backend's guarantees carry over unchanged.
@@ -186,25 +160,25 @@ unsafe impl GlobalAlloc for Select {
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        dispatch!(self, a => unsafe { a.alloc(layout) })
+        with_backend!(self.backend(), A => unsafe { A::VALUE.alloc(layout) })
     }
 
     #[inline(always)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        dispatch!(self, a => unsafe { a.alloc_zeroed(layout) })
+        with_backend!(self.backend(), A => unsafe { A::VALUE.alloc_zeroed(layout) })
     }
 
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
-        dispatch!(self, a => unsafe { a.dealloc(ptr, layout) })
+        with_backend!(self.backend(), A => unsafe { A::VALUE.dealloc(ptr, layout) })
     }
 
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
-        dispatch!(self, a => unsafe { a.realloc(ptr, layout, new_size) })
+        with_backend!(self.backend(), A => unsafe { A::VALUE.realloc(ptr, layout, new_size) })
     }
 }
 

@@ -24,8 +24,11 @@
 
 use core::alloc::Layout;
 
-use super::{Backend, Kind, Probe};
-use crate::stats::class::TABLE_MAX as SMALL_MAX;
+use super::interface::KnownAllocator;
+use super::list::{Backend, with_backend};
+use super::probe::Probe;
+/// The largest request the fast path takes (`class::TABLE_MAX`, 32 KiB).
+pub(crate) use crate::stats::class::TABLE_MAX as SMALL_MAX;
 
 /// Alignment every backend gives by default (`max_align_t`).
 pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
@@ -39,29 +42,17 @@ pub(crate) fn is_plain(layout: Layout, max: usize) -> bool {
     layout.size() <= max && layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
 }
 
-/// How to account for the usable size of the live block `ptr`, allocated with `layout` by a `kind`
-/// allocator. Called on the allocation path: allocation-free, lock-free, panic-free for every backend.
+/// How to account for the usable size of the live block `ptr`, allocated with `layout` by `backend`
+/// (`None`: a user's allocator, with `probe` if it gave one). Called on the allocation path:
+/// allocation-free, lock-free, panic-free for every backend.
 ///
-/// `kind` is `kind_of::<A>()`, read once per call into `Tracked`: a constant that folds every match
-/// here, or for `Select` one load shared by all of them.
+/// `backend` is `backend_of::<A>()`, read once per call into `Tracked`: a constant that folds every
+/// match here, or for `Select` one load shared by all of them.
 #[inline(always)]
-pub(crate) fn of(kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
-    match kind {
-        Kind::Known(Backend::System) => super::system::usable(ptr, layout),
-        #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) if is_plain(layout, super::jemalloc::UNIFORM_MAX) => Usable::Uniform,
-        #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) => Usable::Explicit(super::jemalloc::usable(layout)),
-        #[cfg(feature = "mimalloc")]
-        Kind::Known(Backend::Mimalloc) => Usable::Explicit(super::mimalloc::usable_at(ptr)),
-        #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) if is_plain(layout, super::snmalloc::UNIFORM_MAX) => {
-            super::snmalloc::learn_class(ptr, layout.size());
-            Usable::Uniform
-        }
-        #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) => Usable::Explicit(super::snmalloc::usable_at(ptr)),
-        Kind::Other => match probe {
+pub(crate) fn of(backend: Option<Backend>, probe: Option<&'static dyn Probe>, ptr: *mut u8, layout: Layout) -> Usable {
+    match backend {
+        Some(b) => with_backend!(b, A => A::usable(ptr, layout)),
+        None => match probe {
             Some(p) => Usable::Explicit(p.usable_size(ptr, layout).unwrap_or(layout.size())),
             None => Usable::Requested,
         },
@@ -75,17 +66,17 @@ pub(crate) fn of(kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, la
 /// take the marked block's own usable size (`ptr`, allocated with `real`): the mark changes little
 /// there.
 pub(crate) fn standing_in(
-    kind: Kind,
+    backend: Option<Backend>,
     probe: Option<&'static dyn Probe>,
     ptr: *mut u8,
     layout: Layout,
     real: Layout,
 ) -> Usable {
-    match fast(kind, probe, layout) {
+    match fast(backend, probe, layout) {
         Some(Rule::Uniform) => Usable::Uniform,
         Some(Rule::Recorded(u)) => Usable::Recorded(u),
         Some(Rule::PerBlock(_) | Rule::Probe(_)) => Usable::Requested,
-        None => of(kind, probe, ptr, real),
+        None => of(backend, probe, ptr, real),
     }
 }
 
@@ -108,27 +99,20 @@ pub(crate) enum Rule {
     Probe(usize),
 }
 
-/// The fast-path rule for `layout` on a `kind` allocator, or `None` when the request takes the cold
-/// path (over-aligned, or larger than `class::TABLE_MAX`, 32 KiB).
+/// The fast-path rule for `layout` on `backend` (see [`KnownAllocator::fast`]), or `None` when the
+/// request takes the cold path (over-aligned, or larger than `class::TABLE_MAX`, 32 KiB).
 ///
 /// The alignment test is the one every backend makes to choose its plain entry point (`malloc`
 /// rather than an aligned one), so after inlining the compiler merges the two.
 #[inline(always)]
-pub(crate) fn fast(kind: Kind, probe: Option<&'static dyn Probe>, layout: Layout) -> Option<Rule> {
-    let plain = || is_plain(layout, SMALL_MAX);
-    match kind {
-        Kind::Known(Backend::System) => super::system::fast(layout),
-        #[cfg(feature = "jemalloc")]
-        Kind::Known(Backend::Jemalloc) => plain().then_some(Rule::Uniform),
-        #[cfg(feature = "mimalloc")]
-        Kind::Known(Backend::Mimalloc) => plain().then_some(Rule::PerBlock(layout.align())),
-        #[cfg(feature = "snmalloc")]
-        Kind::Known(Backend::Snmalloc) => plain().then_some(Rule::PerBlock(layout.align())),
-        Kind::Other => match probe {
-            Some(_) => plain().then_some(Rule::Probe(layout.align())),
+pub(crate) fn fast(backend: Option<Backend>, probe: Option<&'static dyn Probe>, layout: Layout) -> Option<Rule> {
+    match backend {
+        Some(b) => with_backend!(b, A => A::fast(layout)),
+        None => is_plain(layout, SMALL_MAX).then_some(match probe {
+            Some(_) => Rule::Probe(layout.align()),
             // Nothing to record: the report takes requested bytes as usable.
-            None => plain().then_some(Rule::Uniform),
-        },
+            None => Rule::Uniform,
+        }),
     }
 }
 
@@ -143,18 +127,24 @@ impl Rule {
     /// The usable size of the live block `ptr`, allocated with a request of `size` bytes that took
     /// this rule.
     ///
-    /// Needs nothing but the rule, the block, `kind` (a constant, or for `Select` its decided
+    /// Needs nothing but the rule, the block, `backend` (a constant, or for `Select` its decided
     /// backend) and, for [`Rule::Probe`], the probe; so the cold path after an allocation needs no
     /// `Tracked` to call it.
     #[inline(always)]
-    pub(crate) fn resolve(self, kind: Kind, probe: Option<&'static dyn Probe>, ptr: *mut u8, size: usize) -> Usable {
+    pub(crate) fn resolve(
+        self,
+        backend: Option<Backend>,
+        probe: Option<&'static dyn Probe>,
+        ptr: *mut u8,
+        size: usize,
+    ) -> Usable {
         // SAFETY (the layout below): the request's own size and alignment, which formed a valid `Layout`.
         match self {
             Self::Uniform => Usable::Uniform,
             Self::Recorded(u) => Usable::Recorded(u),
-            // `of` consults `probe` for `Kind::Other` only, which is what `Probe` rules are.
+            // `of` consults `probe` for a user's allocator only, which is what `Probe` rules are.
             Self::PerBlock(align) | Self::Probe(align) => {
-                of(kind, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) })
+                of(backend, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) })
             }
         }
     }

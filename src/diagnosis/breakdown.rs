@@ -12,6 +12,8 @@
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
 //! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the probe's `resident` |
 
+use crate::backend::interface::{Figure, HeapSplit, KnownAllocator};
+use crate::backend::list::with_backend;
 use crate::backend::{AllocatorStats, Backend};
 use crate::report::TrackedStats;
 
@@ -132,18 +134,18 @@ impl Breakdown {
     }
 }
 
-/// Figures of the heap beyond `frag`'s own counts, per backend, before they are fitted into RSS.
-struct Heap {
-    holes: (u64, Source),
-    reclaimable: (u64, Source),
-    metadata: (u64, Source),
-    /// Resident bytes the allocator accounts for, when it says: RSS minus this is outside the heap.
-    accounted: Option<(u64, Source)>,
-    not_split: Vec<String>,
+/// A bucket's figure and how it was obtained.
+fn figure(f: Figure) -> (u64, Source) {
+    match f {
+        Figure::Measured(v) => (v, Source::Measured),
+        Figure::Estimated(v) => (v, Source::Estimated),
+        Figure::NotSplit => (0, Source::NotSplit),
+    }
 }
 
-/// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not know) from the tracked counts and
-/// the allocator's statistics.
+/// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not
+/// know) from the tracked counts and the allocator's statistics: each known backend splits its heap
+/// itself ([`KnownAllocator::split_heap`]); a user's allocator through its probe's figures.
 pub(crate) fn split(
     rss: u64,
     anon: Option<u64>,
@@ -151,128 +153,72 @@ pub(crate) fn split(
     tracked: &TrackedStats,
     allocator: Option<&AllocatorStats>,
 ) -> Breakdown {
-    use Source::{Estimated, Measured, NotSplit};
     let usable = tracked.usable_bytes;
-    let empty = |not_split: Vec<String>| Heap {
-        holes: (0, NotSplit),
-        reclaimable: (0, NotSplit),
-        metadata: (0, NotSplit),
-        accounted: None,
-        not_split,
-    };
     let heap = match (backend, allocator) {
-        #[cfg(feature = "jemalloc")]
-        (Some(Backend::Jemalloc), Some(a)) => match (a.active, a.metadata, a.resident, a.dirty) {
-            (Some(active), Some(metadata), Some(resident), Some(dirty)) => {
-                // jemalloc's `resident` is an upper bound: it counts pages never touched (or already
-                // given back) as resident. All of its memory is anonymous, so whatever it counts above
-                // the process's anonymous RSS is certainly not resident; it sits mostly in dirty
-                // extents, whose resident part is what a purge releases.
-                let over = anon.map_or(0, |a| resident.saturating_sub(a));
-                let source = if over > 0 { Estimated } else { Measured };
-                Heap {
-                    holes: (active.saturating_sub(usable), Measured),
-                    reclaimable: (dirty.saturating_sub(over), source),
-                    metadata: (metadata, Measured),
-                    accounted: Some((resident - over, source)),
-                    not_split: Vec::new(),
-                }
-            }
-            _ => empty(vec!["jemalloc statistics incomplete: holes, reclaimable, metadata in unexplained".into()]),
-        },
-        (Some(Backend::System), Some(a)) => match (a.allocated, a.free, a.arena, a.mmap, a.top_releasable) {
-            (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) => {
-                // What malloc_trim(0) releases: the main heap's top and the whole pages inside free
-                // chunks of every arena. Free chunks keep counting pages an earlier trim returned, so
-                // no more is taken as resident than anonymous memory beyond the chunks in use and the
-                // thread arenas' tops (which malloc_trim leaves alone).
-                let pages = a.free_whole_pages.unwrap_or(0);
-                let kept = in_use + a.thread_arena_tops.unwrap_or(0);
-                let resident_free = anon.map_or(u64::MAX, |anon| anon.saturating_sub(kept));
-                let reclaimable = (top + pages).min(free).min(resident_free);
-                Heap {
-                    holes: (free - reclaimable, Estimated),
-                    reclaimable: (reclaimable, Estimated),
-                    metadata: (in_use.saturating_sub(usable), Estimated),
-                    // Address space, resident or not: no more of it is resident than all anonymous memory.
-                    accounted: Some(((arena + mmap).min(anon.unwrap_or(u64::MAX)), Estimated)),
-                    not_split: if a.free_whole_pages.is_some() {
-                        Vec::new()
-                    } else {
-                        vec![
-                            "glibc: malloc_info failed: whole free pages inside free chunks are counted in holes"
-                                .into(),
-                        ]
-                    },
-                }
-            }
-            _ => empty(vec!["glibc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
-        },
-        #[cfg(feature = "mimalloc")]
-        (Some(Backend::Mimalloc), Some(a)) => match a.committed {
-            Some(committed) => Heap {
-                holes: (committed.saturating_sub(usable), Estimated),
-                reclaimable: (0, NotSplit),
-                metadata: (0, NotSplit),
-                accounted: Some((committed, Measured)),
-                not_split: vec!["mimalloc: reclaimable and metadata are counted in holes (committed - usable)".into()],
-            },
-            None => empty(vec!["mimalloc statistics unavailable: holes, reclaimable, metadata in unexplained".into()]),
-        },
-        // An allocator frag does not know, whose probe gives some of the figures: each bucket it
-        // has is measured (by the probe), the others are not split.
-        (None, Some(a)) if a.active.is_some() || a.resident.is_some() => {
-            let or_not = |v: Option<u64>| v.map_or((0, NotSplit), |v| (v, Measured));
-            let mut not_split = Vec::new();
-            for (field, v) in [("active (holes)", a.active), ("dirty (reclaimable)", a.dirty), ("metadata", a.metadata)]
-            {
-                if v.is_none() {
-                    not_split.push(format!("the probe gives no {field}: in unexplained"));
-                }
-            }
-            Heap {
-                holes: or_not(a.active.map(|act| act.saturating_sub(usable))),
-                reclaimable: or_not(a.dirty),
-                metadata: or_not(a.metadata),
-                accounted: a.resident.map(|r| (r, Measured)),
-                not_split,
-            }
-        }
-        (backend, _) => {
-            let name = backend.map_or("this allocator", Backend::name);
-            empty(vec![format!(
-                "{name} reports no resident figures: holes, reclaimable, metadata and outside_heap in unexplained"
-            )])
-        }
+        (Some(b), Some(a)) => with_backend!(b, A => A::split_heap(a, usable, anon)),
+        (None, Some(a)) => probe_split(a, usable),
+        (_, None) => None,
+    }
+    .unwrap_or_else(|| {
+        let name = backend.map_or("this allocator", Backend::name);
+        HeapSplit::nothing(format!(
+            "{name} reports no resident figures: holes, reclaimable, metadata and outside_heap in unexplained"
+        ))
+    });
+    let (holes, reclaimable, metadata) = (figure(heap.holes), figure(heap.reclaimable), figure(heap.metadata));
+    let heap_accounted = match heap.accounted {
+        Figure::NotSplit => None,
+        f => Some(figure(f)),
     };
     let live = tracked.allocated_bytes;
     let rounding = usable.saturating_sub(live);
-    let (outside, outside_source) = match heap.accounted {
+    let (outside, outside_source) = match heap_accounted {
         Some((accounted, source)) => (rss.saturating_sub(accounted), source),
-        None => (0, NotSplit),
+        None => (0, Source::NotSplit),
     };
-    let parts = [live, rounding, heap.holes.0, heap.reclaimable.0, heap.metadata.0, outside];
+    let parts = [live, rounding, holes.0, reclaimable.0, metadata.0, outside];
     let sum: i128 = parts.iter().map(|&v| i128::from(v)).sum();
     let unexplained = (i128::from(rss) - sum).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
     Breakdown {
         rss_bytes: rss,
         live_bytes: live,
         rounding_bytes: rounding,
-        holes_bytes: heap.holes.0,
-        reclaimable_bytes: heap.reclaimable.0,
-        metadata_bytes: heap.metadata.0,
+        holes_bytes: holes.0,
+        reclaimable_bytes: reclaimable.0,
+        metadata_bytes: metadata.0,
         outside_heap_bytes: outside,
         unexplained_bytes: unexplained,
         sources: vec![
-            (Part::Live, Measured),
-            (Part::Rounding, Measured),
-            (Part::Holes, heap.holes.1),
-            (Part::Reclaimable, heap.reclaimable.1),
-            (Part::Metadata, heap.metadata.1),
+            (Part::Live, Source::Measured),
+            (Part::Rounding, Source::Measured),
+            (Part::Holes, holes.1),
+            (Part::Reclaimable, reclaimable.1),
+            (Part::Metadata, metadata.1),
             (Part::OutsideHeap, outside_source),
         ],
         not_split: heap.not_split,
     }
+}
+
+/// An allocator `frag` does not know, whose probe gives some of the figures: each bucket it has is
+/// measured (by the probe), the others are not split. `None` when it gives no resident figure.
+fn probe_split(a: &AllocatorStats, usable: u64) -> Option<HeapSplit> {
+    if a.active.is_none() && a.resident.is_none() {
+        return None;
+    }
+    let or_not = |v: Option<u64>| v.map_or(Figure::NotSplit, Figure::Measured);
+    let missing = [("active (holes)", a.active), ("dirty (reclaimable)", a.dirty), ("metadata", a.metadata)];
+    Some(HeapSplit {
+        holes: or_not(a.active.map(|act| act.saturating_sub(usable))),
+        reclaimable: or_not(a.dirty),
+        metadata: or_not(a.metadata),
+        accounted: or_not(a.resident),
+        not_split: missing
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(field, _)| format!("the probe gives no {field}: in unexplained"))
+            .collect(),
+    })
 }
 
 #[cfg(test)]

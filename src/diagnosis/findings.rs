@@ -5,6 +5,8 @@
 //! with the evidence each backend gives, in `docs/DIAGNOSIS.md`.
 
 use crate::backend::Backend;
+use crate::backend::interface::{KnownAllocator, Remedy};
+use crate::backend::list::with_backend;
 use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
@@ -254,12 +256,9 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
                 mib(b.metadata_bytes),
                 pct(b.metadata_bytes as f64 / rss)
             ),
-            remedy: match e.backend {
-                Some(Backend::System) => "on glibc this bucket also holds chunk headers (8 B per block) and blocks \
-                                          malloc'd by C code outside Rust: many tiny blocks make it large"
-                    .to_owned(),
-                _ => "nothing to tune directly: it follows the number of arenas, threads and extents".to_owned(),
-            },
+            remedy: backend_remedy(e.backend, Remedy::Metadata)
+                .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
+                .to_owned(),
         });
     }
 
@@ -301,39 +300,19 @@ fn holes_remedy(e: &Evidence<'_>) -> String {
         .filter(|r| *r >= CROSS_THREAD.info)
         .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", pct(r)))
         .unwrap_or_default();
-    let choice = match e.backend {
-        Some(Backend::System) => {
-            "; glibc's per-thread arenas fragment most: jemalloc or mimalloc usually keep far fewer holes, \
-             or cap arenas with frag::tune::glibc::set(Mallopt::ArenaMax(..))"
-        }
-        #[cfg(feature = "jemalloc")]
-        Some(Backend::Jemalloc) => {
-            "; blocks parked in thread caches count here too: frag::tune::jemalloc::flush_thread_tcache on idle \
-             threads, or a lower tcache_max"
-        }
-        _ => "",
-    };
+    let choice = backend_remedy(e.backend, Remedy::Holes).map(|r| format!("; {r}")).unwrap_or_default();
     format!("long-lived blocks pin partly used pages; the classes with most live bytes: {pinned}{cross}{choice}")
 }
 
 fn reclaimable_remedy(backend: Option<Backend>) -> String {
-    match backend {
-        #[cfg(feature = "jemalloc")]
-        Some(Backend::Jemalloc) => "jemalloc keeps dirty pages until they decay: frag::tune::jemalloc::purge_all() \
-                                    releases them now; shorten the decay with \
-                                    frag::tune::jemalloc::set_decay or enable background threads \
-                                    (frag::tune::jemalloc::set_background_threads(true))"
-            .to_owned(),
-        Some(Backend::System) => "glibc returns the top of its heap only above M_TRIM_THRESHOLD: \
-                                  frag::tune::glibc::trim() (malloc_trim) releases it now, \
-                                  frag::tune::glibc::set(Mallopt::TrimThreshold(..)) lowers the threshold"
-            .to_owned(),
-        #[cfg(feature = "mimalloc")]
-        Some(Backend::Mimalloc) => "frag::tune::mimalloc::collect(true) releases it now; a shorter purge delay \
-             (frag::tune::set_purge_delay) releases it sooner"
-            .to_owned(),
-        _ => "frag::tune::release_free_memory() where the backend supports it".to_owned(),
-    }
+    backend_remedy(backend, Remedy::Reclaimable)
+        .unwrap_or("frag::tune::release_free_memory() where the backend supports it")
+        .to_owned()
+}
+
+/// What the wrapped backend adds to the remedy for `topic` ([`KnownAllocator::remedy`]).
+fn backend_remedy(backend: Option<Backend>, topic: Remedy) -> Option<&'static str> {
+    with_backend!(backend?, A => A::remedy(topic))
 }
 
 fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
@@ -350,15 +329,7 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
         let names: Vec<String> = c.iter().take(3).map(|c| class_name(c)).collect();
         if names.is_empty() { String::new() } else { format!(" (mostly {})", names.join(", ")) }
     };
-    let advice = match e.backend {
-        #[cfg(feature = "jemalloc")]
-        Some(Backend::Jemalloc) => {
-            "; large messages freed by a consumer thread refill its thread cache and fault pages back in: \
-             try a lower tcache_max (jemalloc_conf!), whose effect depends on the message pattern"
-        }
-        Some(Backend::System) => "; glibc returns such blocks to the allocating thread's arena under a lock",
-        _ => "",
-    };
+    let advice = backend_remedy(e.backend, Remedy::CrossThread).map(|r| format!("; {r}")).unwrap_or_default();
     Some(Finding {
         kind: FindingKind::CrossThread,
         severity,

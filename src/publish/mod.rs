@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use metrics::{Label, SharedString};
 
 use self::names::{Kind, Names};
+use crate::backend::WrappedBackend;
 use crate::watch::{Alert, Watch, WatchConfig};
-use crate::{Report, WrappedBackend, report};
+use crate::{Report, report};
 
 /// The default metric name prefix.
 pub const DEFAULT_PREFIX: &str = "frag_";

@@ -2,10 +2,10 @@
 
 use super::origin as origin_section;
 use super::{
-    Fragmentation, RatioInputs, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, Warning,
-    WarningKind, WrappedBackend,
+    Fragmentation, RatioInputs, Report, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind,
 };
-use crate::backend::{self, AllocatorStats, Registration};
+use crate::backend::registry::{Registration, registered};
+use crate::backend::{AllocatorStats, WrappedBackend};
 use crate::diagnosis::{self, Diagnosis};
 use crate::estimate::{self, effective_samples, units};
 use crate::guard::ReportGuard;
@@ -46,7 +46,7 @@ pub fn report() -> Report {
     let guard = ReportGuard::enter();
     let snap = snapshot::take();
     let mut warnings = Vec::new();
-    let reg = backend::registered();
+    let reg = registered();
     if reg.is_none() {
         warnings.push(Warning::new(
             WarningKind::NotInstalled,
@@ -157,10 +157,7 @@ pub fn report() -> Report {
     }
 
     let size_classes = class_rows(&snap.classes, reg);
-    let wrapped = reg.map(|r| match r.kind {
-        backend::Kind::Known(b) => WrappedBackend::Known(b),
-        backend::Kind::Other => WrappedBackend::Other(r.name()),
-    });
+    let wrapped = reg.map(|r| r.wrapped());
     let known = wrapped.and_then(WrappedBackend::known);
     let diagnosis = process.rss_bytes.map(|rss| {
         let breakdown = diagnosis::split(rss, process.anon_bytes, known, &tracked, allocator.as_ref());
@@ -222,7 +219,7 @@ pub fn totals() -> TrackedStats {
         totals = totals.plus(shard.totals());
         add_classes(&mut classes, shard);
     }
-    tracked_stats(totals, &classes, backend::registered())
+    tracked_stats(totals, &classes, registered())
 }
 
 /// A warning when `FRAG_ALLOCATOR` named no backend of this build and `Select` fell back.
@@ -230,7 +227,7 @@ fn select_warning() -> Option<String> {
     use crate::backend::select::{EnvStatus, SELECT_ENV};
     let status = crate::backend::select::env_status()?;
     let value = std::env::var(SELECT_ENV).unwrap_or_default();
-    let used = backend::registered().map_or("the default", |r| r.name());
+    let used = registered().map_or("the default", |r| r.wrapped().name());
     match status {
         EnvStatus::Fine => None,
         EnvStatus::Unknown => Some(format!(
@@ -411,7 +408,7 @@ pub fn size_classes() -> [SizeClassRow; NUM_CLASSES] {
     for shard in all_shards() {
         add_classes(&mut classes, shard);
     }
-    let reg = backend::registered();
+    let reg = registered();
     let mut class = 0;
     classes.map(|sums| {
         let row = class_row(class, &sums, reg);

@@ -8,9 +8,10 @@ mod kinds;
 mod origin;
 mod sites;
 
+use crate::backend::WrappedBackend;
 pub use collect::{report, size_classes, totals};
 pub(crate) use display::Bytes;
-pub use kinds::{RatioInputs, Warning, WarningKind, WrappedBackend};
+pub use kinds::{RatioInputs, Warning, WarningKind};
 pub(crate) use origin::MIN_SAMPLES;
 pub use sites::{SiteRow, Sites};
 

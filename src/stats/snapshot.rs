@@ -87,6 +87,7 @@ impl ClassSums {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ClassUsable {
     /// Every block without a recorded exception has this usable size.
+    #[cfg_attr(not(any(feature = "jemalloc", feature = "snmalloc")), allow(dead_code))]
     Uniform(u64),
     /// Every block recorded its usable size.
     Recorded,

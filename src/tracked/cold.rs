@@ -112,11 +112,11 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// (a marked block's 4 KiB, times its weight, would stand for nothing real).
     #[inline(always)]
     fn usable(&self, ptr: *mut u8, layout: Layout, real: Layout) -> usable::Usable {
-        let kind = backend::kind_of_value(&self.inner);
+        let backend = backend::backend_of_value(&self.inner);
         if T::EXACT || real == layout {
-            usable::of(kind, self.probe, ptr, real)
+            usable::of(backend, self.probe, ptr, real)
         } else {
-            usable::standing_in(kind, self.probe, ptr, layout, real)
+            usable::standing_in(backend, self.probe, ptr, layout, real)
         }
     }
 

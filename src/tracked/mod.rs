@@ -59,8 +59,9 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 use core::marker::PhantomData;
 
+use crate::backend::registry::{self, Registration};
 use crate::backend::usable;
-use crate::backend::{self, Probe, Registration};
+use crate::backend::{self, Probe};
 use crate::sampler::{self, Sampling};
 use crate::stats::class::Class;
 use crate::stats::pool;
@@ -202,7 +203,7 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
         Registration {
             // The value, not the type: a `Select` decides its backend here if nothing did before (the
             // sampled tier's fast path never asks).
-            kind: backend::kind_of_value(&self.inner),
+            backend: backend::backend_of_value(&self.inner),
             type_name: core::any::type_name::<A>(),
             probe: self.probe,
         }
@@ -215,7 +216,7 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
     fn slow_shard(&self) -> &'static Shard {
         pool::slow(
             || {
-                if backend::register(self.registration()) {
+                if registry::register(self.registration()) {
                     crate::stats::set_sampled(!T::EXACT);
                     sampler::register_tier(T::EXACT);
                     sampler::configure(self.sampling);
@@ -237,8 +238,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// The exact tier's allocation: its fast path, or the cold one. Inlined (see the module docs).
     #[inline(always)]
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
-        let kind = backend::kind_of_value(&self.inner);
-        if let Some(rule) = usable::fast(kind, self.probe, layout) {
+        let backend = backend::backend_of_value(&self.inner);
+        if let Some(rule) = usable::fast(backend, self.probe, layout) {
             if pool::current().hot.clock.take(layout.size()) {
                 let probe = rule.probe(self.probe);
                 // SAFETY: the caller's guarantees, passed on.
@@ -250,7 +251,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                 let s = pool::current();
                 // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
                 let class = unsafe { Class::of_small(layout.size()) };
-                s.count_in::<Owner>(class, layout.size(), rule.resolve(kind, probe, ptr, layout.size()));
+                s.count_in::<Owner>(class, layout.size(), rule.resolve(backend, probe, ptr, layout.size()));
                 return ptr;
             }
         }
@@ -261,14 +262,14 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// The exact tier's free: its fast path, or the cold one. Inlined, like [`Self::allocate_exact`].
     #[inline(always)]
     unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
-        let kind = backend::kind_of_value(&self.inner);
+        let backend = backend::backend_of_value(&self.inner);
         if !sampler::maybe_sampled(ptr, layout) {
-            if let Some(rule) = usable::fast(kind, self.probe, layout) {
+            if let Some(rule) = usable::fast(backend, self.probe, layout) {
                 let s = pool::current();
                 if !pool::is_parked(s) {
                     // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
                     let class = unsafe { Class::of_small(layout.size()) };
-                    s.count_out::<Owner>(class, layout.size(), rule.resolve(kind, self.probe, ptr, layout.size()));
+                    s.count_out::<Owner>(class, layout.size(), rule.resolve(backend, self.probe, ptr, layout.size()));
                     // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator
                     // with `layout`, and was not sampled, so that is the layout it has.
                     return unsafe { self.inner.dealloc(ptr, layout) };
@@ -283,17 +284,17 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// rare enough that a call costs less than the code in every call site).
     #[inline(never)]
     unsafe fn reallocate_exact(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let kind = backend::kind_of_value(&self.inner);
+        let backend = backend::backend_of_value(&self.inner);
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if !sampler::maybe_sampled(ptr, layout) {
             if let (Some(old_rule), Some(new_rule)) =
-                (usable::fast(kind, self.probe, layout), usable::fast(kind, self.probe, new_layout))
+                (usable::fast(backend, self.probe, layout), usable::fast(backend, self.probe, new_layout))
             {
                 if pool::current().hot.clock.take(new_size) {
                     // Read before the call: the old block is gone after it.
-                    let old_usable = old_rule.resolve(kind, old_rule.probe(self.probe), ptr, layout.size());
+                    let old_usable = old_rule.resolve(backend, old_rule.probe(self.probe), ptr, layout.size());
                     let probe = new_rule.probe(self.probe);
                     // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it
                     // has the caller's layout.
@@ -301,7 +302,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     if p.is_null() {
                         return cold::failed(new_size);
                     }
-                    let new_usable = new_rule.resolve(kind, probe, p, new_size);
+                    let new_usable = new_rule.resolve(backend, probe, p, new_size);
                     pool::current().count_realloc::<Owner>((layout.size(), old_usable), (new_size, new_usable));
                     return p;
                 }

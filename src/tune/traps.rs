@@ -5,7 +5,8 @@
 use core::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{self, Backend, Kind};
+use crate::backend::Backend;
+use crate::backend::registry::{Registration, registered};
 
 /// A configuration problem found by [`check`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,8 +135,7 @@ pub fn check() -> Vec<Trap> {
     let vars: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
         .collect();
-    let kind = backend::registered().map(|r| r.kind);
-    let mut traps = env_traps(kind, &vars);
+    let mut traps = env_traps(registered(), &vars);
     if read_thp_mode().as_deref() == Some("always") {
         traps.push(Trap::ThpAlways);
     }
@@ -143,11 +143,12 @@ pub fn check() -> Vec<Trap> {
 }
 
 /// The traps in an environment, for a given wrapped allocator.
-pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Trap> {
+pub(crate) fn env_traps(wrapped: Option<Registration>, vars: &[(String, String)]) -> Vec<Trap> {
     let mut traps = Vec::new();
-    let backend = match kind {
-        Some(Kind::Known(Backend::System)) => "glibc",
-        Some(_) => backend::registered().map_or("a custom allocator", |r| r.name()),
+    let kind = wrapped.map(|r| r.backend);
+    let backend = match wrapped {
+        Some(r) if r.backend == Some(Backend::System) => "glibc",
+        Some(r) => r.wrapped().name(),
         None => "no Tracked allocator",
     };
     let is_jemalloc = jemalloc_var().is_some() && is_backend(kind, "jemalloc");
@@ -182,7 +183,7 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
                 });
             }
         } else if GLIBC_VARS.contains(&name.as_str()) || name == "GLIBC_TUNABLES" && value.contains("glibc.malloc.") {
-            if kind != Some(Kind::Known(Backend::System)) {
+            if kind != Some(Some(Backend::System)) {
                 traps.push(Trap::IgnoredEnvVar {
                     name: name.clone(),
                     read_by: "glibc malloc",
@@ -199,8 +200,8 @@ pub(crate) fn env_traps(kind: Option<Kind>, vars: &[(String, String)]) -> Vec<Tr
 
 /// Whether `kind` is the backend named `name` (matched by name: the variant exists only when its
 /// feature is on).
-fn is_backend(kind: Option<Kind>, name: &str) -> bool {
-    matches!(kind, Some(Kind::Known(b)) if b.name() == name)
+fn is_backend(kind: Option<Option<Backend>>, name: &str) -> bool {
+    matches!(kind, Some(Some(b)) if b.name() == name)
 }
 
 #[cfg(feature = "mimalloc")]
@@ -322,6 +323,10 @@ fn check_and_warn() -> Vec<Trap> {
 mod tests {
     use super::*;
 
+    fn known(backend: Backend) -> Registration {
+        Registration { backend: Some(backend), type_name: "", probe: None }
+    }
+
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
@@ -343,7 +348,7 @@ mod tests {
     #[test]
     fn variables_of_other_allocators_are_ignored() {
         let traps = env_traps(
-            Some(Kind::Known(Backend::System)),
+            Some(known(Backend::System)),
             &env(&[("MALLOC_CONF", "x"), ("MIMALLOC_PURGE_DELAY", "0"), ("MALLOC_ARENA_MAX", "2"), ("PATH", "/")]),
         );
         assert_eq!(traps.len(), 2, "{traps:?}");
@@ -356,7 +361,7 @@ mod tests {
     #[test]
     fn mimalloc_variables_are_checked_under_mimalloc() {
         let traps = env_traps(
-            Some(Kind::Known(Backend::Mimalloc)),
+            Some(known(Backend::Mimalloc)),
             &env(&[("MIMALLOC_PURGE_DELAY", "0"), ("MIMALLOC_PURGE_DELAYY", "0"), ("MALLOC_ARENA_MAX", "2")]),
         );
         assert_eq!(traps.len(), 2, "{traps:?}");
@@ -366,10 +371,8 @@ mod tests {
 
     #[test]
     fn glibc_variables_need_their_trailing_underscore() {
-        let traps = env_traps(
-            Some(Kind::Known(Backend::System)),
-            &env(&[("MALLOC_TRIM_THRESHOLD", "0"), ("MALLOC_TOP_PAD_", "0")]),
-        );
+        let traps =
+            env_traps(Some(known(Backend::System)), &env(&[("MALLOC_TRIM_THRESHOLD", "0"), ("MALLOC_TOP_PAD_", "0")]));
         assert_eq!(
             traps,
             vec![Trap::MisspeltEnvVar {
@@ -381,10 +384,19 @@ mod tests {
 
     #[test]
     fn glibc_variables_under_another_allocator_only_reach_c_code() {
-        let traps = env_traps(Some(Kind::Other), &env(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")]));
+        let traps = env_traps(
+            Some(Registration { backend: None, type_name: "custom", probe: None }),
+            &env(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")]),
+        );
         assert!(
             matches!(&traps[..], [Trap::IgnoredEnvVar { read_by: "glibc malloc", hint, .. }] if hint.contains("C code"))
         );
-        assert!(env_traps(Some(Kind::Other), &env(&[("GLIBC_TUNABLES", "glibc.rtld.x=1")])).is_empty());
+        assert!(
+            env_traps(
+                Some(Registration { backend: None, type_name: "custom", probe: None }),
+                &env(&[("GLIBC_TUNABLES", "glibc.rtld.x=1")])
+            )
+            .is_empty()
+        );
     }
 }

@@ -36,14 +36,14 @@ pub use effective::{ArenaDecay, Effective, effective};
 pub use parse::ConfError;
 
 use self::mallctl::{ArenaKey, Key};
-use super::decay::DECAY_EXPECTED;
-use super::{Decay, TuneError};
-use crate::backend::{Backend, Kind};
+use super::all_arenas;
+use crate::backend::Backend;
+use crate::backend::knob::{DECAY_EXPECTED, Decay, Released, TuneError};
 
 pub(crate) const NAME: &str = "jemalloc";
 
 fn require() -> Result<(), TuneError> {
-    super::require(Kind::Known(Backend::Jemalloc), NAME)
+    crate::backend::knob::require(Backend::Jemalloc, NAME)
 }
 
 /// Which of jemalloc's two page-purging delays a call is about.
@@ -281,7 +281,7 @@ fn resident() -> Result<u64, TuneError> {
     mallctl::typed("stats.resident", tikv_jemalloc_ctl::stats::resident::read()).map(|r| r as u64)
 }
 
-fn all_arenas(leaf: &'static [u8]) -> Result<Purged, TuneError> {
+fn purge_arenas(leaf: &'static [u8]) -> Result<Purged, TuneError> {
     let resident_before = resident()?;
     mallctl::call(leaf)?;
     Ok(Purged { resident_before, resident_after: resident()? })
@@ -296,7 +296,7 @@ fn all_arenas(leaf: &'static [u8]) -> Result<Purged, TuneError> {
 /// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
 pub fn purge_all() -> Result<Purged, TuneError> {
     require()?;
-    all_arenas(b"arena.4096.purge\0")
+    purge_arenas(all_arenas!("arena", "purge"))
 }
 
 /// Purges, in every arena, the pages whose decay time has passed (`arena.<MALLCTL_ARENAS_ALL>.decay`):
@@ -307,7 +307,23 @@ pub fn purge_all() -> Result<Purged, TuneError> {
 /// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
 pub fn decay_all() -> Result<Purged, TuneError> {
     require()?;
-    all_arenas(b"arena.4096.decay\0")
+    purge_arenas(all_arenas!("arena", "decay"))
+}
+
+/// What [`frag::tune::release_free_memory`](crate::tune::release_free_memory) does on jemalloc: flushes
+/// the calling thread's cache and purges every arena, with the process's RSS around it.
+pub(crate) fn release_free_memory() -> Result<Released, TuneError> {
+    require()?;
+    let mut result = Ok(());
+    // jemalloc allocates its statistics on their first refresh (the purge reads them): that happens
+    // before the window, so it does not count against what the purge releases.
+    let _ = tikv_jemalloc_ctl::epoch::advance();
+    let released = Released::around(|| {
+        // A disabled thread cache cannot be flushed; purging still works.
+        let _ = flush_thread_tcache();
+        result = purge_all().map(drop);
+    });
+    result.map(|()| released)
 }
 
 /// Starts or stops jemalloc's background purging threads (`background_thread`); returns the

@@ -3,7 +3,7 @@
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
 use super::mallctl::{self, Key};
 use super::{DecayKind, conf_env_var, decay_from, require};
-use crate::tune::{Decay, TuneError};
+use crate::backend::knob::{Decay, TuneError};
 
 /// One arena's purge delays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,12 +1,27 @@
 //! The system allocator. On glibc: usable sizes from glibc's chunk rule and `malloc_usable_size`,
-//! statistics from `mallinfo2`. Elsewhere: no usable sizes and no statistics, only counters and the
-//! process view.
+//! statistics from `mallinfo2` and `malloc_info`, `malloc_trim` and `mallopt` (`knobs`). Elsewhere: no
+//! usable sizes and no statistics, only counters and the process view.
+
+use core::alloc::Layout;
+
+use super::AllocatorStats;
+use super::interface::{Figure, HeapSplit, KnownAllocator, Remedy, StatsError};
+use super::knob::{Decay, Released, TuneError, unsupported};
+use super::list::Backend;
+use super::usable::{Rule, Usable};
+use crate::stats::snapshot::ClassUsable;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod knobs;
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+mod malloc_info;
 
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 mod glibc {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
+    use crate::backend::interface::StatsError;
     use crate::backend::usable::{MIN_ALIGN, Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str = "glibc: per block, chunk-size rule up to 32 KiB (checked against \
@@ -106,11 +121,9 @@ mod glibc {
     ///
     /// When `malloc` is not glibc's (another allocator interposes it): glibc's figures would describe
     /// an allocator nobody uses.
-    pub(crate) fn stats() -> Result<Option<AllocatorStats>, String> {
+    pub(crate) fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         if !malloc_is_glibcs() {
-            return Err("malloc is not glibc's (another allocator interposes it: LD_PRELOAD, valgrind), so \
-                        glibc's statistics do not describe the heap"
-                .to_owned());
+            return Err(StatsError::MallocInterposed);
         }
         // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name is always safe to call.
         let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
@@ -133,7 +146,7 @@ mod glibc {
             let f: extern "C" fn() -> Mallinfo2 = unsafe { core::mem::transmute(sym) };
             f()
         };
-        let free = crate::backend::malloc_info::free_space();
+        let free = super::malloc_info::free_space();
         Ok(Some(AllocatorStats {
             allocated: Some((m.uordblks + m.hblkhd) as u64),
             free: Some(m.fordblks as u64),
@@ -155,6 +168,7 @@ mod other {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
+    use crate::backend::interface::StatsError;
     use crate::backend::usable::{Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str =
@@ -171,10 +185,101 @@ mod other {
         is_plain(layout, crate::stats::class::TABLE_MAX).then_some(Rule::Uniform)
     }
 
-    pub(crate) fn stats() -> Result<Option<AllocatorStats>, String> {
+    pub(crate) fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         Ok(None)
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
 pub(crate) use other::{USABLE_SOURCE, fast, stats, usable};
+
+impl KnownAllocator for std::alloc::System {
+    const BACKEND: Backend = Backend::System;
+    const VALUE: Self = std::alloc::System;
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
+
+    #[inline(always)]
+    fn fast(layout: Layout) -> Option<Rule> {
+        fast(layout)
+    }
+
+    #[inline(always)]
+    fn usable(ptr: *mut u8, layout: Layout) -> Usable {
+        usable(ptr, layout)
+    }
+
+    fn class_usable(_: usize) -> ClassUsable {
+        // glibc's 16-byte chunk steps do not line up with our classes: every block records its own.
+        if cfg!(all(target_os = "linux", target_env = "gnu")) { ClassUsable::Recorded } else { ClassUsable::Requested }
+    }
+
+    fn stats() -> Result<Option<AllocatorStats>, StatsError> {
+        stats()
+    }
+
+    fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {
+        let (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) =
+            (a.allocated, a.free, a.arena, a.mmap, a.top_releasable)
+        else {
+            return Some(HeapSplit::nothing(
+                "glibc statistics unavailable: holes, reclaimable, metadata in unexplained",
+            ));
+        };
+        // What malloc_trim(0) releases: the main heap's top and the whole pages inside free chunks of
+        // every arena. Free chunks keep counting pages an earlier trim returned, so no more is taken
+        // as resident than anonymous memory beyond the chunks in use and the thread arenas' tops
+        // (which malloc_trim leaves alone).
+        let pages = a.free_whole_pages.unwrap_or(0);
+        let kept = in_use + a.thread_arena_tops.unwrap_or(0);
+        let resident_free = anon.map_or(u64::MAX, |anon| anon.saturating_sub(kept));
+        let reclaimable = (top + pages).min(free).min(resident_free);
+        Some(HeapSplit {
+            holes: Figure::Estimated(free - reclaimable),
+            reclaimable: Figure::Estimated(reclaimable),
+            metadata: Figure::Estimated(in_use.saturating_sub(usable)),
+            // Address space, resident or not: no more of it is resident than all anonymous memory.
+            accounted: Figure::Estimated((arena + mmap).min(anon.unwrap_or(u64::MAX))),
+            not_split: if a.free_whole_pages.is_some() {
+                Vec::new()
+            } else {
+                vec!["glibc: malloc_info failed: whole free pages inside free chunks are counted in holes".into()]
+            },
+        })
+    }
+
+    fn remedy(topic: Remedy) -> Option<&'static str> {
+        Some(match topic {
+            Remedy::Holes => {
+                "glibc's per-thread arenas fragment most: jemalloc or mimalloc usually keep far fewer holes, \
+                 or cap arenas with frag::tune::glibc::set(Mallopt::ArenaMax(..))"
+            }
+            Remedy::Reclaimable => {
+                "glibc returns the top of its heap only above M_TRIM_THRESHOLD: frag::tune::glibc::trim() \
+                 (malloc_trim) releases it now, frag::tune::glibc::set(Mallopt::TrimThreshold(..)) lowers the \
+                 threshold"
+            }
+            Remedy::CrossThread => "glibc returns such blocks to the allocating thread's arena under a lock",
+            Remedy::Metadata => {
+                "on glibc this bucket also holds chunk headers (8 B per block) and blocks malloc'd by C code \
+                 outside Rust: many tiny blocks make it large"
+            }
+        })
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn release_free_memory() -> Result<Released, TuneError> {
+        knobs::trim()
+    }
+
+    fn set_purge_delay(_: Decay) -> Result<(), TuneError> {
+        Err(unsupported(
+            Backend::System,
+            "purge delay",
+            "glibc returns memory by trimming the top of its heap: see tune::glibc::Mallopt::TrimThreshold",
+        ))
+    }
+
+    fn effective_config() -> String {
+        "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned()
+    }
+}

@@ -2,6 +2,9 @@
 
 use core::fmt;
 
+use crate::backend::list::Backend;
+use crate::backend::registry::WrappedBackend;
+
 /// Why a tuning call did not do what was asked.
 ///
 /// Nothing in [`tune`](crate::tune) panics on bad input: every refusal is one of these, with enough
@@ -19,14 +22,14 @@ pub enum TuneError {
     /// particular it did not initialise a second allocator).
     WrongBackend {
         /// The allocator the knob belongs to.
-        wanted: &'static str,
+        wanted: Backend,
         /// The allocator the installed `Tracked` wraps.
-        installed: &'static str,
+        installed: WrappedBackend,
     },
     /// The wrapped allocator has no such knob.
     Unsupported {
         /// The allocator.
-        backend: &'static str,
+        backend: WrappedBackend,
         /// The knob asked for.
         knob: &'static str,
         /// What to do instead, if anything.

@@ -9,8 +9,8 @@
 //! top keeps every free page below it resident. [`trim`] also returns whole free pages from the
 //! middle of every arena.
 
-use super::{Released, TuneError};
-use crate::backend::{Backend, Kind};
+use crate::backend::Backend;
+use crate::backend::knob::{Released, TuneError, require};
 
 const NAME: &str = "glibc";
 
@@ -92,7 +92,7 @@ impl Mallopt {
 /// # Ok::<(), frag::tune::TuneError>(())
 /// ```
 pub fn set(option: Mallopt) -> Result<(), TuneError> {
-    super::require(Kind::Known(Backend::System), NAME)?;
+    require(Backend::System, NAME)?;
     let (param, value) = option.checked().map_err(|expected| TuneError::InvalidValue {
         knob: option.name(),
         value: option.value().to_string(),
@@ -113,7 +113,7 @@ pub fn set(option: Mallopt) -> Result<(), TuneError> {
 ///
 /// [`TuneError::WrongBackend`] unless `Tracked<System>` is installed.
 pub fn trim() -> Result<Released, TuneError> {
-    super::require(Kind::Known(Backend::System), NAME)?;
+    require(Backend::System, NAME)?;
     // SAFETY: malloc_trim has no preconditions.
     Ok(Released::around(|| unsafe {
         libc::malloc_trim(0);

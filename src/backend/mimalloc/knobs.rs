@@ -9,9 +9,8 @@ use core::time::Duration;
 
 use libmimalloc_sys as sys;
 
-use super::decay::DECAY_EXPECTED;
-use super::{Decay, Released, TuneError};
-use crate::backend::{Backend, Kind};
+use crate::backend::Backend;
+use crate::backend::knob::{DECAY_EXPECTED, Decay, Released, TuneError};
 
 const NAME: &str = "mimalloc";
 
@@ -201,7 +200,7 @@ impl MimallocOption {
 }
 
 fn require() -> Result<Major, TuneError> {
-    super::require(Kind::Known(Backend::Mimalloc), NAME)?;
+    crate::backend::knob::require(Backend::Mimalloc, NAME)?;
     Ok(major())
 }
 
@@ -227,7 +226,7 @@ fn require() -> Result<Major, TuneError> {
 pub fn set(option: MimallocOption) -> Result<MimallocOption, TuneError> {
     let major = require()?;
     let number = option.number(major).ok_or(TuneError::Unsupported {
-        backend: NAME,
+        backend: crate::backend::WrappedBackend::Known(Backend::Mimalloc),
         knob: option.name(),
         hint: "not in the linked mimalloc version",
     })?;

@@ -5,7 +5,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
-use crate::tune::Decay;
+use crate::backend::knob::Decay;
 
 /// What is wrong with a `malloc_conf` string.
 #[derive(Clone, Debug, PartialEq, Eq)]

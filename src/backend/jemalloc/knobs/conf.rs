@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::tune::Decay;
+use crate::backend::knob::Decay;
 
 /// How jemalloc assigns threads to arenas (`percpu_arena`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,160 @@
+//! The one interface every known backend implements, once, in its own file: what the allocation
+//! path, the report, the diagnosis and tuning need to know about an allocator.
+//!
+//! It is implemented on the allocator type itself (`std::alloc::System`, `tikv_jemallocator::Jemalloc`,
+//! ...) and reached through `with_backend!` (see `list`), so every call is static: on the allocation
+//! path a constant for a fixed backend, one jump for `Select`. [`Probe`](super::Probe) is the public
+//! face of the same questions for a user's allocator.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::fmt;
+
+use super::AllocatorStats;
+use super::knob::{Decay, Released, TuneError, unsupported};
+use super::list::Backend;
+use super::usable::{Rule, Usable};
+use crate::stats::snapshot::ClassUsable;
+
+/// A backend this crate knows by type. Methods with a default are the ones a backend may lack.
+pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
+    /// This backend's entry in the list.
+    const BACKEND: Backend;
+
+    /// The allocator value `Select` forwards to (every known backend is a unit struct).
+    const VALUE: Self;
+
+    /// How usable sizes are obtained, in words, for the report's `usable_source`.
+    const USABLE_SOURCE: &'static str;
+
+    /// The fast path's usable-size rule for `layout`, or `None` when the request takes the cold path
+    /// (over-aligned, or larger than `class::TABLE_MAX`). Allocation-, lock- and panic-free.
+    fn fast(layout: Layout) -> Option<Rule>;
+
+    /// How to account for the usable size of the live block `ptr`, allocated with `layout`.
+    /// Allocation-, lock- and panic-free, and the same at allocation and at free.
+    fn usable(ptr: *mut u8, layout: Layout) -> Usable;
+
+    /// How the usable sizes of size class `class` are accounted: the uniform usable size of its plain
+    /// blocks where the backend's classes are uniform. Allocation-free.
+    fn class_usable(class: usize) -> ClassUsable {
+        let _ = class;
+        ClassUsable::Requested
+    }
+
+    /// The backend's own statistics (`None`: it has none). Runs at report time only, and only for the
+    /// wrapped backend, so a report never initialises an allocator the program does not use.
+    fn stats() -> Result<Option<AllocatorStats>, StatsError>;
+
+    /// The diagnosis's split of the heap's resident bytes from the backend's own figures `stats`,
+    /// given the tracked usable bytes and the process's anonymous resident bytes. `None`: the
+    /// backend's figures say nothing about resident memory.
+    fn split_heap(stats: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {
+        let _ = (stats, usable, anon);
+        None
+    }
+
+    /// What this backend adds to a finding's remedy, if anything.
+    fn remedy(topic: Remedy) -> Option<&'static str> {
+        let _ = topic;
+        None
+    }
+
+    /// Returns free memory to the OS now.
+    fn release_free_memory() -> Result<Released, TuneError> {
+        Err(unsupported(Self::BACKEND, "release_free_memory", "it returns memory to the OS on its own schedule"))
+    }
+
+    /// Sets how long freed pages stay resident before the backend returns them.
+    fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
+        let _ = decay;
+        Err(unsupported(Self::BACKEND, "purge delay", ""))
+    }
+
+    /// The effective configuration in one line, for logs.
+    fn effective_config() -> String {
+        "no tunable configuration".to_owned()
+    }
+}
+
+/// Why a backend's statistics could not be read.
+#[derive(Debug)]
+pub(crate) enum StatsError {
+    /// jemalloc refused a `mallctl` read.
+    #[cfg(feature = "jemalloc")]
+    Mallctl {
+        /// The name read.
+        name: &'static str,
+        /// jemalloc's error.
+        error: tikv_jemalloc_ctl::Error,
+    },
+    /// Another allocator interposes `malloc` (`LD_PRELOAD`, valgrind), so glibc's figures describe an
+    /// allocator nobody uses.
+    #[cfg_attr(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")), allow(dead_code))]
+    MallocInterposed,
+}
+
+impl fmt::Display for StatsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            #[cfg(feature = "jemalloc")]
+            Self::Mallctl { name, error } => write!(f, "jemalloc {name}: {error}"),
+            Self::MallocInterposed => f.write_str(
+                "malloc is not glibc's (another allocator interposes it: LD_PRELOAD, valgrind), so glibc's \
+                 statistics do not describe the heap",
+            ),
+        }
+    }
+}
+
+/// One bucket of the heap split, and how its figure was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Figure {
+    /// Read from the backend's figures.
+    Measured(u64),
+    /// Derived from the backend's figures with an assumption (stated where it is made).
+    Estimated(u64),
+    /// The backend's figures do not separate this bucket.
+    NotSplit,
+}
+
+/// What a backend's figures say about the heap's resident bytes (see
+/// [`KnownAllocator::split_heap`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HeapSplit {
+    /// Free space inside pages that hold live blocks.
+    pub(crate) holes: Figure,
+    /// Free pages the backend could return now.
+    pub(crate) reclaimable: Figure,
+    /// The backend's own bookkeeping.
+    pub(crate) metadata: Figure,
+    /// All the heap holds resident; the rest of RSS is outside the heap.
+    pub(crate) accounted: Figure,
+    /// Buckets the figures do not split, in words.
+    pub(crate) not_split: Vec<String>,
+}
+
+impl HeapSplit {
+    /// A split that says nothing, for the reason `why`.
+    pub(crate) fn nothing(why: impl Into<String>) -> Self {
+        Self {
+            holes: Figure::NotSplit,
+            reclaimable: Figure::NotSplit,
+            metadata: Figure::NotSplit,
+            accounted: Figure::NotSplit,
+            not_split: vec![why.into()],
+        }
+    }
+}
+
+/// The findings whose remedy depends on the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Remedy {
+    /// Free space in partly used pages.
+    Holes,
+    /// Free pages the backend holds.
+    Reclaimable,
+    /// Blocks freed on another thread than the allocating one.
+    CrossThread,
+    /// The backend's bookkeeping.
+    Metadata,
+}

@@ -1,0 +1,163 @@
+//! jemalloc (tikv-jemallocator): `nallocx` for usable sizes, `stats.*` after an `epoch` advance, and
+//! its run-time and start-up configuration (`knobs`).
+
+use core::alloc::Layout;
+
+use tikv_jemalloc_ctl::{epoch, stats};
+
+use super::AllocatorStats;
+use super::interface::{Figure, HeapSplit, KnownAllocator, Remedy, StatsError};
+use super::knob::{Decay, Released, TuneError};
+use super::list::Backend;
+use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
+use crate::stats::snapshot::ClassUsable;
+
+pub mod knobs;
+
+/// The mallctl name `$prefix.<MALLCTL_ARENAS_ALL>.$leaf`, NUL-terminated, as bytes: jemalloc.h's
+/// `MALLCTL_ARENAS_ALL` (4096) is the arena index that stands for every arena.
+macro_rules! all_arenas {
+    ($prefix:literal, $leaf:literal) => {
+        concat!($prefix, ".4096.", $leaf, "\0").as_bytes()
+    };
+}
+pub(crate) use all_arenas;
+
+pub(crate) const USABLE_SOURCE: &str = "exact: jemalloc nallocx, once per size class up to 32 KiB (classes are \
+    uniform there), per block above (page-granular) and when over-aligned";
+
+/// jemalloc's small classes (8/16/32/48/64, then 4 per power of two) are uniform within ours up to
+/// here. Above, the bundled jemalloc 5.3.1 rounds large requests to whole pages (33,000 B -> 36 KiB),
+/// which splits our classes, so those blocks are accounted one by one.
+pub(crate) const UNIFORM_MAX: usize = 32 << 10;
+
+/// The usable size of every default-aligned request of at most `size` bytes in its class.
+pub(crate) fn class_usable(size: usize) -> usize {
+    usable(Layout::from_size_align(size, 1).unwrap_or(Layout::new::<u8>()))
+}
+
+/// The flags tikv-jemallocator passes for `layout` (it asks for alignment only when the size class
+/// would not provide it).
+fn flags(layout: Layout) -> libc::c_int {
+    if layout.align() <= MIN_ALIGN && layout.align() <= layout.size() {
+        0
+    } else {
+        layout.align().trailing_zeros() as libc::c_int
+    }
+}
+
+/// The usable size jemalloc gives a request of `layout`, without allocating.
+#[inline]
+pub(crate) fn usable(layout: Layout) -> usize {
+    // SAFETY: nallocx has no preconditions beyond a non-zero size; for size 0 it returns 0 or the
+    // smallest class, which is harmless here. It allocates nothing and takes no locks.
+    let n = unsafe { tikv_jemalloc_sys::nallocx(layout.size(), flags(layout)) };
+    if n == 0 { layout.size() } else { n }
+}
+
+/// Bytes in the dirty and muzzy pages of all arenas.
+fn unused_pages() -> Result<u64, StatsError> {
+    let read = |name: &'static str, key: &[u8]| {
+        // SAFETY: `key` is a NUL-terminated mallctl name whose value is a `size_t`.
+        unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key) }.map_err(|error| StatsError::Mallctl { name, error })
+    };
+    let page = read("arenas.page", b"arenas.page\0")?;
+    let dirty = read("stats.arenas.<all>.pdirty", all_arenas!("stats.arenas", "pdirty"))?;
+    let muzzy = read("stats.arenas.<all>.pmuzzy", all_arenas!("stats.arenas", "pmuzzy"))?;
+    Ok(((dirty + muzzy) * page) as u64)
+}
+
+fn stats() -> Result<AllocatorStats, StatsError> {
+    let read = |r: Result<usize, tikv_jemalloc_ctl::Error>, name: &'static str| {
+        r.map(|v| Some(v as u64)).map_err(|error| StatsError::Mallctl { name, error })
+    };
+    read(epoch::advance().map(|_| 0), "epoch")?;
+    Ok(AllocatorStats {
+        allocated: read(stats::allocated::read(), "stats.allocated")?,
+        active: read(stats::active::read(), "stats.active")?,
+        metadata: read(stats::metadata::read(), "stats.metadata")?,
+        resident: read(stats::resident::read(), "stats.resident")?,
+        mapped: read(stats::mapped::read(), "stats.mapped")?,
+        retained: read(stats::retained::read(), "stats.retained")?,
+        dirty: Some(unused_pages()?),
+        ..AllocatorStats::default()
+    })
+}
+
+impl KnownAllocator for tikv_jemallocator::Jemalloc {
+    const BACKEND: Backend = Backend::Jemalloc;
+    const VALUE: Self = tikv_jemallocator::Jemalloc;
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
+
+    #[inline(always)]
+    fn fast(layout: Layout) -> Option<Rule> {
+        is_plain(layout, SMALL_MAX).then_some(Rule::Uniform)
+    }
+
+    #[inline(always)]
+    fn usable(_: *mut u8, layout: Layout) -> Usable {
+        if is_plain(layout, UNIFORM_MAX) { Usable::Uniform } else { Usable::Explicit(usable(layout)) }
+    }
+
+    fn class_usable(class: usize) -> ClassUsable {
+        let largest = crate::stats::class::upper_bound(class).filter(|&l| l <= UNIFORM_MAX);
+        largest.map_or(ClassUsable::Requested, |l| ClassUsable::Uniform(class_usable(l) as u64))
+    }
+
+    fn stats() -> Result<Option<AllocatorStats>, StatsError> {
+        stats().map(Some)
+    }
+
+    fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {
+        let (Some(active), Some(metadata), Some(resident), Some(dirty)) = (a.active, a.metadata, a.resident, a.dirty)
+        else {
+            return Some(HeapSplit::nothing(
+                "jemalloc statistics incomplete: holes, reclaimable, metadata in unexplained",
+            ));
+        };
+        // jemalloc's `resident` is an upper bound: it counts pages never touched (or already given
+        // back) as resident. All of its memory is anonymous, so whatever it counts above the
+        // process's anonymous RSS is certainly not resident; it sits mostly in dirty extents, whose
+        // resident part is what a purge releases.
+        let over = anon.map_or(0, |a| resident.saturating_sub(a));
+        let capped = if over > 0 { Figure::Estimated } else { Figure::Measured };
+        Some(HeapSplit {
+            holes: Figure::Measured(active.saturating_sub(usable)),
+            reclaimable: capped(dirty.saturating_sub(over)),
+            metadata: Figure::Measured(metadata),
+            accounted: capped(resident - over),
+            not_split: Vec::new(),
+        })
+    }
+
+    fn remedy(topic: Remedy) -> Option<&'static str> {
+        match topic {
+            Remedy::Holes => Some(
+                "blocks parked in thread caches count here too: frag::tune::jemalloc::flush_thread_tcache on \
+                 idle threads, or a lower tcache_max",
+            ),
+            Remedy::Reclaimable => Some(
+                "jemalloc keeps dirty pages until they decay: frag::tune::jemalloc::purge_all() releases them \
+                 now; shorten the decay with frag::tune::jemalloc::set_decay or enable background threads \
+                 (frag::tune::jemalloc::set_background_threads(true))",
+            ),
+            Remedy::CrossThread => Some(
+                "large messages freed by a consumer thread refill its thread cache and fault pages back in: \
+                 try a lower tcache_max (jemalloc_conf!), whose effect depends on the message pattern",
+            ),
+            Remedy::Metadata => None,
+        }
+    }
+
+    fn release_free_memory() -> Result<Released, TuneError> {
+        knobs::release_free_memory()
+    }
+
+    fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
+        knobs::set_decay(knobs::DecayKind::Dirty, decay).map(drop)
+    }
+
+    fn effective_config() -> String {
+        knobs::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
+    }
+}
