@@ -11,6 +11,22 @@
 //!
 //! Leaf module: used by the tallies (cold path: no allocation) and the report.
 
+/// The "too few samples" rules, one per kind of estimate. Below its rule an estimate is not shown: the
+/// text report says "few", the JSON form has `None` (or `too_few_samples`).
+///
+/// A share (the cross-thread share of frees of the process, a class, a thread, a site) needs this many
+/// sampled frees: with 30 a share's 95% interval is still about ±0.17.
+pub(crate) const MIN_SAMPLES_SHARE: u64 = 30;
+
+/// An interval on a count or byte estimate needs this many samples (effective samples where the
+/// weights differ, see [`effective_samples`]): below it the normal approximation of the interval is
+/// poor.
+pub(crate) const MIN_SAMPLES_INTERVAL: f64 = 30.0;
+
+/// A finding built on a share (the diagnosis's cross-thread finding) needs this many sampled frees:
+/// the share is then known to about ±0.1.
+pub(crate) const MIN_SAMPLES_FINDING: u64 = 100;
+
 /// Fixed-point unit of weighted estimates: a tally of `W_ONE` is one block.
 pub(crate) const W_ONE: u64 = 256;
 

@@ -93,13 +93,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod backend;
-pub mod diagnosis;
 mod estimate;
-mod guard;
 mod origin;
 mod process;
 pub mod profile;
 mod publish;
+mod reentry;
 mod report;
 mod sampler;
 mod sites;
@@ -111,9 +110,10 @@ pub mod watch;
 
 pub use backend::select::{SELECT_ENV, Select};
 pub use backend::{AllocatorStats, Backend, Probe, WrappedBackend};
-pub use diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 pub use process::{CgroupMemory, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
+pub use report::diagnosis;
+pub use report::diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 #[cfg(not(feature = "serde"))]
 #[doc(hidden)]
 pub use report::needs_serde;

@@ -15,14 +15,13 @@
 
 mod mappings;
 mod proto;
-pub(crate) mod symbols;
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::{SiteFigures, snapshot};
-use symbols::{PLUMBING_REGEX, Symbols, trimmed};
+use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 
 /// The live heap as a gzip-compressed pprof profile, symbolized in process.
 ///
@@ -181,7 +180,7 @@ fn build(symbolize: bool) -> proto::Profile {
 
     let comment = vec![
         strings.id("frag heap profile: every value is an estimate from sampled allocations, weighted by the inverse sampling probability"),
-        strings.id(&format!("sampling: {:?}; frame pointers: {}", sampling(), crate::frame_pointers())),
+        strings.id(&format!("sampling: {:?}; frame pointers: {}", sampling(), crate::sites::frame_pointers())),
     ];
     let drop_frames = if symbolize { 0 } else { strings.id(PLUMBING_REGEX) };
     let default_sample_type = strings.id("inuse_space");
@@ -219,7 +218,7 @@ fn no_stack_location(
     functions: &mut Vec<proto::Function>,
     locations: &mut Vec<proto::Location>,
 ) -> u64 {
-    let name = if crate::frame_pointers() {
+    let name = if crate::sites::frame_pointers() {
         "[no stack: stack table full or foreign thread stack]"
     } else {
         "[no stack: built without -C force-frame-pointers=yes]"

@@ -13,8 +13,8 @@ use metrics::{Label, SharedString};
 
 use self::names::{Kind, Names};
 use crate::backend::WrappedBackend;
+use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
-use crate::{Report, report};
 
 /// The default metric name prefix.
 pub const DEFAULT_PREFIX: &str = "frag_";
@@ -213,7 +213,7 @@ impl Publisher {
                 target: "frag",
                 backend = %report.backend.map_or("none", WrappedBackend::name),
                 allocator_config = %crate::tune::effective_config(),
-                sampling = ?crate::sampling(),
+                sampling = ?crate::sampler::sampling(),
                 "frag publishing heap metrics"
             );
         }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::names::Metric;
-use crate::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
-use crate::{Report, RowKind};
+use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
+use crate::report::{Report, RowKind};
 
 /// One value to publish.
 #[derive(Clone, Debug, PartialEq)]

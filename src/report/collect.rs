@@ -6,11 +6,11 @@ use super::{
 };
 use crate::backend::registry::{Registration, registered};
 use crate::backend::{AllocatorStats, WrappedBackend};
-use crate::diagnosis::{self, Diagnosis};
 use crate::estimate::{self, effective_samples, units};
-use crate::guard::ReportGuard;
 use crate::origin::TALLY;
 use crate::process::{self, ProcessStats};
+use crate::reentry::ReportGuard;
+use crate::report::diagnosis::{self, Diagnosis};
 use crate::stats::class::{self, NUM_CLASSES};
 use crate::stats::live;
 use crate::stats::pool::{self, POOL_SIZE};
@@ -121,7 +121,7 @@ pub fn report() -> Report {
     }
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(|t| Warning::new(WarningKind::ConfigTrap, t.to_string())));
-    if crate::stats::sampled() && crate::sampler::sampling() == crate::Sampling::Off {
+    if crate::stats::sampled() && crate::sampler::sampling() == crate::sampler::Sampling::Off {
         warnings.push(Warning::new(
             WarningKind::UnsampledTier,
             "the sampled tier runs with sampling off: counts, frees, per-class and live figures are not \

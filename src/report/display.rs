@@ -3,8 +3,9 @@
 use core::fmt::{self, Display, Formatter};
 
 use super::{Origin, Report, RowKind, Sites, ThreadRow};
-use crate::Sampling;
-use crate::diagnosis::{Diagnosis, Part, Severity, Source};
+use crate::estimate::MIN_SAMPLES_SHARE;
+use crate::report::diagnosis::{Diagnosis, Part, Severity, Source};
+use crate::sampler::Sampling;
 
 /// Bytes with a binary unit, e.g. `12.3 MiB`.
 pub(crate) struct Bytes(pub(crate) u64);
@@ -145,8 +146,7 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         writeln!(
             f,
             "           cross-thread frees: too few samples to tell ({} sampled frees, fewer than {})",
-            o.sampled_frees,
-            super::origin::MIN_SAMPLES
+            o.sampled_frees, MIN_SAMPLES_SHARE
         )?;
         return Ok(());
     }
@@ -320,7 +320,7 @@ impl Display for Report {
                 Bytes(r.allocated_bytes),
                 format!("{e}{}", Bytes(r.freed_bytes)),
                 r.freed_elsewhere,
-                if r.free_samples < super::origin::MIN_SAMPLES && r.remote_frees > 0 {
+                if r.free_samples < MIN_SAMPLES_SHARE && r.remote_frees > 0 {
                     "few".to_owned()
                 } else {
                     r.remote_frees.to_string()
@@ -330,7 +330,8 @@ impl Display for Report {
 
         writeln!(
             f,
-            "\nsize classes (live; ≈xthread: estimated share of frees on another thread, \"few\" below 30 samples)"
+            "\nsize classes (live; ≈xthread: estimated share of frees on another thread, \"few\" below \
+             {MIN_SAMPLES_SHARE} samples)"
         )?;
         writeln!(
             f,

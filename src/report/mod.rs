@@ -3,21 +3,20 @@
 //! Field names are part of the API: tooling reads the JSON form (`serde` feature).
 
 mod collect;
+pub mod diagnosis;
 mod display;
 mod kinds;
 mod origin;
 mod sites;
 
-use crate::backend::WrappedBackend;
 pub use collect::{report, size_classes, totals};
 pub(crate) use display::Bytes;
 pub use kinds::{RatioInputs, Warning, WarningKind};
-pub(crate) use origin::MIN_SAMPLES;
 pub use sites::{SiteRow, Sites};
 
-use crate::backend::AllocatorStats;
-use crate::diagnosis::Diagnosis;
+use crate::backend::{AllocatorStats, WrappedBackend};
 use crate::process::ProcessStats;
+use diagnosis::Diagnosis;
 
 /// Everything `frag` knows about the heap at one moment. Build one with [`report()`].
 #[derive(Clone, Debug)]
@@ -236,7 +235,7 @@ impl SizeClassRow {
 pub struct Origin {
     /// The sampling in effect (figures from earlier samples stay when it is off now); serialises as
     /// `{"mean_bytes": n}`, `"every_block"` or `"off"`.
-    pub sampling: crate::Sampling,
+    pub sampling: crate::sampler::Sampling,
     /// Blocks sampled at allocation and recorded in the side table.
     pub sampled_blocks: u64,
     /// Sampled blocks freed since (the figures below come from these).

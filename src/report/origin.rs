@@ -1,7 +1,9 @@
 //! The `origin` section of a report, from the shards' origin totals and the process-wide tallies.
 
 use super::{LifetimeRow, Origin, OriginPair};
-use crate::estimate::{bytes_interval, count_interval, effective_samples, units, wilson};
+use crate::estimate::{
+    MIN_SAMPLES_INTERVAL, MIN_SAMPLES_SHARE, bytes_interval, count_interval, effective_samples, units, wilson,
+};
 use crate::origin::TALLY;
 use crate::origin::tally::{self, LIFETIME_BUCKETS};
 use crate::sampler::{self, Sampling, TABLE};
@@ -11,19 +13,15 @@ use crate::sync::Ordering;
 /// Pairs shown in a report.
 const TOP_PAIRS: usize = 10;
 
-/// Below this many sampled frees an estimate is shown as too few to tell (text) and flagged
-/// [`Origin::too_few_samples`] (JSON): with 30 samples a share's 95% interval is still about ±0.17.
-pub(crate) const MIN_SAMPLES: u64 = 30;
-
 fn share(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// Estimated cross-thread share of class `class`'s frees and its 95% interval (`None` on fewer than
-/// [`MIN_SAMPLES`] sampled frees: too few to tell), and the sampled frees it rests on.
+/// `MIN_SAMPLES_SHARE` sampled frees: too few to tell), and the sampled frees it rests on.
 pub(super) fn class_ratio(class: usize) -> (Option<f64>, Option<(f64, f64)>, u64) {
     let c = TALLY.class(class);
-    let ratio = share(c.cross, c.frees).filter(|_| c.samples >= MIN_SAMPLES);
+    let ratio = share(c.cross, c.frees).filter(|_| c.samples >= MIN_SAMPLES_SHARE);
     (ratio, ratio.and_then(|p| wilson(p, effective_samples(c.frees, c.w2))), c.samples)
 }
 
@@ -73,7 +71,7 @@ pub(super) fn section(
             let (max_frees, max_bytes) = freer.freed.unwrap_or((exact_frees, exact_freed_bytes));
             let s = p.sums;
             let bytes = units(s.wb).min(max_bytes);
-            let enough = effective_samples(s.w, s.w2) >= MIN_SAMPLES as f64;
+            let enough = effective_samples(s.w, s.w2) >= MIN_SAMPLES_INTERVAL;
             OriginPair {
                 alloc_tid: u64::from(p.alloc_tid),
                 alloc_thread: thread(u64::from(p.alloc_tid)).name,
@@ -101,7 +99,7 @@ pub(super) fn section(
     // unclamped estimates) stays as estimated.
     let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
     let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
-    let enough = sampled_frees >= MIN_SAMPLES;
+    let enough = sampled_frees as f64 >= MIN_SAMPLES_INTERVAL;
     let frees_interval =
         enough.then(|| count_interval(frees_w, all.local_w2.saturating_add(all.remote_w2), exact_frees));
     let cross_thread_frees_interval = enough.then(|| count_interval(all.remote, all.remote_w2, exact_frees));
@@ -115,7 +113,7 @@ pub(super) fn section(
         dropped_samples: TABLE.dropped(),
         frees: cross_thread_frees + local,
         clamped,
-        too_few_samples: sampled_frees < MIN_SAMPLES,
+        too_few_samples: sampled_frees < MIN_SAMPLES_SHARE,
         cross_thread_frees,
         cross_thread_free_ratio: ratio,
         cross_thread_bytes,

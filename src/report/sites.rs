@@ -1,10 +1,10 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
 use crate::estimate::bytes_interval;
-use crate::profile::symbols::{Symbols, trimmed};
 use crate::sampler::{self, Sampling};
 use crate::sites;
 use crate::sites::read::{self, SiteFigures};
+use crate::sites::symbols::{Symbols, trimmed};
 
 /// Sites listed in the report (the profile has them all).
 pub(crate) const TOP: usize = 10;

@@ -9,6 +9,7 @@
 //! with their leaf frames) or as a pprof heap profile ([`crate::profile::heap_pprof`]).
 
 pub(crate) mod read;
+pub(crate) mod symbols;
 pub(crate) mod table;
 pub(crate) mod unwind;
 

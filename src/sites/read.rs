@@ -4,12 +4,9 @@ use std::collections::HashMap;
 
 use super::SITES;
 use super::table::{LIFETIME_BUCKETS, Tallies, lifetime_lower_ns};
+use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::sampler::W_ONE;
 use crate::sync::Ordering;
-
-/// Below this many sampled frees a site's cross-thread share and median lifetime are "too few to
-/// tell" (the same floor as origin tracking's).
-pub(crate) const MIN_FREE_SAMPLES: u64 = crate::report::MIN_SAMPLES;
 
 /// One site's figures: estimates weighted by the inverse sampling probability, in blocks and bytes.
 #[derive(Clone, Debug, Default)]
@@ -50,15 +47,15 @@ impl SiteFigures {
     }
 
     /// The share of sampled frees (weighted) made on another thread; `None` under
-    /// [`MIN_FREE_SAMPLES`].
+    /// [`MIN_SAMPLES_SHARE`].
     pub(crate) fn cross_share(&self) -> Option<f64> {
-        (self.free_samples >= MIN_FREE_SAMPLES && self.frees > 0.0).then(|| (self.cross / self.frees).clamp(0.0, 1.0))
+        (self.free_samples >= MIN_SAMPLES_SHARE && self.frees > 0.0).then(|| (self.cross / self.frees).clamp(0.0, 1.0))
     }
 
     /// The median lifetime of freed blocks, in nanoseconds: the geometric middle of the power-of-two
-    /// bucket that holds the weighted median; `None` under [`MIN_FREE_SAMPLES`].
+    /// bucket that holds the weighted median; `None` under [`MIN_SAMPLES_SHARE`].
     pub(crate) fn median_lifetime_ns(&self) -> Option<u64> {
-        if self.free_samples < MIN_FREE_SAMPLES {
+        if self.free_samples < MIN_SAMPLES_SHARE {
             return None;
         }
         let total: f64 = self.lifetimes.iter().sum();

@@ -42,7 +42,7 @@ use crate::backend::registry::{Registration, registered};
 /// with [`TuneError::NotInstalled`].
 fn on_wrapped<T>(
     knob: &'static str,
-    known: impl FnOnce(crate::Backend) -> Result<T, TuneError>,
+    known: impl FnOnce(crate::backend::Backend) -> Result<T, TuneError>,
     other: impl FnOnce(Registration) -> Result<T, TuneError>,
 ) -> Result<T, TuneError> {
     match registered() {

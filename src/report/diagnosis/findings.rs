@@ -7,6 +7,7 @@
 use crate::backend::Backend;
 use crate::backend::interface::{KnownAllocator, Remedy};
 use crate::backend::list::with_backend;
+use crate::estimate::MIN_SAMPLES_FINDING;
 use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
@@ -32,8 +33,6 @@ const OUTSIDE_HEAP: Thresholds = Thresholds { info: 0.25, warn: 0.50 };
 /// Share of freed bytes (estimated) that crossed threads; the finding's bytes are the free space it
 /// can pin (holes and reclaimable pages, in proportion to that share).
 const CROSS_THREAD: Thresholds = Thresholds { info: 0.10, warn: 0.30 };
-/// Fewer sampled frees than this cannot tell a cross-thread share.
-const MIN_SAMPLED_FREES: u64 = 100;
 
 /// What a [`Finding`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -295,7 +294,7 @@ fn holes_remedy(e: &Evidence<'_>) -> String {
     let pinned = top_classes(e.classes, 3, |c| c.live_bytes);
     let cross = e
         .origin
-        .filter(|o| o.sampled_frees >= MIN_SAMPLED_FREES)
+        .filter(|o| o.sampled_frees >= MIN_SAMPLES_FINDING)
         .and_then(|o| o.cross_thread_byte_ratio)
         .filter(|r| *r >= CROSS_THREAD.info)
         .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", pct(r)))
@@ -316,7 +315,7 @@ fn backend_remedy(backend: Option<Backend>, topic: Remedy) -> Option<&'static st
 }
 
 fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
-    let o = e.origin.filter(|o| o.sampled_frees >= MIN_SAMPLED_FREES)?;
+    let o = e.origin.filter(|o| o.sampled_frees >= MIN_SAMPLES_FINDING)?;
     let ratio = o.cross_thread_byte_ratio?;
     let b = e.breakdown;
     // What cross-thread frees can pin: the free space the heap holds, in proportion to their share.
