@@ -94,6 +94,7 @@
 
 mod backend;
 mod estimate;
+mod format;
 mod origin;
 mod process;
 pub mod profile;

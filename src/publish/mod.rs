@@ -13,6 +13,7 @@ use metrics::{Label, SharedString};
 
 use self::names::{Kind, Names};
 use crate::backend::WrappedBackend;
+use crate::format::Bytes;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
 
@@ -237,12 +238,12 @@ impl Publisher {
                     allocated_from,
                     allocated_to,
                     backend = %backend,
-                    "resident memory stepped up from {} to {} MiB while live data went from {} to {} MiB: \
+                    "resident memory stepped up from {} to {} while live data went from {} to {}: \
                      fragmentation, not a leak (see frag::report() size classes and origin)",
-                    rss_from >> 20,
-                    rss_to >> 20,
-                    allocated_from >> 20,
-                    allocated_to >> 20
+                    Bytes(rss_from),
+                    Bytes(rss_to),
+                    Bytes(allocated_from),
+                    Bytes(allocated_to)
                 ),
                 Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
                     target: "frag",
@@ -251,12 +252,12 @@ impl Publisher {
                     allocated_from,
                     allocated_to,
                     backend = %backend,
-                    "resident memory rose from {} to {} MiB with live data, from {} to {} MiB: the program's \
+                    "resident memory rose from {} to {} with live data, from {} to {}: the program's \
                      own data grew (a leak or real growth), not fragmentation (see frag::report() live_data)",
-                    rss_from >> 20,
-                    rss_to >> 20,
-                    allocated_from >> 20,
-                    allocated_to >> 20
+                    Bytes(rss_from),
+                    Bytes(rss_to),
+                    Bytes(allocated_from),
+                    Bytes(allocated_to)
                 ),
                 Alert::HighFragmentation { ratio, samples } => tracing::warn!(
                     target: "frag",

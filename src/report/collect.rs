@@ -7,6 +7,7 @@ use super::{
 use crate::backend::registry::{Registration, registered};
 use crate::backend::{AllocatorStats, WrappedBackend};
 use crate::estimate::{self, effective_samples, units};
+use crate::format::Bytes;
 use crate::origin::TALLY;
 use crate::process::{self, ProcessStats};
 use crate::reentry::ReportGuard;
@@ -81,9 +82,9 @@ pub fn report() -> Report {
         warnings.push(Warning::new(
             WarningKind::SmallHeap,
             format!(
-                "less than {} MiB live: fragmentation ratios are not shown (they would measure the allocator's \
+                "less than {} live: fragmentation ratios are not shown (they would measure the allocator's \
                  fixed overhead)",
-                MEANINGFUL_LIVE_BYTES >> 20
+                Bytes(MEANINGFUL_LIVE_BYTES)
             ),
         ));
     }

@@ -4,25 +4,9 @@ use core::fmt::{self, Display, Formatter};
 
 use super::{Origin, Report, RowKind, Sites, ThreadRow};
 use crate::estimate::MIN_SAMPLES_SHARE;
+use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, Part, Severity, Source};
 use crate::sampler::Sampling;
-
-/// Bytes with a binary unit, e.g. `12.3 MiB`.
-pub(crate) struct Bytes(pub(crate) u64);
-
-impl Display for Bytes {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-        let mut v = self.0 as f64;
-        let mut unit = 0;
-        while v >= 1024.0 && unit < UNITS.len() - 1 {
-            v /= 1024.0;
-            unit += 1;
-        }
-        let s = if unit == 0 { format!("{} B", self.0) } else { format!("{v:.1} {}", UNITS[unit]) };
-        f.pad(&s)
-    }
-}
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |b| Bytes(b).to_string())
@@ -33,20 +17,10 @@ fn opt_ratio(v: Option<f64>) -> String {
 }
 
 fn opt_percent(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |r| format!("{:.1}%", r * 100.0))
+    v.map_or_else(|| "-".to_owned(), |r| Percent(r, 1).to_string())
 }
 
-/// A lifetime bound in nanoseconds, in the largest unit that keeps it whole.
-fn duration(ns: u64) -> String {
-    match ns {
-        n if n >= 1_000_000_000 => format!("{} s", n / 1_000_000_000),
-        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
-        n if n >= 1_000 => format!("{} us", n / 1_000),
-        n => format!("{n} ns"),
-    }
-}
-
-/// The breakdown on one line (`~` marks estimated buckets), then the findings.
+/// The breakdown on one line (`≈` marks estimated buckets), then the findings.
 fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
     let b = &d.breakdown;
     let parts: Vec<String> =
@@ -54,8 +28,8 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
             .into_iter()
             .filter(|p| b.source(*p) != Source::NotSplit)
             .map(|p| {
-                let mark = if b.source(p) == Source::Estimated { "~" } else { "" };
-                format!("{} {mark}{}", p.name().replace('_', " "), Bytes(b.bytes(p)))
+                let estimated = b.source(p) == Source::Estimated;
+                format!("{} {}", p.name().replace('_', " "), Approx(Bytes(b.bytes(p)), estimated))
             })
             .collect();
     let unexplained = Bytes(b.unexplained_bytes.unsigned_abs());
@@ -69,8 +43,7 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
             Severity::Warn => "WARN",
             Severity::Info => "info",
         };
-        let approx = if x.estimated { "~" } else { "" };
-        writeln!(f, "{severity:<10} {} {approx}{}: {}", x.kind.name(), Bytes(x.bytes), x.summary)?;
+        writeln!(f, "{severity:<10} {} {}: {}", x.kind.name(), Approx(Bytes(x.bytes), x.estimated), x.summary)?;
         writeln!(f, "           -> {}", x.remedy)?;
     }
     Ok(())
@@ -85,7 +58,7 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
         s.samples, s.sites, s.dropped_stacks
     )?;
     if s.no_stack_inuse_bytes > 0 {
-        writeln!(f, "           in use without a stack ≈{}", Bytes(s.no_stack_inuse_bytes))?;
+        writeln!(f, "           in use without a stack {ESTIMATED}{}", Bytes(s.no_stack_inuse_bytes))?;
     }
     if s.top.is_empty() {
         return Ok(());
@@ -93,11 +66,17 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     writeln!(
         f,
         "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  leaf frames",
-        "≈in use", "95%", "≈blocks", "samples", "≈cross", "≈median"
+        &format!("{ESTIMATED}in use"),
+        "95%",
+        &format!("{ESTIMATED}blocks"),
+        "samples",
+        &format!("{ESTIMATED}cross"),
+        &format!("{ESTIMATED}median")
     )?;
     for r in &s.top {
-        let few =
-            |v: Option<String>| v.unwrap_or_else(|| if r.free_samples > 0 { "few".to_owned() } else { "-".to_owned() });
+        let few = |v: Option<String>| {
+            v.unwrap_or_else(|| if r.free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
+        };
         writeln!(
             f,
             "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  {}",
@@ -105,8 +84,8 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
             plus_minus(r.inuse_bytes, Some(r.inuse_bytes_interval)),
             r.inuse_blocks,
             r.samples,
-            few(r.cross_thread_share.map(|c| format!("{:.0}%", c * 100.0))),
-            few(r.median_lifetime_ns.map(duration)),
+            few(r.cross_thread_share.map(|c| Percent(c, 0).to_string())),
+            few(r.median_lifetime_ns.map(|ns| Nanos(ns).to_string())),
             r.frames.first().map_or("?", String::as_str)
         )?;
         for frame in r.frames.iter().skip(1) {
@@ -120,7 +99,7 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
 fn plus_minus(estimate: u64, interval: Option<(u64, u64)>) -> String {
     match interval {
         Some((lo, hi)) if estimate > 0 => {
-            format!("±{:.0}%", (hi - lo) as f64 / 2.0 / estimate as f64 * 100.0)
+            format!("±{}", Percent((hi - lo) as f64 / 2.0 / estimate as f64, 0))
         }
         _ => "-".to_owned(),
     }
@@ -151,15 +130,15 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         return Ok(());
     }
     let interval =
-        o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {:.1}-{:.1}%)", lo * 100.0, hi * 100.0));
+        o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {}-{})", Percent(lo, 1), Percent(hi, 1)));
     let clamped = if o.clamped { ", lowered to the exact count" } else { "" };
     let count = |n: u64, i: Option<(u64, u64)>| match i {
-        Some((lo, hi)) if (lo, hi) != (n, n) => format!("≈{n} (95% {lo}-{hi})"),
-        _ => format!("≈{n}"),
+        Some((lo, hi)) if (lo, hi) != (n, n) => format!("{ESTIMATED}{n} (95% {lo}-{hi})"),
+        _ => format!("{ESTIMATED}{n}"),
     };
     writeln!(
         f,
-        "           cross-thread frees {} of {} = {}{interval}; bytes ≈{} ({}) = {} (estimates from {} sampled frees{clamped})",
+        "           cross-thread frees {} of {} = {}{interval}; bytes {ESTIMATED}{} ({}) = {} (estimates from {} sampled frees{clamped})",
         count(o.cross_thread_frees, o.cross_thread_frees_interval),
         count(o.frees, o.frees_interval),
         opt_percent(o.cross_thread_free_ratio),
@@ -172,7 +151,12 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         writeln!(
             f,
             "  {:<30}    {:<30} {:>12} {:>5} {:>11} {:>5}",
-            "allocated by", "freed by", "≈frees", "95%", "≈bytes", "95%"
+            "allocated by",
+            "freed by",
+            &format!("{ESTIMATED}frees"),
+            "95%",
+            &format!("{ESTIMATED}bytes"),
+            "95%"
         )?;
         for p in &o.pairs {
             let who = |tid: u64, name: &Option<String>| format!("{tid} {}", name.as_deref().unwrap_or("?"));
@@ -193,12 +177,12 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
         .iter()
         .filter(|l| l.local_frees + l.cross_thread_frees > 0)
         .map(|l| {
-            let bound = l.below_ns.map_or_else(|| "longer".to_owned(), |b| format!("<{}", duration(b)));
+            let bound = l.below_ns.map_or_else(|| "longer".to_owned(), |b| format!("<{}", Nanos(b)));
             format!("{bound}: {}/{}", l.local_frees, l.cross_thread_frees)
         })
         .collect();
     if !lived.is_empty() {
-        writeln!(f, "  lifetimes (≈local/≈cross frees): {}", lived.join(", "))?;
+        writeln!(f, "  lifetimes ({ESTIMATED}local/{ESTIMATED}cross frees): {}", lived.join(", "))?;
     }
     Ok(())
 }
@@ -225,7 +209,7 @@ impl Display for Report {
         if let Some(d) = &self.diagnosis {
             write_diagnosis(f, d)?;
         }
-        let e = if t.estimated { "≈" } else { "" };
+        let e = if t.estimated { ESTIMATED } else { "" };
         writeln!(
             f,
             "tracked    live {e}{} in {e}{} blocks, usable {e}{} (internal {e}{}), peak {e}{}",
@@ -296,32 +280,39 @@ impl Display for Report {
 
         writeln!(
             f,
-            "\nthreads ({} running, tracked individually, of {} at most; elsewhere ≈ its blocks freed by others, \
-             remote ≈ others' blocks it freed, both estimated)",
+            "\nthreads ({} running, tracked individually, of {} at most; elsewhere {ESTIMATED} its blocks freed by others, \
+             remote {ESTIMATED} others' blocks it freed, both estimated)",
             self.shards.live, self.shards.capacity
         )?;
         writeln!(
             f,
             "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
-            "thread", "allocs", "frees", "reallocs", "allocated", "freed", "≈elsewhere", "≈remote"
+            "thread",
+            "allocs",
+            "frees",
+            "reallocs",
+            "allocated",
+            "freed",
+            &format!("{ESTIMATED}elsewhere"),
+            &format!("{ESTIMATED}remote")
         )?;
         for r in &self.threads {
             if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
                 continue;
             }
-            let e = if r.estimated { "≈" } else { "" };
+            let e = |v: &dyn Display| Approx(v.to_string(), r.estimated);
             writeln!(
                 f,
                 "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
                 row_label(r),
-                format!("{e}{}", r.allocations),
-                format!("{e}{}", r.deallocations),
-                format!("{e}{}", r.reallocations),
+                e(&r.allocations),
+                e(&r.deallocations),
+                e(&r.reallocations),
                 Bytes(r.allocated_bytes),
-                format!("{e}{}", Bytes(r.freed_bytes)),
+                e(&Bytes(r.freed_bytes)),
                 r.freed_elsewhere,
                 if r.free_samples < MIN_SAMPLES_SHARE && r.remote_frees > 0 {
-                    "few".to_owned()
+                    TOO_FEW.to_owned()
                 } else {
                     r.remote_frees.to_string()
                 }
@@ -330,32 +321,36 @@ impl Display for Report {
 
         writeln!(
             f,
-            "\nsize classes (live; ≈xthread: estimated share of frees on another thread, \"few\" below \
+            "\nsize classes (live; {ESTIMATED}xthread: estimated share of frees on another thread, \"{TOO_FEW}\" below \
              {MIN_SAMPLES_SHARE} samples)"
         )?;
         writeln!(
             f,
             "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
-            "request size", "allocs", "frees", "live", "live bytes", "usable", "internal", "≈xthread"
+            "request size",
+            "allocs",
+            "frees",
+            "live",
+            "live bytes",
+            "usable",
+            "internal",
+            &format!("{ESTIMATED}xthread")
         )?;
         for c in &self.size_classes {
-            let range = match c.max_size {
-                Some(max) => format!("{}..={}", c.min_size, max),
-                None => format!("> {}", c.min_size.saturating_sub(1)),
-            };
-            let e = if c.estimated { "≈" } else { "" };
+            let range = ClassRange { min: c.min_size, max: c.max_size, unit: false };
+            let e = |v: &dyn Display| Approx(v.to_string(), c.estimated);
             writeln!(
                 f,
                 "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
                 range,
-                format!("{e}{}", c.allocations),
-                format!("{e}{}", c.deallocations),
-                format!("{e}{}", c.live_blocks),
-                format!("{e}{}", Bytes(c.live_bytes)),
-                format!("{e}{}", Bytes(c.usable_bytes)),
-                format!("{e}{}", Bytes(c.internal_bytes)),
+                e(&c.allocations),
+                e(&c.deallocations),
+                e(&c.live_blocks),
+                e(&Bytes(c.live_bytes)),
+                e(&Bytes(c.usable_bytes)),
+                e(&Bytes(c.internal_bytes)),
                 match (c.cross_thread_ratio, c.cross_thread_samples) {
-                    (None, 1..) => "few".to_owned(), // sampled, but too few to tell
+                    (None, 1..) => TOO_FEW.to_owned(), // sampled, but too few to tell
                     (r, _) => opt_percent(r),
                 }
             )?;
@@ -371,18 +366,5 @@ impl Display for Report {
             writeln!(f, "warning: {w}")?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Bytes;
-
-    #[test]
-    fn bytes() {
-        assert_eq!(Bytes(0).to_string(), "0 B");
-        assert_eq!(Bytes(1023).to_string(), "1023 B");
-        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
-        assert_eq!(Bytes(5 << 30).to_string(), "5.0 GiB");
     }
 }

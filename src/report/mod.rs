@@ -10,7 +10,6 @@ mod origin;
 mod sites;
 
 pub use collect::{report, size_classes, totals};
-pub(crate) use display::Bytes;
 pub use kinds::{RatioInputs, Warning, WarningKind};
 pub use sites::{SiteRow, Sites};
 

@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::backend::interface::{KnownAllocator, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
+use crate::format::{Bytes, ClassRange, Percent};
 use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
@@ -126,29 +127,16 @@ pub(crate) struct Evidence<'a> {
     pub traps: &'a [Trap],
 }
 
-/// Bytes in the largest binary unit that keeps them readable (`0 B`, `4.2 KiB`, `112.6 MiB`).
-fn mib(bytes: u64) -> String {
-    crate::report::Bytes(bytes).to_string()
-}
-
-fn pct(share: f64) -> String {
-    format!("{:.0}%", share * 100.0)
-}
-
-/// "64..=80 B" for a class row.
-fn class_name(c: &SizeClassRow) -> String {
-    match c.max_size {
-        Some(max) if max == c.min_size => format!("{max} B"),
-        Some(max) => format!("{}..={max} B", c.min_size),
-        None => format!("> {} B", c.min_size.saturating_sub(1)),
-    }
+/// A class row's request sizes, `64..=80 B`.
+fn class_name(c: &SizeClassRow) -> ClassRange {
+    ClassRange { min: c.min_size, max: c.max_size, unit: true }
 }
 
 /// The `n` classes with the most of `key`, named, with their figure.
 fn top_classes(classes: &[SizeClassRow], n: usize, key: fn(&SizeClassRow) -> u64) -> String {
     let mut sorted: Vec<&SizeClassRow> = classes.iter().filter(|c| key(c) > 0).collect();
     sorted.sort_by_key(|c| core::cmp::Reverse(key(c)));
-    let names: Vec<String> = sorted.iter().take(n).map(|c| format!("{} ({})", class_name(c), mib(key(c)))).collect();
+    let names: Vec<String> = sorted.iter().take(n).map(|c| format!("{} ({})", class_name(c), Bytes(key(c)))).collect();
     if names.is_empty() { "no class stands out".to_owned() } else { names.join(", ") }
 }
 
@@ -179,9 +167,9 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: false,
             summary: format!(
                 "{} of {} resident ({}) is live data: growth here is the program's, not fragmentation",
-                mib(usable),
-                mib(b.rss_bytes),
-                pct(usable as f64 / rss)
+                Bytes(usable),
+                Bytes(b.rss_bytes),
+                Percent(usable as f64 / rss, 0)
             ),
             remedy: format!(
                 "look at what holds it: most live bytes in {}",
@@ -199,8 +187,8 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: false,
             summary: format!(
                 "size-class rounding wastes {} ({} of live usable bytes)",
-                mib(b.rounding_bytes),
-                pct(rounding_share)
+                Bytes(b.rounding_bytes),
+                Percent(rounding_share, 0)
             ),
             remedy: format!(
                 "requests just above a class boundary waste most; largest waste in {}: size those buffers \
@@ -218,8 +206,8 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: estimated(Part::Holes),
             summary: format!(
                 "{} ({} of resident) is free space inside pages that still hold live blocks",
-                mib(b.holes_bytes),
-                pct(b.holes_bytes as f64 / rss)
+                Bytes(b.holes_bytes),
+                Percent(b.holes_bytes as f64 / rss, 0)
             ),
             remedy: holes_remedy(e),
         });
@@ -233,8 +221,8 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: estimated(Part::Reclaimable),
             summary: format!(
                 "the allocator holds {} of free pages ({} of resident) it could return now",
-                mib(b.reclaimable_bytes),
-                pct(b.reclaimable_bytes as f64 / rss)
+                Bytes(b.reclaimable_bytes),
+                Percent(b.reclaimable_bytes as f64 / rss, 0)
             ),
             remedy: reclaimable_remedy(e.backend),
         });
@@ -252,8 +240,8 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: estimated(Part::Metadata),
             summary: format!(
                 "allocator bookkeeping takes {} ({} of resident)",
-                mib(b.metadata_bytes),
-                pct(b.metadata_bytes as f64 / rss)
+                Bytes(b.metadata_bytes),
+                Percent(b.metadata_bytes as f64 / rss, 0)
             ),
             remedy: backend_remedy(e.backend, Remedy::Metadata)
                 .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
@@ -269,8 +257,8 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             estimated: estimated(Part::OutsideHeap),
             summary: format!(
                 "{} ({} of resident) is not the Rust heap",
-                mib(b.outside_heap_bytes),
-                pct(b.outside_heap_bytes as f64 / rss)
+                Bytes(b.outside_heap_bytes),
+                Percent(b.outside_heap_bytes as f64 / rss, 0)
             ),
             remedy: "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own \
                      heaps (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
@@ -297,7 +285,7 @@ fn holes_remedy(e: &Evidence<'_>) -> String {
         .filter(|o| o.sampled_frees >= MIN_SAMPLES_FINDING)
         .and_then(|o| o.cross_thread_byte_ratio)
         .filter(|r| *r >= CROSS_THREAD.info)
-        .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", pct(r)))
+        .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", Percent(r, 0)))
         .unwrap_or_default();
     let choice = backend_remedy(e.backend, Remedy::Holes).map(|r| format!("; {r}")).unwrap_or_default();
     format!("long-lived blocks pin partly used pages; the classes with most live bytes: {pinned}{cross}{choice}")
@@ -325,7 +313,7 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
         let mut c: Vec<&SizeClassRow> =
             e.classes.iter().filter(|c| c.cross_thread_ratio.is_some_and(|r| r >= 0.3)).collect();
         c.sort_by_key(|c| core::cmp::Reverse(c.allocations));
-        let names: Vec<String> = c.iter().take(3).map(|c| class_name(c)).collect();
+        let names: Vec<String> = c.iter().take(3).map(|c| class_name(c).to_string()).collect();
         if names.is_empty() { String::new() } else { format!(" (mostly {})", names.join(", ")) }
     };
     let advice = backend_remedy(e.backend, Remedy::CrossThread).map(|r| format!("; {r}")).unwrap_or_default();
@@ -337,7 +325,7 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
         summary: format!(
             "about {} of freed bytes were freed on another thread than the allocating one{classes} \
              ({} sampled frees)",
-            pct(ratio),
+            Percent(ratio, 0),
             o.sampled_frees
         ),
         remedy: format!(
