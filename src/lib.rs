@@ -110,8 +110,8 @@ pub mod tune;
 pub mod watch;
 
 pub use backend::select::{SELECT_ENV, Select};
-pub use backend::{AllocatorStats, Backend, Probe, WrappedBackend};
-pub use process::{CgroupMemory, ProcessStats, set_pss};
+pub use backend::{AllocatorStats, Backend, Probe, UsableSource, WrappedBackend};
+pub use process::{CgroupMemory, CgroupVersion, ProcessStats, set_pss};
 pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
 pub use report::diagnosis;
 pub use report::diagnosis::{Diagnosis, Finding, FindingKind, Severity};

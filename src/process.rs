@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct CgroupMemory {
-    /// 2 or 1.
-    pub version: u8,
+    /// Which cgroup interface the figures come from.
+    pub version: CgroupVersion,
     /// Memory charged to the cgroup now, page cache included.
     pub current_bytes: u64,
     /// The limit; `None` for no limit (`max`, or v1's "unlimited" value).
@@ -21,6 +21,37 @@ pub struct CgroupMemory {
     pub anon_bytes: Option<u64>,
     /// Page cache of the cgroup (`file`; v1 `cache`), which the kernel reclaims before it kills.
     pub file_bytes: Option<u64>,
+}
+
+/// The memory cgroup interface a [`CgroupMemory`] was read from. Serialises (feature `serde`) as the
+/// number, `1` or `2`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CgroupVersion {
+    /// The v1 memory controller (`memory.usage_in_bytes`, `memory.limit_in_bytes`).
+    V1,
+    /// The unified v2 hierarchy (`memory.current`, `memory.max`).
+    #[default]
+    V2,
+}
+
+impl core::fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        })
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for CgroupVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        })
+    }
 }
 
 impl CgroupMemory {
@@ -39,7 +70,7 @@ impl CgroupMemory {
             let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
             let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
             return Some(Self {
-                version: 2,
+                version: CgroupVersion::V2,
                 current_bytes,
                 max_bytes: max.and_then(|m| m.trim().parse().ok()),
                 anon_bytes: stat_field(&stat, "anon"),
@@ -51,7 +82,7 @@ impl CgroupMemory {
         let max_bytes = read_u64(&format!("{dir}/memory.limit_in_bytes")).filter(|&m| m < (i64::MAX as u64) & !0xfff);
         let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
         Some(Self {
-            version: 1,
+            version: CgroupVersion::V1,
             current_bytes,
             max_bytes,
             anon_bytes: stat_field(&stat, "rss"),

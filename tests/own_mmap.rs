@@ -37,7 +37,7 @@ fn counts_usable_sizes_and_rss_follow_the_allocator() {
 
     let r = frag::report();
     assert_eq!(r.backend, Some(frag::WrappedBackend::Other("mmap-per-block")));
-    assert!(r.usable_source.contains("Probe"), "{}", r.usable_source);
+    assert_eq!(r.usable_source, Some(frag::UsableSource::Probe));
     let a = r.allocator.expect("the probe's statistics");
     assert!(a.mapped.is_some_and(|m| m > 0));
     let b = &r.diagnosis.as_ref().expect("diagnosis").breakdown;

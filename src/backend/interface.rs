@@ -12,6 +12,7 @@ use core::fmt;
 use super::AllocatorStats;
 use super::knob::{Decay, Released, TuneError, unsupported};
 use super::list::Backend;
+use super::split::HeapSplit;
 use super::usable::{Rule, Usable};
 use crate::stats::snapshot::ClassUsable;
 
@@ -102,46 +103,6 @@ impl fmt::Display for StatsError {
                 "malloc is not glibc's (another allocator interposes it: LD_PRELOAD, valgrind), so glibc's \
                  statistics do not describe the heap",
             ),
-        }
-    }
-}
-
-/// One bucket of the heap split, and how its figure was obtained.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Figure {
-    /// Read from the backend's figures.
-    Measured(u64),
-    /// Derived from the backend's figures with an assumption (stated where it is made).
-    Estimated(u64),
-    /// The backend's figures do not separate this bucket.
-    NotSplit,
-}
-
-/// What a backend's figures say about the heap's resident bytes (see
-/// [`KnownAllocator::split_heap`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HeapSplit {
-    /// Free space inside pages that hold live blocks.
-    pub(crate) holes: Figure,
-    /// Free pages the backend could return now.
-    pub(crate) reclaimable: Figure,
-    /// The backend's own bookkeeping.
-    pub(crate) metadata: Figure,
-    /// All the heap holds resident; the rest of RSS is outside the heap.
-    pub(crate) accounted: Figure,
-    /// Buckets the figures do not split, in words.
-    pub(crate) not_split: Vec<String>,
-}
-
-impl HeapSplit {
-    /// A split that says nothing, for the reason `why`.
-    pub(crate) fn nothing(why: impl Into<String>) -> Self {
-        Self {
-            holes: Figure::NotSplit,
-            reclaimable: Figure::NotSplit,
-            metadata: Figure::NotSplit,
-            accounted: Figure::NotSplit,
-            not_split: vec![why.into()],
         }
     }
 }

@@ -19,6 +19,7 @@ pub(crate) mod registry;
 pub(crate) mod select;
 #[cfg(feature = "snmalloc")]
 pub(crate) mod snmalloc;
+pub(crate) mod split;
 mod stats;
 pub(crate) mod system;
 pub(crate) mod usable;
@@ -27,6 +28,7 @@ pub use list::Backend;
 pub use probe::Probe;
 pub use registry::WrappedBackend;
 pub use stats::AllocatorStats;
+pub use usable::UsableSource;
 
 /// The known backend whose allocator type is `A` (`None`: a user's allocator). A compile-time
 /// constant after monomorphisation, which costs nothing on the allocation path; for

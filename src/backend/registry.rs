@@ -8,6 +8,7 @@ use super::AllocatorStats;
 use super::interface::{KnownAllocator, StatsError};
 use super::list::{Backend, with_backend};
 use super::probe::Probe;
+use super::usable::UsableSource;
 use crate::stats::snapshot::ClassUsable;
 use crate::sync::{AtomicU8, Ordering};
 
@@ -94,12 +95,12 @@ impl Registration {
         }
     }
 
-    /// How usable sizes are obtained, in words for the report.
-    pub(crate) fn usable_source(&self) -> &'static str {
+    /// How usable sizes are obtained.
+    pub(crate) fn usable_source(&self) -> UsableSource {
         match self.backend {
-            Some(b) => with_backend!(b, A => A::USABLE_SOURCE),
-            None if self.probe.is_some() => "the allocator's Probe::usable_size (requested size where it returns None)",
-            None => "unknown allocator: usable bytes equal requested bytes",
+            Some(b) => UsableSource::Backend(b),
+            None if self.probe.is_some() => UsableSource::Probe,
+            None => UsableSource::Requested,
         }
     }
 

@@ -149,3 +149,44 @@ impl Rule {
         }
     }
 }
+
+/// How a report's usable bytes were obtained ([`Report::usable_source`](crate::Report::usable_source)).
+///
+/// Prints, and serialises (feature `serde`), as a sentence saying how: `"exact: jemalloc nallocx, once
+/// per size class up to 32 KiB ..."`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UsableSource {
+    /// From a known backend, as its [`description`](Self::description) says (exact on every backend
+    /// but a system allocator other than glibc, where usable bytes equal requested bytes).
+    Backend(Backend),
+    /// From the wrapped allocator's [`Probe::usable_size`], the requested size where it returns `None`.
+    Probe,
+    /// Not known: usable bytes equal requested bytes (an allocator without a probe).
+    Requested,
+}
+
+impl UsableSource {
+    /// How usable sizes are obtained, in words.
+    #[must_use]
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Backend(b) => with_backend!(b, A => A::USABLE_SOURCE),
+            Self::Probe => "the allocator's Probe::usable_size (requested size where it returns None)",
+            Self::Requested => "unknown allocator: usable bytes equal requested bytes",
+        }
+    }
+}
+
+impl core::fmt::Display for UsableSource {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.description())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for UsableSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.description())
+    }
+}

@@ -20,9 +20,9 @@
 pub(crate) mod tally;
 
 use crate::estimate::SampleSums;
-use crate::sampler::table::Entry;
+use crate::sampler::table::SampledBlock;
 use crate::stats::class::class_of;
-use crate::stats::pool::{self, Me};
+use crate::stats::pool::{self, CallingThread};
 use crate::stats::shard::{Shard, origin_field};
 use crate::sync::Ordering;
 use tally::Tally;
@@ -35,9 +35,9 @@ pub(crate) fn taken(size: u64, sums: SampleSums) {
 }
 
 /// The sampled block `e` (adding `sums` to the estimates) was freed (or reallocated) by the thread
-/// `me`, `lifetime_ns` after its allocation.
-pub(crate) fn freed(me: &Me, e: &Entry, sums: SampleSums, lifetime_ns: u64) {
-    let cross = e.tid != me.tid;
+/// `caller`, `lifetime_ns` after its allocation.
+pub(crate) fn freed(caller: &CallingThread, e: &SampledBlock, sums: SampleSums, lifetime_ns: u64) {
+    let cross = e.tid != caller.tid;
     let SampleSums { w, wb, w2, bytes_var } = sums;
     let add = |shard: &Shard, field: usize, v: u64| {
         if let Some(c) = shard.origin.get(field) {
@@ -45,10 +45,10 @@ pub(crate) fn freed(me: &Me, e: &Entry, sums: SampleSums, lifetime_ns: u64) {
         }
     };
     if cross {
-        add(me.shard, origin_field::REMOTE, w);
-        add(me.shard, origin_field::REMOTE + 1, wb);
-        add(me.shard, origin_field::REMOTE_W2, w2);
-        add(me.shard, origin_field::REMOTE_BYTES_VAR, bytes_var);
+        add(caller.shard, origin_field::REMOTE, w);
+        add(caller.shard, origin_field::REMOTE + 1, wb);
+        add(caller.shard, origin_field::REMOTE_W2, w2);
+        add(caller.shard, origin_field::REMOTE_BYTES_VAR, bytes_var);
         let owner = match e.slot {
             Some((index, generation)) => pool::slot_if_generation(index, generation),
             None => Some(pool::overflow()),
@@ -64,17 +64,17 @@ pub(crate) fn freed(me: &Me, e: &Entry, sums: SampleSums, lifetime_ns: u64) {
             }
         }
     } else {
-        add(me.shard, origin_field::LOCAL, w);
-        add(me.shard, origin_field::LOCAL + 1, wb);
-        add(me.shard, origin_field::LOCAL_W2, w2);
-        add(me.shard, origin_field::LOCAL_BYTES_VAR, bytes_var);
+        add(caller.shard, origin_field::LOCAL, w);
+        add(caller.shard, origin_field::LOCAL + 1, wb);
+        add(caller.shard, origin_field::LOCAL_W2, w2);
+        add(caller.shard, origin_field::LOCAL_BYTES_VAR, bytes_var);
     }
     TALLY.freed(&tally::SampledFree {
         class: class_of(e.size as usize),
         cross,
         lifetime_ns,
         alloc_tid: e.tid,
-        free_tid: me.tid,
+        free_tid: caller.tid,
         sums,
     });
 }

@@ -6,15 +6,15 @@ use crate::stats::class::NUM_CLASSES;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Lifetime buckets: below 1 µs, then one per decade up to 1000 s and above.
-pub(crate) const LIFETIME_BUCKETS: usize = 11;
+pub(crate) const LIFETIME_DECADES: usize = 11;
 
 /// Upper bound (exclusive) of lifetime bucket `i`, in nanoseconds; `None` for the last.
 pub(crate) fn lifetime_upper_ns(i: usize) -> Option<u64> {
-    (i + 1 < LIFETIME_BUCKETS).then(|| 1_000 * 10u64.pow(i as u32))
+    (i + 1 < LIFETIME_DECADES).then(|| 1_000 * 10u64.pow(i as u32))
 }
 
 fn lifetime_bucket(ns: u64) -> usize {
-    (0..LIFETIME_BUCKETS).find(|&i| lifetime_upper_ns(i).is_none_or(|u| ns < u)).unwrap_or(LIFETIME_BUCKETS - 1)
+    (0..LIFETIME_DECADES).find(|&i| lifetime_upper_ns(i).is_none_or(|u| ns < u)).unwrap_or(LIFETIME_DECADES - 1)
 }
 
 /// Origin matrix cells kept (allocating thread, freeing thread); more distinct pairs are counted as
@@ -68,7 +68,7 @@ pub(crate) struct Tally {
     /// tier's estimates of its live blocks and bytes.
     class_variance: [ClassVariance; NUM_CLASSES],
     /// Weighted frees per lifetime bucket: `[local, cross]`.
-    lifetimes: [[AtomicU64; LIFETIME_BUCKETS]; 2],
+    lifetimes: [[AtomicU64; LIFETIME_DECADES]; 2],
     pairs: [Pair; PAIR_CAPACITY],
     pair_drops: AtomicU64,
     /// "Freed elsewhere" credit for allocating threads whose slot has changed hands since:
@@ -86,7 +86,7 @@ impl Tally {
             class_samples: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_w2: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_variance: [const { [const { [const { AtomicU64::new(0) }; 2] }; 2] }; NUM_CLASSES],
-            lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_BUCKETS] }; 2],
+            lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_DECADES] }; 2],
             pairs: [const { Pair { key: AtomicU64::new(0), sums: [const { AtomicU64::new(0) }; 4] } }; PAIR_CAPACITY],
             pair_drops: AtomicU64::new(0),
             retired_elsewhere: [const { AtomicU64::new(0) }; 2],
@@ -225,8 +225,8 @@ mod tests {
         assert_eq!(lifetime_bucket(1_000), 1);
         assert_eq!(lifetime_bucket(9_999), 1);
         assert_eq!(lifetime_bucket(1_000_000_000), 7);
-        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_BUCKETS - 1);
-        assert_eq!(lifetime_upper_ns(LIFETIME_BUCKETS - 2), Some(1_000_000_000_000));
+        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_DECADES - 1);
+        assert_eq!(lifetime_upper_ns(LIFETIME_DECADES - 2), Some(1_000_000_000_000));
     }
 
     #[test]

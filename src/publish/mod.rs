@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{Label, SharedString};
 
-use self::names::{Kind, Names};
+use self::names::{MetricKind, Names};
 use crate::backend::WrappedBackend;
 use crate::format::Bytes;
 use crate::report::{Report, report};
@@ -32,8 +32,8 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
         let mut labels = base.to_vec();
         labels.extend(s.labels.into_iter().map(|(k, v)| Label::new(k, v)));
         match names::kind_of(s.metric) {
-            Kind::Gauge => metrics::gauge!(name, labels).set(s.value),
-            Kind::Counter => metrics::counter!(name, labels).absolute(s.value as u64),
+            MetricKind::Gauge => metrics::gauge!(name, labels).set(s.value),
+            MetricKind::Counter => metrics::counter!(name, labels).absolute(s.value as u64),
         }
     }
 }

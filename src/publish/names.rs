@@ -4,7 +4,7 @@ use metrics::{SharedString, Unit};
 
 /// Whether a metric is a gauge or a counter (set with `absolute`: the crate keeps the totals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum MetricKind {
     Gauge,
     Counter,
 }
@@ -16,8 +16,8 @@ macro_rules! metrics_table {
         #[repr(usize)]
         pub(crate) enum Metric { $($id),+ }
 
-        pub(crate) const TABLE: &[(Metric, Kind, &str, Unit, &str)] = &[
-            $((Metric::$id, Kind::$kind, $suffix, $unit, $help)),+
+        pub(crate) const TABLE: &[(Metric, MetricKind, &str, Unit, &str)] = &[
+            $((Metric::$id, MetricKind::$kind, $suffix, $unit, $help)),+
         ];
     };
 }
@@ -87,14 +87,14 @@ impl Names {
         for (m, kind, _, unit, help) in TABLE {
             let name = self.get(*m);
             match kind {
-                Kind::Gauge => metrics::describe_gauge!(name, *unit, *help),
-                Kind::Counter => metrics::describe_counter!(name, *unit, *help),
+                MetricKind::Gauge => metrics::describe_gauge!(name, *unit, *help),
+                MetricKind::Counter => metrics::describe_counter!(name, *unit, *help),
             }
         }
     }
 }
 
-pub(crate) fn kind_of(m: Metric) -> Kind {
+pub(crate) fn kind_of(m: Metric) -> MetricKind {
     TABLE[m as usize].1
 }
 
@@ -107,7 +107,7 @@ mod tests {
         for (i, (m, kind, suffix, unit, _)) in TABLE.iter().enumerate() {
             assert_eq!(*m as usize, i);
             assert!(suffix.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{suffix}");
-            assert_eq!(*kind == Kind::Counter, suffix.ends_with("_total"), "{suffix}");
+            assert_eq!(*kind == MetricKind::Counter, suffix.ends_with("_total"), "{suffix}");
             if *unit == Unit::Bytes {
                 assert!(suffix.ends_with("_bytes") || suffix.ends_with("_bytes_total"), "{suffix}");
             }

@@ -174,7 +174,7 @@ pub fn report() -> Report {
 
     Report {
         backend: wrapped,
-        usable_source: reg.map_or("none", |r| r.usable_source()).to_owned(),
+        usable_source: reg.map(|r| r.usable_source()),
         tracked,
         allocator,
         process,

@@ -262,7 +262,7 @@ impl Display for Report {
             let limit = c.max_bytes.map_or_else(|| "no limit".to_owned(), |m| format!("limit {}", Bytes(m)));
             writeln!(
                 f,
-                "cgroup v{}  {} charged ({limit}), anon {}, file {}",
+                "cgroup {}  {} charged ({limit}), anon {}, file {}",
                 c.version,
                 Bytes(c.current_bytes),
                 opt_bytes(c.anon_bytes),
@@ -361,7 +361,9 @@ impl Display for Report {
         if let Some(s) = &self.sites {
             write_sites(f, s)?;
         }
-        writeln!(f, "\nusable sizes: {}", self.usable_source)?;
+        if let Some(source) = self.usable_source {
+            writeln!(f, "\nusable sizes: {source}")?;
+        }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
         }

@@ -13,7 +13,7 @@ pub use collect::{report, size_classes, totals};
 pub use kinds::{RatioInputs, Warning, WarningKind};
 pub use sites::{SiteRow, Sites};
 
-use crate::backend::{AllocatorStats, WrappedBackend};
+use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};
 use crate::process::ProcessStats;
 use diagnosis::Diagnosis;
 
@@ -25,8 +25,9 @@ pub struct Report {
     /// The wrapped allocator; `None` when no `Tracked` allocator is installed (or none has allocated
     /// yet). Serialises as its name: `"jemalloc"`, `"system"`, a probe's name, or a type name.
     pub backend: Option<WrappedBackend>,
-    /// How `usable_bytes` figures were obtained for this backend.
-    pub usable_source: String,
+    /// How `usable_bytes` figures were obtained for this backend; `None` without a `Tracked`
+    /// allocator.
+    pub usable_source: Option<UsableSource>,
     /// Totals over every thread.
     pub tracked: TrackedStats,
     /// The allocator's own figures, where it has any.
@@ -302,7 +303,8 @@ pub struct OriginPair {
     /// Estimated frees.
     #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
-    /// Estimated requested bytes freed.
+    /// Estimated requested bytes freed. JSON: `est_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_bytes"))]
     pub bytes: u64,
     /// 95% intervals of `frees` and `bytes` (as [`Origin::frees_interval`] and
     /// [`Origin::cross_thread_bytes_interval`]); `None` when the pair's samples weigh less than 30

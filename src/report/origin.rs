@@ -5,7 +5,7 @@ use crate::estimate::{
     MIN_SAMPLES_INTERVAL, MIN_SAMPLES_SHARE, bytes_interval, count_interval, effective_samples, units, wilson,
 };
 use crate::origin::TALLY;
-use crate::origin::tally::{self, LIFETIME_BUCKETS};
+use crate::origin::tally::{self, LIFETIME_DECADES};
 use crate::sampler::{self, Sampling, TABLE};
 use crate::stats::shard::OriginTotals;
 use crate::sync::Ordering;
@@ -84,7 +84,7 @@ pub(super) fn section(
             }
         })
         .collect();
-    let lifetimes = (0..LIFETIME_BUCKETS)
+    let lifetimes = (0..LIFETIME_DECADES)
         .map(|i| {
             let (local, cross) = TALLY.lifetime(i);
             LifetimeRow {

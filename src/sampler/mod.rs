@@ -21,7 +21,7 @@ use core::alloc::Layout;
 use core::fmt;
 
 use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use table::{Entry, Table};
+use table::{SampledBlock, Table};
 
 /// Every live sampled block.
 pub(crate) static TABLE: Table = Table::new();
@@ -276,7 +276,7 @@ pub(crate) use mark::{may_carry_a_mark, maybe_sampled, maybe_sampled_marked};
 
 /// Puts the sampled block at `ptr` in the side table, before it is handed out. `false` (and a
 /// counted drop) when its neighbourhood is full.
-pub(crate) fn keep(ptr: *mut u8, entry: Entry) -> bool {
+pub(crate) fn keep(ptr: *mut u8, entry: SampledBlock) -> bool {
     let kept = TABLE.insert(ptr, entry);
     if kept {
         mark::noted(ptr);
@@ -286,13 +286,13 @@ pub(crate) fn keep(ptr: *mut u8, entry: Entry) -> bool {
 
 /// The entry of the block at `ptr` (requested with `layout`), if it was sampled, left in place.
 /// Owner only (the thread freeing or reallocating the block).
-pub(crate) fn peek(ptr: *mut u8, layout: Layout) -> Option<Entry> {
+pub(crate) fn peek(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     if maybe_sampled(ptr, layout) { TABLE.get(ptr) } else { None }
 }
 
 /// Takes the entry of the block at `ptr` (requested with `layout`) out of the side table, if it was
 /// sampled, before the block goes back to the allocator. Owner only.
-pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<Entry> {
+pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     let e = if maybe_sampled(ptr, layout) { TABLE.remove(ptr) } else { None };
     if e.is_some() {
         mark::forgotten(ptr);
@@ -303,7 +303,7 @@ pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<Entry> {
 /// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever
 /// its entry is read, so that a figure rounded at random when the block is allocated is rounded the
 /// same way when it is freed.
-pub(crate) fn rounding(e: &Entry) -> u64 {
+pub(crate) fn rounding(e: &SampledBlock) -> u64 {
     crate::stats::clock::splitmix64(e.born ^ e.size.rotate_left(32))
 }
 

@@ -40,7 +40,7 @@ const TOMB: usize = 2;
 
 /// What the table remembers about a sampled block.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Entry {
+pub(crate) struct SampledBlock {
     /// Allocating thread: OS thread id.
     pub(crate) tid: u32,
     /// Allocating thread's pool slot and that slot's generation (low 16 bits), if it had a slot.
@@ -61,7 +61,7 @@ pub(crate) struct Entry {
 
 const NO_SLOT: u32 = u32::MAX;
 
-impl Entry {
+impl SampledBlock {
     fn who(self) -> u64 {
         let slot = self.slot.map_or(NO_SLOT, |(i, g)| (u32::from(i) << 16) | u32::from(g));
         (u64::from(self.tid) << 32) | u64::from(slot)
@@ -152,7 +152,7 @@ impl<const N: usize> Table<N> {
     }
 
     /// Records a sampled block. `false` (and a counted drop) when its neighbourhood is full.
-    pub(crate) fn insert(&self, ptr: *mut u8, entry: Entry) -> bool {
+    pub(crate) fn insert(&self, ptr: *mut u8, entry: SampledBlock) -> bool {
         let key = ptr as usize;
         if key <= TOMB {
             return false;
@@ -183,18 +183,18 @@ impl<const N: usize> Table<N> {
 
     /// The entry for `ptr`, if it was sampled, left in place. Only the thread that owns the block
     /// may call this (so that nobody removes it meanwhile).
-    pub(crate) fn get(&self, ptr: *mut u8) -> Option<Entry> {
+    pub(crate) fn get(&self, ptr: *mut u8) -> Option<SampledBlock> {
         self.find(ptr, false)
     }
 
     /// Removes and returns the entry for `ptr`, if it was sampled. Only the thread that owns the
     /// block (is freeing or reallocating it) may call this, before the block goes back to the
     /// allocator.
-    pub(crate) fn remove(&self, ptr: *mut u8) -> Option<Entry> {
+    pub(crate) fn remove(&self, ptr: *mut u8) -> Option<SampledBlock> {
         self.find(ptr, true)
     }
 
-    fn find(&self, ptr: *mut u8, remove: bool) -> Option<Entry> {
+    fn find(&self, ptr: *mut u8, remove: bool) -> Option<SampledBlock> {
         let key = ptr as usize;
         let h = Self::home(key);
         if !self.may_contain(ptr) {
@@ -204,7 +204,7 @@ impl<const N: usize> Table<N> {
             let slot = self.slots.get((h + i) & Self::MASK)?;
             match slot.key.load(Ordering::Acquire) {
                 k if k == key => {
-                    let e = Entry::unpack(
+                    let e = SampledBlock::unpack(
                         slot.who.load(Ordering::Relaxed),
                         slot.size.load(Ordering::Relaxed),
                         slot.weight.load(Ordering::Relaxed),
@@ -249,8 +249,8 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    fn entry(tid: u32, size: u64) -> Entry {
-        Entry { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99, site: 4095, marked: true }
+    fn entry(tid: u32, size: u64) -> SampledBlock {
+        SampledBlock { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99, site: 4095, marked: true }
     }
 
     fn table() -> Box<Table> {
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let e = Entry {
+        let e = SampledBlock {
             tid: 4_000_000,
             slot: None,
             size: u64::MAX,
@@ -276,9 +276,9 @@ mod tests {
             site: u32::MAX,
             marked: false,
         };
-        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
+        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
         let e = entry(1, 12345);
-        assert_eq!(Entry::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
+        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
     }
 
     #[test]
@@ -342,7 +342,7 @@ mod tests {
             .map(|id| {
                 let t = Arc::clone(&t);
                 std::thread::spawn(move || {
-                    let mut model: HashMap<usize, Entry> = HashMap::new();
+                    let mut model: HashMap<usize, SampledBlock> = HashMap::new();
                     for r in 0..rounds {
                         // Each thread owns addresses congruent to `id`: disjoint, heavily reused.
                         let addr = ((r * 7919) % 512 * threads + id + 1) * 16;

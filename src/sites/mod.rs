@@ -15,7 +15,7 @@ pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
 use table::{NO_SITE, Table};
-use unwind::{Entry, Frames, MAX_FRAMES};
+use unwind::{ColdFrame, Frames, MAX_FRAMES};
 
 pub(crate) static SITES: Table = Table::new();
 
@@ -29,7 +29,7 @@ pub const fn frame_pointers() -> bool {
 /// The site of the allocation being sampled: its stack, walked from `entry` and interned;
 /// [`NO_SITE`] without frame pointers, for a foreign stack or when the table is full.
 #[cold]
-pub(crate) fn capture(entry: Entry) -> u32 {
+pub(crate) fn capture(entry: ColdFrame) -> u32 {
     let mut frames: Frames = [0; MAX_FRAMES];
     let depth = unwind::capture(entry, &mut frames);
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::SITES;
-use super::table::{LIFETIME_BUCKETS, Tallies, lifetime_lower_ns};
+use super::table::{LIFETIME_OCTAVES, Tallies, lifetime_lower_ns};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::sampler::W_ONE;
 use crate::sync::Ordering;
@@ -24,7 +24,7 @@ pub(crate) struct SiteFigures {
     /// Byte variances (`estimate::SampleSums::bytes_var`) behind `alloc_bytes` and `inuse_bytes`.
     pub(crate) alloc_bytes_var: u64,
     pub(crate) inuse_bytes_var: u64,
-    lifetimes: [f64; LIFETIME_BUCKETS],
+    lifetimes: [f64; LIFETIME_OCTAVES],
 }
 
 impl SiteFigures {

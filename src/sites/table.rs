@@ -24,7 +24,7 @@ pub(crate) const CAPACITY: usize = 1 << 12;
 pub(crate) const MAX_PROBE: usize = 64;
 /// Lifetime buckets: bucket `i` holds lifetimes in `[2^(i+6), 2^(i+7))` ns, the first everything
 /// below 128 ns and the last everything from 2^37 ns (2.3 minutes) on.
-pub(crate) const LIFETIME_BUCKETS: usize = 32;
+pub(crate) const LIFETIME_OCTAVES: usize = 32;
 
 /// The site of samples without a stack (no frame pointers, a foreign stack, a full table).
 pub(crate) const NO_SITE: u32 = 0;
@@ -47,7 +47,7 @@ pub(crate) struct Tallies {
     pub(crate) samples: AtomicU64,
     pub(crate) free_samples: AtomicU64,
     /// Weighted frees per lifetime bucket.
-    pub(crate) lifetimes: [AtomicU64; LIFETIME_BUCKETS],
+    pub(crate) lifetimes: [AtomicU64; LIFETIME_OCTAVES],
     /// Byte variances (`estimate::SampleSums::bytes_var`) of the samples taken, and of those that
     /// stopped being in use: the intervals of `alloc_bytes` and of the bytes in use.
     pub(crate) bytes_var: AtomicU64,
@@ -65,7 +65,7 @@ impl Tallies {
             cross: AtomicU64::new(0),
             samples: AtomicU64::new(0),
             free_samples: AtomicU64::new(0),
-            lifetimes: [const { AtomicU64::new(0) }; LIFETIME_BUCKETS],
+            lifetimes: [const { AtomicU64::new(0) }; LIFETIME_OCTAVES],
             bytes_var: AtomicU64::new(0),
             bytes_var_out: AtomicU64::new(0),
         }
@@ -105,10 +105,10 @@ impl Tallies {
     }
 }
 
-/// Lifetime bucket of `ns` (see [`LIFETIME_BUCKETS`]).
+/// Lifetime bucket of `ns` (see [`LIFETIME_OCTAVES`]).
 pub(crate) fn lifetime_bucket(ns: u64) -> usize {
     let log2 = 63 - (ns | 1).leading_zeros() as usize;
-    log2.saturating_sub(6).min(LIFETIME_BUCKETS - 1)
+    log2.saturating_sub(6).min(LIFETIME_OCTAVES - 1)
 }
 
 /// Lower bound of lifetime bucket `i`, in nanoseconds (0 for the first).
@@ -232,8 +232,8 @@ mod tests {
         assert_eq!(lifetime_bucket(255), 1);
         assert_eq!(lifetime_bucket(256), 2);
         assert_eq!(lifetime_lower_ns(2), 256);
-        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_BUCKETS - 1);
-        assert_eq!(lifetime_lower_ns(LIFETIME_BUCKETS - 1), 1 << 37);
+        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_OCTAVES - 1);
+        assert_eq!(lifetime_lower_ns(LIFETIME_OCTAVES - 1), 1 << 37);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! elsewhere) or any other target gets no stacks. Each frame record must lie above the previous one, so
 //! a corrupt chain ends the walk instead of looping.
 //!
-//! **Where it starts.** At the frame record of frag's cold function ([`Entry::here`]): its return
+//! **Where it starts.** At the frame record of frag's cold function ([`ColdFrame::here`]): its return
 //! address leads into the allocating code (the `GlobalAlloc` methods are inlined there), or into the
 //! exact tier's out-of-line fast path, which is skipped; so frag's own frames never appear.
 //! `__rust_alloc` may appear when the methods were inlined into it and it was not inlined further;
@@ -38,12 +38,12 @@ pub(crate) type Frames = [usize; MAX_FRAMES];
 /// recorded, or skipped when the caller is ours. Reading it costs one register move; it is checked
 /// and followed only when a sample is taken, while that function's frame is still live.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Entry {
+pub(crate) struct ColdFrame {
     fp: usize,
     skip: bool,
 }
 
-impl Entry {
+impl ColdFrame {
     /// The frame record of the calling function, which must not be inlined; `skip`: its caller is
     /// frag's code, to be left out of the stack.
     #[inline(always)]
@@ -54,7 +54,7 @@ impl Entry {
 
 /// Walks the chain from `entry` into `out`; returns the number of frames recorded. Must run while
 /// `entry`'s function is still on the stack (it is: capture runs below it).
-pub(crate) fn capture(entry: Entry, out: &mut Frames) -> usize {
+pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
     if entry.fp == 0 {
         return 0;
     }

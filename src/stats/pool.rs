@@ -56,7 +56,7 @@ pub(crate) fn is_parked(s: &Shard) -> bool {
 }
 
 /// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
-pub(crate) struct Me {
+pub(crate) struct CallingThread {
     pub(crate) tid: u32,
     /// Pool slot index and the low 16 bits of its generation, for a thread with its own shard.
     pub(crate) slot: Option<(u16, u16)>,
@@ -64,14 +64,14 @@ pub(crate) struct Me {
     pub(crate) shard: &'static Shard,
 }
 
-pub(crate) fn me() -> Me {
+pub(crate) fn calling_thread() -> CallingThread {
     match owned() {
-        Some(s) => Me {
+        Some(s) => CallingThread {
             tid: s.meta.tid.load(Ordering::Relaxed) as u32,
             slot: index_of(s).map(|i| (i as u16, s.meta.generation.load(Ordering::Relaxed) as u16)),
             shard: s,
         },
-        None => Me { tid: os::thread_id() as u32, slot: None, shard: &OVERFLOW },
+        None => CallingThread { tid: os::thread_id() as u32, slot: None, shard: &OVERFLOW },
     }
 }
 

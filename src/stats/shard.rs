@@ -220,7 +220,7 @@ impl Totals {
 
 /// The owner's per-operation state besides the class counters: one cache line.
 #[derive(Debug)]
-pub(crate) struct Hot {
+pub(crate) struct OwnerLine {
     /// The sampling clock, which the fast path counts down on every allocation (see `stats::clock`).
     pub(crate) clock: Clock,
     pub(crate) reallocs: AtomicU64,
@@ -230,7 +230,7 @@ pub(crate) struct Hot {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Shard {
-    pub(crate) hot: CachePadded<Hot>,
+    pub(crate) hot: CachePadded<OwnerLine>,
     pub(crate) classes: [ClassCounters; NUM_CLASSES],
     /// Per class, the `net()` last folded into the process-wide live counter. Touched only by
     /// `publish_all`, on events.
@@ -289,7 +289,7 @@ impl Writer for Anyone {
 impl Shard {
     pub(crate) const fn new() -> Self {
         Self {
-            hot: CachePadded(Hot { clock: Clock::new(), reallocs: AtomicU64::new(0) }),
+            hot: CachePadded(OwnerLine { clock: Clock::new(), reallocs: AtomicU64::new(0) }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
             published: [const { AtomicU64::new(0) }; NUM_CLASSES],
             origin: CachePadded([const { AtomicU64::new(0) }; OriginTotals::FIELDS]),

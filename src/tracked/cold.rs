@@ -12,12 +12,12 @@ use super::{Tier, Tracked};
 use crate::backend::{self, usable};
 use crate::estimate::SampleSums;
 use crate::origin;
-use crate::sampler::table::Entry;
+use crate::sampler::table::SampledBlock;
 use crate::sampler::{self, mark};
-use crate::sites::{self, unwind::Entry as Frame};
+use crate::sites::{self, unwind::ColdFrame as Frame};
 use crate::stats::class::Class;
 use crate::stats::live;
-use crate::stats::pool::{self, Me};
+use crate::stats::pool::{self, CallingThread};
 use crate::stats::shard::{Anyone, Owner, Shard, Writer};
 
 /// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
@@ -44,7 +44,7 @@ fn shard<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Result<&'static Shard, &'sta
 
 /// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
 /// starts and its layout, the marked ones if its entry `e` says it carries the mark.
-fn real(ptr: *mut u8, layout: Layout, e: Option<&Entry>) -> (*mut u8, Layout) {
+fn real(ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Layout) {
     match e.filter(|e| e.marked).and_then(|_| mark::marked(layout)) {
         Some(m) => (ptr.wrapping_sub(m.offset), m.layout),
         None => (ptr, layout),
@@ -54,11 +54,12 @@ fn real(ptr: *mut u8, layout: Layout, e: Option<&Entry>) -> (*mut u8, Layout) {
 /// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, `marked` or not) in
 /// the side table with its site and the calling thread, and counts it in the origin and site
 /// tallies. Its entry, or `None` when the table had no room.
-fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> Option<Entry> {
+fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> Option<SampledBlock> {
     let site = sites::capture(frame);
-    let me = pool::me();
+    let caller = pool::calling_thread();
     let size = size as u64;
-    let entry = Entry { tid: me.tid, slot: me.slot, size, weight, born: sampler::now_ns(), site, marked };
+    let entry =
+        SampledBlock { tid: caller.tid, slot: caller.slot, size, weight, born: sampler::now_ns(), site, marked };
     if !sampler::keep(ptr, entry) {
         return None;
     }
@@ -76,12 +77,12 @@ fn publish_if_due(s: &Shard, moved: u64) {
     }
 }
 
-/// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `me`.
-fn settle(me: &Me, e: &Entry) {
+/// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `caller`.
+fn settle(caller: &CallingThread, e: &SampledBlock) {
     let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
     let sums = SampleSums::of(e.weight, e.size);
-    origin::freed(me, e, sums, lifetime_ns);
-    sites::freed(e.site, sums, e.tid != me.tid, lifetime_ns);
+    origin::freed(caller, e, sums, lifetime_ns);
+    sites::freed(e.site, sums, e.tid != caller.tid, lifetime_ns);
 }
 
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
@@ -94,7 +95,7 @@ fn count<W: Writer, T: Tier>(
     entering: bool,
     size: usize,
     usable: usable::Usable,
-    sample: Option<&Entry>,
+    sample: Option<&SampledBlock>,
 ) {
     let class = Class::of(size);
     match (T::EXACT, sample) {
@@ -179,7 +180,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         zeroed: bool,
         weight: f64,
         frame: Frame,
-    ) -> (*mut u8, Option<Entry>) {
+    ) -> (*mut u8, Option<SampledBlock>) {
         if !mark::marking() {
             // SAFETY: the caller's guarantees.
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };
@@ -234,7 +235,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             }
         }
         if let Some(e) = sampled {
-            settle(&pool::me(), &e);
+            settle(&pool::calling_thread(), &e);
         }
         // SAFETY: the block came from this allocator at `base` with `real`: the caller's pointer and
         // layout, or for a marked block the ones it was allocated with (`allocate_sampled`).
@@ -293,7 +294,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     sampler::keep(ptr, e);
                 }
             } else if let Some(e) = old {
-                settle(&pool::me(), &e);
+                settle(&pool::calling_thread(), &e);
             }
             let kept = match weight {
                 // Produced in place of an unmarked block while marking is off: its layout stays.
@@ -333,10 +334,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         ptr: *mut u8,
         layout: Layout,
         new_layout: Layout,
-        old: Option<Entry>,
+        old: Option<SampledBlock>,
         weight: Option<f64>,
         frame: Frame,
-    ) -> (*mut u8, Option<Entry>) {
+    ) -> (*mut u8, Option<SampledBlock>) {
         let (p, kept) = match weight {
             // SAFETY: `new_layout` is valid and non-zero in size.
             Some(w) => unsafe { self.allocate_sampled(new_layout, false, w, frame) },
@@ -351,7 +352,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
             sampler::take(ptr, layout);
-            settle(&pool::me(), &e);
+            settle(&pool::calling_thread(), &e);
         }
         // SAFETY: the block came from this allocator at `base` with `real`, and its entry is gone.
         unsafe { self.inner.dealloc(base, real) };

@@ -31,7 +31,7 @@ pub use crate::backend::mimalloc::knobs as mimalloc;
 #[doc(inline)]
 pub use crate::backend::system::knobs as glibc;
 pub(crate) use traps::checked;
-pub use traps::{Trap, check};
+pub use traps::{EnvReader, Trap, check};
 
 use crate::backend::interface::KnownAllocator;
 use crate::backend::knob::DECAY_EXPECTED;

@@ -6,9 +6,10 @@ use core::alloc::Layout;
 use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
-use super::interface::{Figure, HeapSplit, KnownAllocator, Remedy, StatsError};
+use super::interface::{KnownAllocator, Remedy, StatsError};
 use super::knob::{Decay, Released, TuneError};
 use super::list::Backend;
+use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::snapshot::ClassUsable;
 
@@ -111,21 +112,19 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
     fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {
         let (Some(active), Some(metadata), Some(resident), Some(dirty)) = (a.active, a.metadata, a.resident, a.dirty)
         else {
-            return Some(HeapSplit::nothing(
-                "jemalloc statistics incomplete: holes, reclaimable, metadata in unexplained",
-            ));
+            return Some(HeapSplit::nothing(NotSplit::NoStatistics(Backend::Jemalloc)));
         };
         // jemalloc's `resident` is an upper bound: it counts pages never touched (or already given
         // back) as resident. All of its memory is anonymous, so whatever it counts above the
         // process's anonymous RSS is certainly not resident; it sits mostly in dirty extents, whose
         // resident part is what a purge releases.
         let over = anon.map_or(0, |a| resident.saturating_sub(a));
-        let capped = if over > 0 { Figure::Estimated } else { Figure::Measured };
+        let capped = if over > 0 { Source::Estimated } else { Source::Measured };
         Some(HeapSplit {
-            holes: Figure::Measured(active.saturating_sub(usable)),
-            reclaimable: capped(dirty.saturating_sub(over)),
-            metadata: Figure::Measured(metadata),
-            accounted: capped(resident - over),
+            holes: (active.saturating_sub(usable), Source::Measured),
+            reclaimable: (dirty.saturating_sub(over), capped),
+            metadata: (metadata, Source::Measured),
+            accounted: Some((resident - over, capped)),
             not_split: Vec::new(),
         })
     }

@@ -7,9 +7,10 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::{Figure, HeapSplit, KnownAllocator, Remedy, StatsError};
+use super::interface::{KnownAllocator, Remedy, StatsError};
 use super::knob::{Decay, Released, TuneError};
 use super::list::Backend;
+use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
 
 pub mod knobs;
@@ -56,16 +57,14 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
 
     fn split_heap(a: &AllocatorStats, usable: u64, _: Option<u64>) -> Option<HeapSplit> {
         let Some(committed) = a.committed else {
-            return Some(HeapSplit::nothing(
-                "mimalloc statistics unavailable: holes, reclaimable, metadata in unexplained",
-            ));
+            return Some(HeapSplit::nothing(NotSplit::NoStatistics(Backend::Mimalloc)));
         };
         Some(HeapSplit {
-            holes: Figure::Estimated(committed.saturating_sub(usable)),
-            reclaimable: Figure::NotSplit,
-            metadata: Figure::NotSplit,
-            accounted: Figure::Measured(committed),
-            not_split: vec!["mimalloc: reclaimable and metadata are counted in holes (committed - usable)".into()],
+            holes: (committed.saturating_sub(usable), Source::Estimated),
+            reclaimable: (0, Source::NotSplit),
+            metadata: (0, Source::NotSplit),
+            accounted: Some((committed, Source::Measured)),
+            not_split: vec![NotSplit::MimallocCommitted],
         })
     }
 

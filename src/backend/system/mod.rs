@@ -5,9 +5,10 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::{Figure, HeapSplit, KnownAllocator, Remedy, StatsError};
+use super::interface::{KnownAllocator, Remedy, StatsError};
 use super::knob::{Decay, Released, TuneError, unsupported};
 use super::list::Backend;
+use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, Usable};
 use crate::stats::snapshot::ClassUsable;
 
@@ -221,9 +222,7 @@ impl KnownAllocator for std::alloc::System {
         let (Some(in_use), Some(free), Some(arena), Some(mmap), Some(top)) =
             (a.allocated, a.free, a.arena, a.mmap, a.top_releasable)
         else {
-            return Some(HeapSplit::nothing(
-                "glibc statistics unavailable: holes, reclaimable, metadata in unexplained",
-            ));
+            return Some(HeapSplit::nothing(NotSplit::NoStatistics(Backend::System)));
         };
         // What malloc_trim(0) releases: the main heap's top and the whole pages inside free chunks of
         // every arena. Free chunks keep counting pages an earlier trim returned, so no more is taken
@@ -234,16 +233,12 @@ impl KnownAllocator for std::alloc::System {
         let resident_free = anon.map_or(u64::MAX, |anon| anon.saturating_sub(kept));
         let reclaimable = (top + pages).min(free).min(resident_free);
         Some(HeapSplit {
-            holes: Figure::Estimated(free - reclaimable),
-            reclaimable: Figure::Estimated(reclaimable),
-            metadata: Figure::Estimated(in_use.saturating_sub(usable)),
+            holes: (free - reclaimable, Source::Estimated),
+            reclaimable: (reclaimable, Source::Estimated),
+            metadata: (in_use.saturating_sub(usable), Source::Estimated),
             // Address space, resident or not: no more of it is resident than all anonymous memory.
-            accounted: Figure::Estimated((arena + mmap).min(anon.unwrap_or(u64::MAX))),
-            not_split: if a.free_whole_pages.is_some() {
-                Vec::new()
-            } else {
-                vec!["glibc: malloc_info failed: whole free pages inside free chunks are counted in holes".into()]
-            },
+            accounted: Some(((arena + mmap).min(anon.unwrap_or(u64::MAX)), Source::Estimated)),
+            not_split: if a.free_whole_pages.is_some() { Vec::new() } else { vec![NotSplit::GlibcMallocInfo] },
         })
     }
 

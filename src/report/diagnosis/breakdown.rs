@@ -12,65 +12,11 @@
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
 //! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the probe's `resident` |
 
-use crate::backend::interface::{Figure, HeapSplit, KnownAllocator};
+use crate::backend::interface::KnownAllocator;
 use crate::backend::list::with_backend;
+use crate::backend::split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::{AllocatorStats, Backend};
 use crate::report::TrackedStats;
-
-/// How a bucket's figure was obtained.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum Source {
-    /// Counted: by `frag` itself or by the allocator's statistics of resident pages.
-    Measured,
-    /// Derived from figures that are not quite resident bytes (glibc's free-chunk totals are address
-    /// space, resident or not): right in order of magnitude, not to the page.
-    Estimated,
-    /// The backend cannot tell this bucket apart: its bytes are in another bucket (see
-    /// [`Breakdown::not_split`]) or in `unexplained`.
-    NotSplit,
-}
-
-/// One bucket of the [`Breakdown`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum Part {
-    /// Requested bytes of live blocks.
-    Live,
-    /// Usable minus requested bytes of live blocks (internal fragmentation).
-    Rounding,
-    /// Free space in pages that hold live blocks.
-    Holes,
-    /// Free whole pages the allocator holds and could return now.
-    Reclaimable,
-    /// The allocator's own bookkeeping.
-    Metadata,
-    /// Resident memory the allocator does not account for.
-    OutsideHeap,
-}
-
-impl Part {
-    /// Every part, in breakdown order.
-    pub const ALL: [Part; 6] =
-        [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
-
-    /// The bucket's name as in the JSON report, without `_bytes`.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Live => "live",
-            Part::Rounding => "rounding",
-            Part::Holes => "holes",
-            Part::Reclaimable => "reclaimable",
-            Part::Metadata => "metadata",
-            Part::OutsideHeap => "outside_heap",
-        }
-    }
-}
 
 /// Resident memory split into buckets that sum to [`rss_bytes`](Breakdown::rss_bytes) exactly:
 /// `live + rounding + holes + reclaimable + metadata + outside_heap + unexplained = rss`.
@@ -107,10 +53,10 @@ pub struct Breakdown {
     /// RSS minus all of the above: negative when buckets overlap (e.g. allocator figures that count
     /// pages never touched).
     pub unexplained_bytes: i64,
-    /// How each bucket's figure was obtained, in [`Part`] order.
-    pub sources: Vec<(Part, Source)>,
+    /// How each bucket's figure was obtained.
+    pub sources: Sources,
     /// Buckets this backend cannot split, each with where its bytes are instead.
-    pub not_split: Vec<String>,
+    pub not_split: Vec<NotSplit>,
 }
 
 impl Breakdown {
@@ -130,17 +76,35 @@ impl Breakdown {
     /// How `part`'s figure was obtained.
     #[must_use]
     pub fn source(&self, part: Part) -> Source {
-        self.sources.iter().find(|(p, _)| *p == part).map_or(Source::NotSplit, |(_, s)| *s)
+        let s = &self.sources;
+        match part {
+            Part::Live => s.live,
+            Part::Rounding => s.rounding,
+            Part::Holes => s.holes,
+            Part::Reclaimable => s.reclaimable,
+            Part::Metadata => s.metadata,
+            Part::OutsideHeap => s.outside_heap,
+        }
     }
 }
 
-/// A bucket's figure and how it was obtained.
-fn figure(f: Figure) -> (u64, Source) {
-    match f {
-        Figure::Measured(v) => (v, Source::Measured),
-        Figure::Estimated(v) => (v, Source::Estimated),
-        Figure::NotSplit => (0, Source::NotSplit),
-    }
+/// How each bucket of a [`Breakdown`] was obtained, one field per [`Part`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Sources {
+    /// Live bytes: always measured.
+    pub live: Source,
+    /// Rounding: always measured.
+    pub rounding: Source,
+    /// Holes.
+    pub holes: Source,
+    /// Reclaimable pages.
+    pub reclaimable: Source,
+    /// The allocator's bookkeeping.
+    pub metadata: Source,
+    /// Resident memory outside the heap.
+    pub outside_heap: Source,
 }
 
 /// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not
@@ -159,20 +123,11 @@ pub(crate) fn split(
         (None, Some(a)) => probe_split(a, usable),
         (_, None) => None,
     }
-    .unwrap_or_else(|| {
-        let name = backend.map_or("this allocator", Backend::name);
-        HeapSplit::nothing(format!(
-            "{name} reports no resident figures: holes, reclaimable, metadata and outside_heap in unexplained"
-        ))
-    });
-    let (holes, reclaimable, metadata) = (figure(heap.holes), figure(heap.reclaimable), figure(heap.metadata));
-    let heap_accounted = match heap.accounted {
-        Figure::NotSplit => None,
-        f => Some(figure(f)),
-    };
+    .unwrap_or_else(|| HeapSplit::nothing(NotSplit::NoResidentFigures(backend)));
+    let (holes, reclaimable, metadata) = (heap.holes, heap.reclaimable, heap.metadata);
     let live = tracked.allocated_bytes;
     let rounding = usable.saturating_sub(live);
-    let (outside, outside_source) = match heap_accounted {
+    let (outside, outside_source) = match heap.accounted {
         Some((accounted, source)) => (rss.saturating_sub(accounted), source),
         None => (0, Source::NotSplit),
     };
@@ -188,14 +143,14 @@ pub(crate) fn split(
         metadata_bytes: metadata.0,
         outside_heap_bytes: outside,
         unexplained_bytes: unexplained,
-        sources: vec![
-            (Part::Live, Source::Measured),
-            (Part::Rounding, Source::Measured),
-            (Part::Holes, holes.1),
-            (Part::Reclaimable, reclaimable.1),
-            (Part::Metadata, metadata.1),
-            (Part::OutsideHeap, outside_source),
-        ],
+        sources: Sources {
+            live: Source::Measured,
+            rounding: Source::Measured,
+            holes: holes.1,
+            reclaimable: reclaimable.1,
+            metadata: metadata.1,
+            outside_heap: outside_source,
+        },
         not_split: heap.not_split,
     }
 }
@@ -206,18 +161,14 @@ fn probe_split(a: &AllocatorStats, usable: u64) -> Option<HeapSplit> {
     if a.active.is_none() && a.resident.is_none() {
         return None;
     }
-    let or_not = |v: Option<u64>| v.map_or(Figure::NotSplit, Figure::Measured);
-    let missing = [("active (holes)", a.active), ("dirty (reclaimable)", a.dirty), ("metadata", a.metadata)];
+    let or_not = |v: Option<u64>| v.map_or((0, Source::NotSplit), |v| (v, Source::Measured));
+    let missing = [(Part::Holes, a.active), (Part::Reclaimable, a.dirty), (Part::Metadata, a.metadata)];
     Some(HeapSplit {
         holes: or_not(a.active.map(|act| act.saturating_sub(usable))),
         reclaimable: or_not(a.dirty),
         metadata: or_not(a.metadata),
-        accounted: or_not(a.resident),
-        not_split: missing
-            .iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(field, _)| format!("the probe gives no {field}: in unexplained"))
-            .collect(),
+        accounted: a.resident.map(|r| (r, Source::Measured)),
+        not_split: missing.iter().filter(|(_, v)| v.is_none()).map(|(part, _)| NotSplit::ProbeLacks(*part)).collect(),
     })
 }
 

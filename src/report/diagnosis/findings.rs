@@ -12,7 +12,8 @@ use crate::format::{Bytes, ClassRange, Percent};
 use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
-use super::breakdown::{Breakdown, Part, Source};
+use super::breakdown::Breakdown;
+use crate::backend::split::{Part, Source};
 
 /// No finding (other than a configuration trap) explains fewer bytes than this.
 pub const MIN_BYTES: u64 = 4 << 20;

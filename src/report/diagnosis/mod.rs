@@ -8,7 +8,8 @@
 mod breakdown;
 mod findings;
 
-pub use breakdown::{Breakdown, Part, Source};
+pub use crate::backend::split::{NotSplit, Part, Source};
+pub use breakdown::{Breakdown, Sources};
 pub use findings::{Finding, FindingKind, MIN_BYTES, Severity};
 
 pub(crate) use breakdown::split;
