@@ -13,7 +13,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use frag::{Exact, SELECT_ENV, Select, Tracked};
+use frag::{Exact, Select, Tracked};
 
 /// The child's allocator, from this variable (read once, with `getenv`, at the first allocation).
 const TIER_ENV: &str = "FRAG_RESIDENT_TIER";
@@ -176,7 +176,7 @@ fn main() {
             for (t, tier) in TIERS.iter().enumerate() {
                 let out = Command::new(&exe)
                     .env(TIER_ENV, tier)
-                    .env(SELECT_ENV, backend.name())
+                    .env(Select::ENV, backend.name())
                     .output()
                     .expect("run the child");
                 let text = String::from_utf8_lossy(&out.stdout);

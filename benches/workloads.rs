@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
-use frag::{Backend, SELECT_ENV, Select, Tracked};
+use frag::{Backend, Select, Tracked};
 
 /// The environment variable that picks bare (`bare`) or tracked (anything else) for a child.
 const MODE_ENV: &str = "FRAG_BENCH_MODE";
@@ -251,7 +251,7 @@ fn main() {
                 eprintln!("== round {} of {rounds}: {backend} {mode}", round + 1);
                 let status = Command::new(&exe)
                     .args(&args)
-                    .env(SELECT_ENV, backend.name())
+                    .env(Select::ENV, backend.name())
                     .env(MODE_ENV, mode)
                     .status()
                     .expect("run a child");

@@ -109,12 +109,11 @@ mod tracked;
 pub mod tune;
 pub mod watch;
 
-pub use backend::select::{SELECT_ENV, Select};
+pub use backend::select::Select;
 pub use backend::{AllocatorStats, Backend, Probe, UsableSource, WrappedBackend};
 pub use process::{CgroupMemory, CgroupVersion, ProcessStats, set_pss};
-pub use publish::{DEFAULT_INTERVAL, DEFAULT_PREFIX, DEFAULT_THREAD_CAP, Publisher, PublisherHandle, publish};
+pub use publish::{Publisher, PublisherHandle, publish};
 pub use report::diagnosis;
-pub use report::diagnosis::{Diagnosis, Finding, FindingKind, Severity};
 #[cfg(not(feature = "serde"))]
 #[doc(hidden)]
 pub use report::needs_serde;
@@ -125,5 +124,4 @@ pub use report::{
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 pub use sites::frame_pointers;
 pub use stats::class::NUM_CLASSES;
-pub use stats::pool::POOL_SIZE;
 pub use tracked::{Exact, Sampled, Tier, Tracked};

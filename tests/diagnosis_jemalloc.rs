@@ -8,7 +8,7 @@ mod common;
 use std::sync::Mutex;
 
 use frag::diagnosis::Part;
-use frag::{Finding, FindingKind, Severity};
+use frag::diagnosis::{Finding, FindingKind, Severity};
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);

@@ -140,7 +140,7 @@ fn frees_keep_their_memory_and_the_report_says_where() {
     let grew = holes(&after) - holes(&before);
     assert!(grew.abs_diff(freed) <= MIB, "holes grew {grew}, freed {freed}");
     let d = after.diagnosis.as_ref().unwrap();
-    let f = d.findings.iter().find(|f| f.kind == frag::FindingKind::Holes).expect("a holes finding");
-    assert_eq!(f.severity, frag::Severity::Warn, "{after}");
+    let f = d.findings.iter().find(|f| f.kind == frag::diagnosis::FindingKind::Holes).expect("a holes finding");
+    assert_eq!(f.severity, frag::diagnosis::Severity::Warn, "{after}");
     assert_eq!(d.breakdown.source(frag::diagnosis::Part::Holes), frag::diagnosis::Source::Measured);
 }

@@ -58,7 +58,7 @@ fn chosen_backend_child() {
     let warned = report
         .warnings
         .iter()
-        .any(|w| w.kind == frag::WarningKind::SelectFallback && w.message.contains(frag::SELECT_ENV));
+        .any(|w| w.kind == frag::WarningKind::SelectFallback && w.message.contains(frag::Select::ENV));
     assert_eq!(warned, std::env::var("WARNED").as_deref() == Ok("yes"), "{:?}", report.warnings);
 }
 
@@ -149,23 +149,26 @@ fn every_compiled_backend_is_selectable() {
     for b in Backend::ALL {
         common::run_child(
             "chosen_backend_child",
-            &[(frag::SELECT_ENV, b.name()), ("EXPECTED", b.name()), ("WARNED", "no")],
+            &[(frag::Select::ENV, b.name()), ("EXPECTED", b.name()), ("WARNED", "no")],
         );
     }
-    common::run_child("chosen_backend_child", &[(frag::SELECT_ENV, "GLIBC"), ("EXPECTED", "system"), ("WARNED", "no")]);
+    common::run_child(
+        "chosen_backend_child",
+        &[(frag::Select::ENV, "GLIBC"), ("EXPECTED", "system"), ("WARNED", "no")],
+    );
 }
 
 #[test]
 fn unknown_or_missing_backends_fall_back_with_a_warning() {
     common::run_child(
         "chosen_backend_child",
-        &[(frag::SELECT_ENV, "tcmalloc"), ("EXPECTED", "default"), ("WARNED", "yes")],
+        &[(frag::Select::ENV, "tcmalloc"), ("EXPECTED", "default"), ("WARNED", "yes")],
     );
-    common::run_child("chosen_backend_child", &[(frag::SELECT_ENV, ""), ("EXPECTED", "default"), ("WARNED", "no")]);
+    common::run_child("chosen_backend_child", &[(frag::Select::ENV, ""), ("EXPECTED", "default"), ("WARNED", "no")]);
     if !cfg!(feature = "snmalloc") {
         common::run_child(
             "chosen_backend_child",
-            &[(frag::SELECT_ENV, "snmalloc"), ("EXPECTED", "default"), ("WARNED", "yes")],
+            &[(frag::Select::ENV, "snmalloc"), ("EXPECTED", "default"), ("WARNED", "yes")],
         );
     }
 }

@@ -226,9 +226,10 @@ fn conf_traps_child() {
     // the prefixed variable) and tcache_max was clipped.
     assert_eq!(tikv_jemalloc_ctl::opt::tcache_max::read().unwrap(), 32768);
     let findings = &reports.0.diagnosis.as_ref().expect("diagnosis").findings;
-    let trap_findings: Vec<_> = findings.iter().filter(|f| f.kind == frag::FindingKind::ConfigTrap).collect();
+    let trap_findings: Vec<_> =
+        findings.iter().filter(|f| f.kind == frag::diagnosis::FindingKind::ConfigTrap).collect();
     assert_eq!(trap_findings.len(), traps, "{findings:#?}");
-    assert!(trap_findings.iter().all(|f| f.severity == frag::Severity::Warn && !f.remedy.is_empty()));
+    assert!(trap_findings.iter().all(|f| f.severity == frag::diagnosis::Severity::Warn && !f.remedy.is_empty()));
     let ignored = trap_findings.iter().find(|f| f.summary.starts_with("MALLOC_CONF is set")).expect("MALLOC_CONF");
     assert!(ignored.remedy.contains("_RJEM_MALLOC_CONF"), "{}", ignored.remedy);
     let misspelt = trap_findings.iter().find(|f| f.summary.contains("\"dirty_decay\"")).expect("dirty_decay");

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use frag::{Backend, SELECT_ENV, Select};
+use frag::{Backend, Select};
 use serde_json::{Value, json};
 use workloads::Scale;
 
@@ -120,7 +120,7 @@ fn child(args: &[String]) -> i32 {
 fn run_child(plan: &Plan, quick: bool, no_sampling: bool) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--child", plan.workload, &plan.variant]).env(SELECT_ENV, plan.backend.name());
+    cmd.args(["--child", plan.workload, &plan.variant]).env(Select::ENV, plan.backend.name());
     if quick {
         cmd.arg("--quick");
     }

@@ -7,9 +7,8 @@ use super::interface::KnownAllocator;
 use super::list::{Backend, EVERY_NAME, with_backend};
 use crate::sync::{AtomicU8, Ordering};
 
-/// The environment variable [`Select`] reads: a backend name (`system` or `glibc`, `jemalloc`,
-/// `mimalloc`, `snmalloc`), with surrounding whitespace and case ignored.
-pub const SELECT_ENV: &str = "FRAG_ALLOCATOR";
+/// The environment variable [`Select`] reads ([`Select::ENV`]).
+pub(crate) const SELECT_ENV: &str = "FRAG_ALLOCATOR";
 const SELECT_ENV_C: &CStr = c"FRAG_ALLOCATOR";
 
 /// What reading `FRAG_ALLOCATOR` found.
@@ -55,6 +54,10 @@ pub struct Select {
 }
 
 impl Select {
+    /// The environment variable `Select` reads: a backend name (`system` or `glibc`, `jemalloc`,
+    /// `mimalloc`, `snmalloc`), with surrounding whitespace and case ignored.
+    pub const ENV: &'static str = SELECT_ENV;
+
     /// A `Select` whose default (when `FRAG_ALLOCATOR` is unset or invalid) is [`Backend::DEFAULT`].
     #[must_use]
     pub const fn new() -> Self {

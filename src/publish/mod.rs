@@ -17,15 +17,6 @@ use crate::format::Bytes;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
 
-/// The default metric name prefix.
-pub const DEFAULT_PREFIX: &str = "frag_";
-
-/// Default interval between reports of a spawned [`Publisher`].
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Default cap on per-thread series (see [`Publisher::per_thread`]).
-pub const DEFAULT_THREAD_CAP: usize = 32;
-
 fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) {
     for s in samples::samples(report, threads) {
         let name = names.get(s.metric);
@@ -57,7 +48,7 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
 pub fn publish(report: &Report) {
     static NAMES: OnceLock<Names> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
-        let names = Names::new(DEFAULT_PREFIX);
+        let names = Names::new(Publisher::DEFAULT_PREFIX);
         names.describe();
         names
     });
@@ -119,16 +110,25 @@ impl core::fmt::Debug for Publisher {
 }
 
 impl Publisher {
+    /// The default metric name prefix.
+    pub const DEFAULT_PREFIX: &'static str = "frag_";
+
+    /// Default interval between reports of a spawned publisher.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+    /// Default cap on per-thread series (see [`Publisher::per_thread`]).
+    pub const DEFAULT_THREAD_CAP: usize = 32;
+
     /// Default settings: every 5 s, prefix `frag_`, no extra labels, no per-thread series, default
     /// [`WatchConfig`].
     #[must_use]
     pub fn new() -> Self {
         Self {
-            interval: DEFAULT_INTERVAL,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            interval: Self::DEFAULT_INTERVAL,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
             labels: Vec::new(),
             threads: None,
-            thread_cap: DEFAULT_THREAD_CAP,
+            thread_cap: Self::DEFAULT_THREAD_CAP,
             watch: Watch::new(WatchConfig::default()),
             names: None,
             started: Instant::now(),

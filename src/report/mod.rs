@@ -3,15 +3,19 @@
 //! Field names are part of the API: tooling reads the JSON form (`serde` feature).
 
 mod collect;
+mod counters;
 pub mod diagnosis;
 mod display;
-mod kinds;
 mod origin;
+mod ratio;
 mod sites;
+mod warn;
 
-pub use collect::{report, size_classes, totals};
-pub use kinds::{RatioInputs, Warning, WarningKind};
+pub use collect::report;
+pub use counters::{size_classes, totals};
+pub use ratio::RatioInputs;
 pub use sites::{SiteRow, Sites};
+pub use warn::{Warning, WarningKind};
 
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};
 use crate::process::ProcessStats;
@@ -336,7 +340,8 @@ pub struct LifetimeRow {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct ShardPool {
-    /// Number of per-thread shards ([`POOL_SIZE`](crate::POOL_SIZE)).
+    /// Number of per-thread shards: threads beyond it are counted together (see
+    /// [`RowKind::Overflow`]).
     pub capacity: usize,
     /// Shards ever claimed (their memory is resident).
     pub used: usize,

@@ -1,8 +1,5 @@
-//! What the breakdown means: findings with a severity, the bytes they explain and what to change.
-//!
-//! Thresholds are shares of RSS (or of live usable bytes for rounding), and nothing below
-//! [`MIN_BYTES`] is raised, so a small process gets no findings from start-up noise. They are listed,
-//! with the evidence each backend gives, in `docs/DIAGNOSIS.md`.
+//! What the breakdown means: the findings drawn from it, graded by `thresholds`, each with its remedy
+//! (the backend's part from [`KnownAllocator::remedy`]).
 
 use crate::backend::Backend;
 use crate::backend::interface::{KnownAllocator, Remedy};
@@ -13,111 +10,9 @@ use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
 use super::breakdown::Breakdown;
+use super::kinds::{Finding, FindingKind, Severity};
+use super::thresholds::{CROSS_THREAD, HOLES, LIVE_DATA, METADATA, OUTSIDE_HEAP, RECLAIMABLE, ROUNDING, grade};
 use crate::backend::split::{Part, Source};
-
-/// No finding (other than a configuration trap) explains fewer bytes than this.
-pub const MIN_BYTES: u64 = 4 << 20;
-
-/// A share of RSS at which a bucket is worth a finding (`info`) and at which it is a problem to act
-/// on (`warn`), per kind.
-struct Thresholds {
-    info: f64,
-    warn: f64,
-}
-
-const LIVE_DATA: Thresholds = Thresholds { info: 0.5, warn: f64::INFINITY };
-/// Rounding is measured against live usable bytes, not RSS.
-const ROUNDING: Thresholds = Thresholds { info: 0.10, warn: 0.25 };
-const HOLES: Thresholds = Thresholds { info: 0.10, warn: 0.20 };
-const RECLAIMABLE: Thresholds = Thresholds { info: 0.05, warn: 0.10 };
-const METADATA: Thresholds = Thresholds { info: 0.10, warn: f64::INFINITY };
-const OUTSIDE_HEAP: Thresholds = Thresholds { info: 0.25, warn: 0.50 };
-/// Share of freed bytes (estimated) that crossed threads; the finding's bytes are the free space it
-/// can pin (holes and reclaimable pages, in proportion to that share).
-const CROSS_THREAD: Thresholds = Thresholds { info: 0.10, warn: 0.30 };
-
-/// What a [`Finding`] is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum FindingKind {
-    /// Most resident memory is live data: not a fragmentation problem.
-    LiveData,
-    /// Size-class rounding wastes a large share of live usable bytes.
-    Rounding,
-    /// Much free space is trapped in pages that hold live blocks.
-    Holes,
-    /// The allocator holds many free pages it could return now.
-    Reclaimable,
-    /// A large share of freed bytes was freed on another thread than the allocating one.
-    CrossThread,
-    /// The allocator's bookkeeping is a large share of resident memory.
-    Metadata,
-    /// Much of resident memory is not the heap.
-    OutsideHeap,
-    /// An allocator setting that does not do what it seems to.
-    ConfigTrap,
-}
-
-impl FindingKind {
-    /// Every kind.
-    pub const ALL: [FindingKind; 8] = [
-        FindingKind::LiveData,
-        FindingKind::Rounding,
-        FindingKind::Holes,
-        FindingKind::Reclaimable,
-        FindingKind::CrossThread,
-        FindingKind::Metadata,
-        FindingKind::OutsideHeap,
-        FindingKind::ConfigTrap,
-    ];
-
-    /// The kind's name as in the JSON report.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            FindingKind::LiveData => "live_data",
-            FindingKind::Rounding => "rounding",
-            FindingKind::Holes => "holes",
-            FindingKind::Reclaimable => "reclaimable",
-            FindingKind::CrossThread => "cross_thread",
-            FindingKind::Metadata => "metadata",
-            FindingKind::OutsideHeap => "outside_heap",
-            FindingKind::ConfigTrap => "config_trap",
-        }
-    }
-}
-
-/// How much a [`Finding`] matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum Severity {
-    /// Context: worth knowing, nothing to fix.
-    Info,
-    /// Explains a large part of resident memory, or is a known cause of growth: act on it.
-    Warn,
-}
-
-/// One thing the report found, with what to do about it on this backend.
-#[derive(Clone, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[non_exhaustive]
-pub struct Finding {
-    /// What it is about.
-    pub kind: FindingKind,
-    /// How much it matters.
-    pub severity: Severity,
-    /// Resident bytes the finding explains; for `reclaimable`, what applying the remedy releases.
-    pub bytes: u64,
-    /// Whether `bytes` is an estimate (from estimated buckets or sampled origin figures).
-    pub estimated: bool,
-    /// One sentence with the figures.
-    pub summary: String,
-    /// What to change, on this backend.
-    pub remedy: String,
-}
 
 /// Everything the findings are drawn from.
 pub(crate) struct Evidence<'a> {
@@ -139,17 +34,6 @@ fn top_classes(classes: &[SizeClassRow], n: usize, key: fn(&SizeClassRow) -> u64
     sorted.sort_by_key(|c| core::cmp::Reverse(key(c)));
     let names: Vec<String> = sorted.iter().take(n).map(|c| format!("{} ({})", class_name(c), Bytes(key(c)))).collect();
     if names.is_empty() { "no class stands out".to_owned() } else { names.join(", ") }
-}
-
-/// Severity of `share` under `t`, or `None` below its info threshold or [`MIN_BYTES`].
-fn grade(share: f64, bytes: u64, t: &Thresholds) -> Option<Severity> {
-    if bytes < MIN_BYTES || share.is_nan() || share < t.info {
-        None
-    } else if share >= t.warn {
-        Some(Severity::Warn)
-    } else {
-        Some(Severity::Info)
-    }
 }
 
 /// The findings, largest effect first (traps, which have no bytes, last among equals).

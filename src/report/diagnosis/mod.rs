@@ -7,10 +7,13 @@
 
 mod breakdown;
 mod findings;
+mod kinds;
+mod thresholds;
 
 pub use crate::backend::split::{NotSplit, Part, Source};
 pub use breakdown::{Breakdown, Sources};
-pub use findings::{Finding, FindingKind, MIN_BYTES, Severity};
+pub use kinds::{Finding, FindingKind, Severity};
+pub use thresholds::MIN_BYTES;
 
 pub(crate) use breakdown::split;
 pub(crate) use findings::{Evidence, find};
@@ -22,7 +25,7 @@ pub(crate) use findings::{Evidence, find};
 /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 /// let report = frag::report();
 /// if let Some(d) = &report.diagnosis {
-///     for f in d.findings.iter().filter(|f| f.severity == frag::Severity::Warn) {
+///     for f in d.findings.iter().filter(|f| f.severity == frag::diagnosis::Severity::Warn) {
 ///         eprintln!("{}: {} -> {}", f.kind.name(), f.summary, f.remedy);
 ///     }
 /// }

@@ -1,0 +1,186 @@
+//! What the reader should know to interpret a report: the [`Warning`]s, and the sentence of each.
+
+use core::fmt;
+
+use super::{Origin, Sites};
+use crate::backend::interface::StatsError;
+use crate::backend::registry::registered;
+use crate::backend::select::{self, EnvStatus, SELECT_ENV};
+use crate::format::Bytes;
+use crate::sampler::{self, Sampling};
+use crate::stats::pool::POOL_SIZE;
+use crate::tune::Trap;
+
+/// Something the reader should know to interpret a report: what is missing from it, or why a figure
+/// is not shown. Configuration traps appear here and as
+/// [`FindingKind::ConfigTrap`](crate::diagnosis::FindingKind::ConfigTrap) findings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Warning {
+    /// What the warning is about.
+    pub kind: WarningKind,
+    /// One sentence with the figures and what to do.
+    pub message: String,
+}
+
+impl Warning {
+    pub(crate) fn new(kind: WarningKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The kinds of [`Warning`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// No `Tracked` allocator has allocated: every count is zero.
+    NotInstalled,
+    /// The allocator's own statistics could not be read (or were skipped on a re-entered report).
+    AllocatorStats,
+    /// `FRAG_ALLOCATOR` named no backend of this build and [`Select`](crate::Select) fell back.
+    SelectFallback,
+    /// Too little live data for a fragmentation ratio to mean anything.
+    SmallHeap,
+    /// More threads than per-thread shards: some are counted together.
+    PoolFull,
+    /// Origin samples were lost because the side table was full.
+    DroppedSamples,
+    /// A configuration trap ([`tune::Trap`](crate::tune::Trap)).
+    ConfigTrap,
+    /// The `Tracked` was configured with an invalid sampling rate and uses the default.
+    InvalidSampling,
+    /// Allocation sites are sampled but have no stacks: the build has no frame pointers.
+    NoFramePointers,
+    /// Stacks were lost because the site table was full.
+    DroppedSites,
+    /// The sampled tier runs with sampling off: only a thread's allocated bytes are known; counts,
+    /// frees, per-class and live figures are not estimated.
+    UnsampledTier,
+}
+
+pub(super) fn not_installed() -> Warning {
+    Warning::new(
+        WarningKind::NotInstalled,
+        "no Tracked allocator is installed (or it has not allocated yet): install frag::Tracked with \
+         #[global_allocator]",
+    )
+}
+
+pub(super) fn allocator_stats(e: &StatsError) -> Warning {
+    Warning::new(WarningKind::AllocatorStats, format!("allocator statistics unavailable: {e}"))
+}
+
+pub(super) fn reentered() -> Warning {
+    Warning::new(WarningKind::AllocatorStats, "report() re-entered (from a Probe?): allocator statistics skipped")
+}
+
+/// When `FRAG_ALLOCATOR` named no backend of this build and `Select` fell back.
+pub(super) fn select_fallback() -> Option<Warning> {
+    let status = select::env_status()?;
+    let value = std::env::var(SELECT_ENV).unwrap_or_default();
+    let used = registered().map_or("the default", |r| r.wrapped().name());
+    let message = match status {
+        EnvStatus::Fine => return None,
+        EnvStatus::Unknown => {
+            format!("{SELECT_ENV}={value:?} names no allocator (system, jemalloc, mimalloc, snmalloc): using {used}")
+        }
+        EnvStatus::NotCompiled => {
+            format!("{SELECT_ENV}={value:?}: that allocator's feature is not compiled into this build: using {used}")
+        }
+    };
+    Some(Warning::new(WarningKind::SelectFallback, message))
+}
+
+/// When there is too little live data for a ratio (see `ratio::MEANINGFUL_LIVE_BYTES`).
+pub(super) fn small_heap(usable_bytes: u64) -> Option<Warning> {
+    let floor = super::ratio::MEANINGFUL_LIVE_BYTES;
+    (usable_bytes < floor).then(|| {
+        Warning::new(
+            WarningKind::SmallHeap,
+            format!(
+                "less than {} live: fragmentation ratios are not shown (they would measure the allocator's fixed \
+                 overhead)",
+                Bytes(floor)
+            ),
+        )
+    })
+}
+
+pub(super) fn pool_full(unslotted_threads: u64) -> Option<Warning> {
+    (unslotted_threads > 0).then(|| {
+        Warning::new(
+            WarningKind::PoolFull,
+            format!(
+                "{unslotted_threads} threads found all {POOL_SIZE} per-thread counter slots taken and are counted \
+                 together in the overflow row"
+            ),
+        )
+    })
+}
+
+pub(super) fn dropped_samples(o: &Origin) -> Option<Warning> {
+    (o.dropped_samples > 0).then(|| {
+        Warning::new(
+            WarningKind::DroppedSamples,
+            format!(
+                "{} origin samples dropped: the side table was full (raise the mean with frag::set_sampling)",
+                o.dropped_samples
+            ),
+        )
+    })
+}
+
+pub(super) fn config_trap(trap: &Trap) -> Warning {
+    Warning::new(WarningKind::ConfigTrap, trap.to_string())
+}
+
+/// The sampled tier with sampling off, and a `Tracked` configured with an invalid sampling.
+pub(super) fn sampling() -> Vec<Warning> {
+    let mut out = Vec::new();
+    if crate::stats::sampled() && sampler::sampling() == Sampling::Off {
+        out.push(Warning::new(
+            WarningKind::UnsampledTier,
+            "the sampled tier runs with sampling off: counts, frees, per-class and live figures are not \
+             estimated (only each thread's allocated bytes are known); turn sampling on with frag::set_sampling, \
+             or count every call with Tracked<_, frag::Exact>",
+        ));
+    }
+    if let Some(e) = sampler::configured_error() {
+        out.push(Warning::new(
+            WarningKind::InvalidSampling,
+            format!("Tracked configured with an invalid sampling ({e}): the default is used"),
+        ));
+    }
+    out
+}
+
+/// Sites without stacks, and stacks lost to a full table.
+pub(super) fn sites(s: &Sites) -> Vec<Warning> {
+    let mut out = Vec::new();
+    if !s.frame_pointers && s.samples > 0 {
+        out.push(Warning::new(
+            WarningKind::NoFramePointers,
+            "allocation sites have no stacks: build with RUSTFLAGS=\"-C force-frame-pointers=yes\"",
+        ));
+    }
+    if s.dropped_stacks > 0 {
+        out.push(Warning::new(
+            WarningKind::DroppedSites,
+            format!(
+                "{} sampled stacks found the site table full and count as \"no stack\" (raise the mean with \
+                 frag::set_sampling)",
+                s.dropped_stacks
+            ),
+        ));
+    }
+    out
+}
