@@ -1,4 +1,5 @@
-//! Atomics and cache padding used by the shard pool and the side tables.
+//! Atomics and cache padding: for the counters' shards, the sampler's side table and page buckets,
+//! and the origin and site tallies.
 //!
 //! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
 //! slot registry and the sampler's side table) take their atomics, and the two macros below, from

@@ -63,6 +63,11 @@ const MARKS_ONLY: usize = 1 << (usize::BITS - 1);
 /// Live sampled blocks by page bucket.
 static BUCKETS: Buckets<FILTER_BUCKETS, PAGE_BUCKETS> = Buckets::new();
 
+// The figures `buckets` states: a 1 KiB filter and 16 KiB of page counters, and no more sampled blocks
+// live at once (the side table's capacity, 16,384) than a page counter's `u16` holds.
+const _: () = assert!(size_of::<Buckets<FILTER_BUCKETS, PAGE_BUCKETS>>() == (1 + 16) << 10);
+const _: () = assert!(super::table::CAPACITY == 16_384 && super::table::CAPACITY <= u16::MAX as usize);
+
 #[inline(always)]
 fn page(ptr: *mut u8) -> usize {
     (ptr as usize) / MARK_ALIGN

@@ -265,6 +265,14 @@ mod tests {
         }
     }
 
+    /// The memory the module documentation states: 48 B per entry plus a filter byte, about 784 KiB.
+    #[test]
+    fn table_size_is_as_documented() {
+        assert_eq!(size_of::<Slot>(), 48);
+        assert_eq!(size_of::<Table>() / CAPACITY, 49);
+        assert_eq!(size_of::<Table>() >> 10, 784);
+    }
+
     #[test]
     fn entries_round_trip() {
         let e = SampledBlock {
