@@ -175,7 +175,7 @@ use imp::find_stack_top;
 
 std::thread_local! {
     /// The top of this thread's stack: 0 until looked up, 1 when it cannot be known. Follows the
-    /// thread-local rules of `guard` (const-initialised, no `Drop`, read with `try_with`).
+    /// thread-local rules of `reentry` (const-initialised, no `Drop`, read with `try_with`).
     static STACK_TOP: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 

@@ -1,5 +1,5 @@
 //! The calling thread's state as the shard pool sees it: its slot word, and the shard its fast path
-//! writes to. Both thread-locals follow the rules of `guard`.
+//! writes to. Both thread-locals follow the rules of `reentry`.
 
 use core::cell::Cell;
 

@@ -11,7 +11,7 @@
 //! - recording never allocates, never takes a lock, never panics: counters are plain stores to the
 //!   thread's own shard (`stats::shard`), or atomic adds to the shared overflow shard; the side tables
 //!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
-//! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`guard`);
+//! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`reentry`);
 //! - anything that may allocate ([`report()`](crate::report), formatting, symbolization) runs outside
 //!   these methods, under the reentrancy guard (`reentry::ReportGuard`).
 //!
