@@ -6,6 +6,8 @@
 
 use core::time::Duration;
 
+use crate::format::Bytes;
+
 /// Thresholds of a [`Watch`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -132,6 +134,35 @@ pub enum Alert {
         /// Consecutive samples above the threshold.
         samples: usize,
     },
+}
+
+/// The alert in one sentence, with what it means and where to look, as the publisher logs it.
+impl core::fmt::Display for Alert {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::StairStep { rss_from, rss_to, allocated_from, allocated_to } => write!(
+                f,
+                "resident memory stepped up from {} to {} while live data went from {} to {}: fragmentation, not \
+                 a leak (see frag::report() size classes and origin)",
+                Bytes(rss_from),
+                Bytes(rss_to),
+                Bytes(allocated_from),
+                Bytes(allocated_to)
+            ),
+            Self::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => write!(
+                f,
+                "resident memory rose from {} to {} with live data, from {} to {}: the program's own data grew \
+                 (a leak or real growth), not fragmentation (see frag::report() live_data)",
+                Bytes(rss_from),
+                Bytes(rss_to),
+                Bytes(allocated_from),
+                Bytes(allocated_to)
+            ),
+            Self::HighFragmentation { ratio, samples } => {
+                write!(f, "fragmentation ratio {ratio:.2} for {samples} consecutive reports")
+            }
+        }
+    }
 }
 
 /// A rise being watched: where it started and its lowest point since.

@@ -32,7 +32,7 @@ static STATUS: AtomicU8 = AtomicU8::new(0);
 ///
 /// One binary can then compare allocators without a rebuild, in a benchmark or a production canary.
 /// An unset or empty variable means the default backend; an unknown name, or a backend whose feature
-/// is not compiled in, also falls back to the default, and [`report()`](crate::report) says so in its
+/// is not compiled in, also falls back to the default, and `frag::report()` says so in its
 /// warnings. Each call costs one relaxed load and a predictable branch over the fixed backend
 /// (`benches/overhead.rs`, group `select`).
 ///

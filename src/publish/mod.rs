@@ -13,7 +13,6 @@ use metrics::{Label, SharedString};
 
 use self::names::{MetricKind, Names};
 use crate::backend::WrappedBackend;
-use crate::format::Bytes;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
 
@@ -231,40 +230,22 @@ impl Publisher {
         let backend = report.backend.map_or("none", WrappedBackend::name);
         for alert in &alerts {
             match *alert {
-                Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
+                Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to }
+                | Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
                     target: "frag",
                     rss_from,
                     rss_to,
                     allocated_from,
                     allocated_to,
                     backend = %backend,
-                    "resident memory stepped up from {} to {} while live data went from {} to {}: \
-                     fragmentation, not a leak (see frag::report() size classes and origin)",
-                    Bytes(rss_from),
-                    Bytes(rss_to),
-                    Bytes(allocated_from),
-                    Bytes(allocated_to)
-                ),
-                Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
-                    target: "frag",
-                    rss_from,
-                    rss_to,
-                    allocated_from,
-                    allocated_to,
-                    backend = %backend,
-                    "resident memory rose from {} to {} with live data, from {} to {}: the program's \
-                     own data grew (a leak or real growth), not fragmentation (see frag::report() live_data)",
-                    Bytes(rss_from),
-                    Bytes(rss_to),
-                    Bytes(allocated_from),
-                    Bytes(allocated_to)
+                    "{alert}"
                 ),
                 Alert::HighFragmentation { ratio, samples } => tracing::warn!(
                     target: "frag",
                     ratio,
                     samples,
                     inputs = %report.fragmentation.ratio_inputs,
-                    "fragmentation ratio {ratio:.2} for {samples} consecutive reports"
+                    "{alert}"
                 ),
             }
         }

@@ -6,7 +6,7 @@
 //! here allocates or locks on the allocation path.
 //!
 //! Read the sites through [`Report::sites`](crate::Report::sites) (the top sites by bytes in use,
-//! with their leaf frames) or as a pprof heap profile ([`crate::profile::heap_pprof`]).
+//! with their leaf frames) or as a pprof heap profile (`frag::profile::heap_pprof`).
 
 pub(crate) mod read;
 pub(crate) mod symbols;

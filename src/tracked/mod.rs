@@ -12,7 +12,7 @@
 //!   thread's own shard (`stats::shard`), or atomic adds to the shared overflow shard; the side tables
 //!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
 //! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`reentry`);
-//! - anything that may allocate ([`report()`](crate::report), formatting, symbolization) runs outside
+//! - anything that may allocate (`frag::report()`, formatting, symbolization) runs outside
 //!   these methods, under the reentrancy guard (`reentry::ReportGuard`).
 //!
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
@@ -71,7 +71,7 @@ use crate::stats::shard::{Owner, Shard};
 ///
 /// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
 /// `snmalloc_rs::SnMalloc`, or your own. The figures are process-wide: read them with
-/// [`report()`](crate::report) or [`totals()`](crate::totals).
+/// `frag::report()` or [`totals()`](crate::totals).
 ///
 /// The tier is part of the type, so each build has one code path:
 /// - [`Sampled`] (the default), for production: the allocation path holds only the sampler (a

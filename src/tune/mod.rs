@@ -3,7 +3,7 @@
 //!
 //! Fragmentation is usually fixed by tuning, and the right knob depends on the workload: a smaller
 //! jemalloc thread cache can cut a 32 KiB single-sender channel's time by more than half and make
-//! single-threaded allocation of the same sizes twice as slow. Measure with [`report()`](crate::report)
+//! single-threaded allocation of the same sizes twice as slow. Measure with `frag::report()`
 //! before and after.
 //!
 //! Each backend has its own module; [`release_free_memory`] and [`set_purge_delay`] work on whichever
@@ -16,6 +16,8 @@
 //! `jemalloc_conf!` macro for jemalloc (feature `jemalloc`), environment variables for the others.
 //! [`check`] finds environment variables the wrapped allocator ignores.
 
+#[cfg(feature = "jemalloc")]
+mod jemalloc_conf;
 mod traps;
 
 #[cfg(feature = "jemalloc")]

@@ -7,7 +7,7 @@ use crate::backend::registry::WrappedBackend;
 
 /// Why a tuning call did not do what was asked.
 ///
-/// Nothing in [`tune`](crate::tune) panics on bad input: every refusal is one of these, with enough
+/// Nothing in `frag::tune` panics on bad input: every refusal is one of these, with enough
 /// detail to act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -137,7 +137,7 @@ impl fmt::Display for EnvReader {
 /// or that are misspelt, jemalloc options it rejected or adjusted, and transparent huge pages set
 /// to `always`.
 ///
-/// [`report()`](crate::report) checks once, the first time it runs, includes what it found in its
+/// `frag::report()` checks once, the first time it runs, includes what it found in its
 /// warnings and findings from then on, and emits each as a `tracing` warning; this function looks
 /// again every time it is called.
 ///

@@ -8,12 +8,12 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
 use crate::model;
-use crate::table::{Entry, Table};
+use crate::table::{SampledBlock, Table};
 
 type Small = Table<4>;
 
-fn entry(tid: u32, size: u64) -> Entry {
-    Entry {
+fn entry(tid: u32, size: u64) -> SampledBlock {
+    SampledBlock {
         tid,
         slot: Some((tid as u16, 1)),
         size,

@@ -310,7 +310,7 @@ pub fn decay_all() -> Result<Purged, TuneError> {
     purge_arenas(all_arenas!("arena", "decay"))
 }
 
-/// What [`frag::tune::release_free_memory`](crate::tune::release_free_memory) does on jemalloc: flushes
+/// What `frag::tune::release_free_memory` does on jemalloc: flushes
 /// the calling thread's cache and purges every arena, with the process's RSS around it.
 pub(crate) fn release_free_memory() -> Result<Released, TuneError> {
     require()?;
