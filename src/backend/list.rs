@@ -4,34 +4,35 @@
 //! that `Select`, the allocation path, the report and tuning use to reach a backend's
 //! [`KnownAllocator`](super::interface::KnownAllocator) implementation.
 //!
-//! Adding a backend: a file implementing `KnownAllocator` for its allocator type, one line here, and
-//! a cargo feature. Every backend is named here even when its feature is off, so that
+//! Adding a backend: a file implementing `KnownAllocator` for its allocator type, one line here (which
+//! also declares the file's module), and a cargo feature. Every backend is named here even when its feature is off, so that
 //! `FRAG_ALLOCATOR=mimalloc` in a build without mimalloc is "not compiled in" rather than unknown.
 
 use core::fmt;
 
 /// Calls `$callback!` with the list: `[args]` first, then one entry per backend: doc lines, variant
 /// and code (non-zero, for an atomic where 0 means "not chosen"), the `FRAG_ALLOCATOR` name, the
-/// allocator type, and the `cfg` under which it is compiled in.
+/// allocator type, the module under `backend/` that implements it, and the `cfg` under which it is
+/// compiled in.
 macro_rules! backend_list {
     ($callback:ident!($($args:tt)*)) => {
         $crate::backend::list::$callback! {
             [$($args)*]
             /// `std::alloc::System` (glibc malloc on Linux). `FRAG_ALLOCATOR=system` (or `glibc`).
-            System = 1, "system", std::alloc::System, [all()];
+            System = 1, "system", std::alloc::System, system, [all()];
             /// `tikv_jemallocator::Jemalloc`. `FRAG_ALLOCATOR=jemalloc`.
-            Jemalloc = 2, "jemalloc", tikv_jemallocator::Jemalloc, [feature = "jemalloc"];
+            Jemalloc = 2, "jemalloc", tikv_jemallocator::Jemalloc, jemalloc, [feature = "jemalloc"];
             /// `mimalloc::MiMalloc`. `FRAG_ALLOCATOR=mimalloc`.
-            Mimalloc = 3, "mimalloc", ::mimalloc::MiMalloc, [feature = "mimalloc"];
+            Mimalloc = 3, "mimalloc", ::mimalloc::MiMalloc, mimalloc, [feature = "mimalloc"];
             /// `snmalloc_rs::SnMalloc`. `FRAG_ALLOCATOR=snmalloc`.
-            Snmalloc = 4, "snmalloc", snmalloc_rs::SnMalloc, [feature = "snmalloc"];
+            Snmalloc = 4, "snmalloc", snmalloc_rs::SnMalloc, snmalloc, [feature = "snmalloc"];
         }
     };
 }
 
 /// Generates [`Backend`] from the list.
 macro_rules! define_backend {
-    ([] $($(#[doc = $doc:literal])* $variant:ident = $code:literal, $name:literal, $ty:path, [$($cfg:tt)*];)*) => {
+    ([] $($(#[doc = $doc:literal])* $variant:ident = $code:literal, $name:literal, $ty:path, $module:ident, [$($cfg:tt)*];)*) => {
         /// An allocator this crate knows by type (those compiled in): what [`Select`](crate::Select) can
         /// dispatch to, and what reports and tuning recognise behind a `Tracked`.
         ///
@@ -94,10 +95,20 @@ macro_rules! define_backend {
 
 backend_list!(define_backend!());
 
+/// Declares each backend's module (in `backend/mod.rs`, where it is invoked).
+macro_rules! declare_modules {
+    ([] $($(#[doc = $doc:literal])* $variant:ident = $code:literal, $name:literal, $ty:path, $module:ident, [$($cfg:tt)*];)*) => {
+        $(
+            #[cfg($($cfg)*)]
+            pub(crate) mod $module;
+        )*
+    };
+}
+
 /// Generates the `match` behind [`with_backend!`].
 macro_rules! dispatch_arms {
     ([($backend:expr) $alias:ident ($body:expr)]
-     $($(#[doc = $doc:literal])* $variant:ident = $code:literal, $name:literal, $ty:path, [$($cfg:tt)*];)*) => {
+     $($(#[doc = $doc:literal])* $variant:ident = $code:literal, $name:literal, $ty:path, $module:ident, [$($cfg:tt)*];)*) => {
         match $backend {
             $(
                 #[cfg($($cfg)*)]
@@ -120,7 +131,7 @@ macro_rules! with_backend {
     };
 }
 
-pub(crate) use {backend_list, define_backend, dispatch_arms, with_backend};
+pub(crate) use {backend_list, declare_modules, define_backend, dispatch_arms, with_backend};
 
 impl Backend {
     /// jemalloc when compiled in (the crate's headline backend), else `System`.

@@ -8,21 +8,17 @@
 //! diagnosis and `frag::tune` ask them.
 
 pub(crate) mod interface;
-#[cfg(feature = "jemalloc")]
-pub(crate) mod jemalloc;
 pub(crate) mod knob;
 pub(crate) mod list;
-#[cfg(feature = "mimalloc")]
-pub(crate) mod mimalloc;
 mod probe;
 pub(crate) mod registry;
 pub(crate) mod select;
-#[cfg(feature = "snmalloc")]
-pub(crate) mod snmalloc;
 pub(crate) mod split;
 mod stats;
-pub(crate) mod system;
 pub(crate) mod usable;
+
+// Each backend's module (`system`, `jemalloc`, ...), declared from the one list.
+list::backend_list!(declare_modules!());
 
 pub use list::Backend;
 pub use probe::Probe;
