@@ -10,7 +10,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use super::AllocatorStats;
-use super::knob::{Decay, Released, TuneError, unsupported};
+use super::knob::{Decay, Released, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::HeapSplit;
 use super::usable::{Rule, Usable};
@@ -74,6 +74,14 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// The effective configuration in one line, for logs.
     fn effective_config() -> String {
         "no tunable configuration".to_owned()
+    }
+
+    /// This backend's reading of the environment variable `name`, set to `value`: `None` when it does
+    /// not read it, else the traps it finds in it (none: the variable does what it says). Variables
+    /// of other allocators are `frag::tune::check`'s business, not the backend's.
+    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
+        let _ = (name, value);
+        None
     }
 }
 

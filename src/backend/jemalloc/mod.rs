@@ -7,12 +7,13 @@ use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Released, TuneError};
+use super::knob::{Decay, Released, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::snapshot::ClassUsable;
 
+mod env;
 pub mod knobs;
 
 /// The mallctl name `$prefix.<MALLCTL_ARENAS_ALL>.$leaf`, NUL-terminated, as bytes: jemalloc.h's
@@ -158,5 +159,9 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
 
     fn effective_config() -> String {
         knobs::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
+    }
+
+    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
+        env::env_traps(name, value)
     }
 }

@@ -1,14 +1,17 @@
 //! What every backend's knobs share: the error type, the purge delay, the resident set around a
-//! release, and the check that a knob belongs to the wrapped allocator. The knobs themselves live with
-//! their backend (`system/knobs.rs`, `jemalloc/knobs/`, `mimalloc/knobs.rs`); `frag::tune` is their
-//! public face.
+//! release, configuration traps, and the check that a knob belongs to the wrapped allocator. The
+//! knobs themselves live with their backend (`system/knobs.rs`, `jemalloc/knobs/`,
+//! `mimalloc/knobs.rs`); `frag::tune` is their public face.
 
 mod decay;
 mod error;
+mod trap;
 
 pub(crate) use decay::DECAY_EXPECTED;
 pub use decay::Decay;
 pub use error::TuneError;
+pub(crate) use trap::GLIBC_VARS;
+pub use trap::{EnvReader, Trap};
 
 use super::list::Backend;
 use super::registry::{WrappedBackend, registered};

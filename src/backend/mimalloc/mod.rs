@@ -8,7 +8,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Released, TuneError};
+use super::knob::{Decay, Released, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
@@ -85,5 +85,15 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
 
     fn effective_config() -> String {
         knobs::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+    }
+
+    /// `MIMALLOC_<option>`: an option name the linked mimalloc does not know is misspelt.
+    fn env_traps(name: &str, _: &str) -> Option<Vec<Trap>> {
+        let option = name.strip_prefix("MIMALLOC_")?;
+        Some(if knobs::is_option_name(option) {
+            Vec::new()
+        } else {
+            vec![Trap::MisspeltEnvVar { name: name.to_owned(), did_you_mean: None }]
+        })
     }
 }

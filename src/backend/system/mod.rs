@@ -6,7 +6,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Released, TuneError, unsupported};
+use super::knob::{Decay, EnvReader, Released, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, Usable};
@@ -276,5 +276,9 @@ impl KnownAllocator for std::alloc::System {
 
     fn effective_config() -> String {
         "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned()
+    }
+
+    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
+        (EnvReader::of(name, value) == Some(EnvReader::GlibcMalloc)).then(Vec::new)
     }
 }

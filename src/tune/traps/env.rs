@@ -1,156 +1,29 @@
 //! The traps in the process's environment: allocator variables the wrapped allocator does not read,
-//! misspelt ones, jemalloc options it rejected or adjusted, and the kernel's THP mode.
+//! misspelt ones, what the wrapped allocator finds in its own (jemalloc options it rejected or
+//! adjusted, unknown mimalloc options), and the kernel's THP mode.
 
 use super::{EnvReader, Trap};
-use crate::backend::Backend;
+use crate::backend::interface::KnownAllocator;
+use crate::backend::knob::GLIBC_VARS;
+use crate::backend::list::with_backend;
 use crate::backend::registry::Registration;
-
-const JEMALLOC_VARS: [&str; 2] = ["_RJEM_MALLOC_CONF", "MALLOC_CONF"];
-
-/// glibc's malloc environment variables (the thresholds really end in `_`).
-const GLIBC_VARS: &[&str] = &[
-    "MALLOC_ARENA_MAX",
-    "MALLOC_ARENA_TEST",
-    "MALLOC_TRIM_THRESHOLD_",
-    "MALLOC_TOP_PAD_",
-    "MALLOC_MMAP_THRESHOLD_",
-    "MALLOC_MMAP_MAX_",
-    "MALLOC_PERTURB_",
-    "MALLOC_CHECK_",
-];
 
 /// The traps in an environment, for a given wrapped allocator.
 pub(super) fn env_traps(wrapped: Option<Registration>, vars: &[(String, String)]) -> Vec<Trap> {
     let mut traps = Vec::new();
     let kind = wrapped.and_then(|r| r.backend);
     let backend = wrapped.map(|r| r.wrapped());
-    let is_jemalloc = wraps_jemalloc(kind);
     for (name, value) in vars {
-        if JEMALLOC_VARS.contains(&name.as_str()) {
-            match jemalloc_var() {
-                Some(reads) if is_jemalloc && reads == name => traps.extend(jemalloc_conf_traps(reads, value)),
-                Some(reads) if is_jemalloc => traps.push(Trap::IgnoredEnvVar {
-                    name: name.clone(),
-                    read_by: EnvReader::JemallocOtherPrefix,
-                    backend,
-                    hint: format!("this jemalloc (tikv-jemallocator) reads {reads}"),
-                }),
-                _ => traps.push(Trap::IgnoredEnvVar {
-                    name: name.clone(),
-                    read_by: EnvReader::Jemalloc,
-                    backend,
-                    hint: "configure the wrapped allocator instead (see frag::tune)".to_owned(),
-                }),
-            }
-        } else if let Some(option) = name.strip_prefix("MIMALLOC_") {
-            if wraps_mimalloc(kind) {
-                if !mimalloc_option(option) {
-                    traps.push(Trap::MisspeltEnvVar { name: name.clone(), did_you_mean: None });
-                }
-            } else {
-                traps.push(Trap::IgnoredEnvVar {
-                    name: name.clone(),
-                    read_by: EnvReader::Mimalloc,
-                    backend,
-                    hint: "configure the wrapped allocator instead (see frag::tune)".to_owned(),
-                });
-            }
-        } else if GLIBC_VARS.contains(&name.as_str()) || name == "GLIBC_TUNABLES" && value.contains("glibc.malloc.") {
-            if kind != Some(Backend::System) {
-                traps.push(Trap::IgnoredEnvVar {
-                    name: name.clone(),
-                    read_by: EnvReader::GlibcMalloc,
-                    backend,
-                    hint: "it still applies to C code that calls malloc directly".to_owned(),
-                });
-            }
+        if let Some(own) = kind.and_then(|b| with_backend!(b, A => A::env_traps(name, value))) {
+            traps.extend(own);
+        } else if let Some(read_by) = EnvReader::of(name, value) {
+            let hint = read_by.hint_when_ignored().to_owned();
+            traps.push(Trap::IgnoredEnvVar { name: name.clone(), read_by, backend, hint });
         } else if let Some(right) = GLIBC_VARS.iter().find(|v| v.strip_suffix('_') == Some(name.as_str())) {
             traps.push(Trap::MisspeltEnvVar { name: name.clone(), did_you_mean: Some((*right).to_owned()) });
         }
     }
     traps
-}
-
-/// Whether the wrapped allocator is jemalloc (never in a build without it).
-fn wraps_jemalloc(kind: Option<Backend>) -> bool {
-    #[cfg(feature = "jemalloc")]
-    return kind == Some(Backend::Jemalloc);
-    #[cfg(not(feature = "jemalloc"))]
-    {
-        let _ = kind;
-        false
-    }
-}
-
-/// Whether the wrapped allocator is mimalloc (never in a build without it).
-fn wraps_mimalloc(kind: Option<Backend>) -> bool {
-    #[cfg(feature = "mimalloc")]
-    return kind == Some(Backend::Mimalloc);
-    #[cfg(not(feature = "mimalloc"))]
-    {
-        let _ = kind;
-        false
-    }
-}
-
-#[cfg(feature = "mimalloc")]
-fn mimalloc_option(name: &str) -> bool {
-    crate::backend::mimalloc::knobs::is_option_name(name)
-}
-#[cfg(not(feature = "mimalloc"))]
-fn mimalloc_option(_: &str) -> bool {
-    true
-}
-
-/// The variable the linked jemalloc reads, if jemalloc is compiled in.
-fn jemalloc_var() -> Option<&'static str> {
-    #[cfg(feature = "jemalloc")]
-    return Some(crate::backend::jemalloc::knobs::conf_env_var());
-    #[cfg(not(feature = "jemalloc"))]
-    None
-}
-
-#[cfg(feature = "jemalloc")]
-fn jemalloc_conf_traps(var: &'static str, value: &str) -> Vec<Trap> {
-    use crate::backend::jemalloc::knobs::{JemallocConfig, effective};
-    let (asked, errors) = JemallocConfig::parse_lenient(value);
-    let mut traps: Vec<Trap> = errors
-        .iter()
-        .filter(|e| e.is_invalid_for_jemalloc())
-        .map(|e| Trap::InvalidJemallocConf { var, problem: e.to_string(), fix: e.fix(var) })
-        .collect();
-    if let Ok(used) = effective() {
-        let used = used.opt;
-        macro_rules! compare {
-            ($($field:ident => $key:literal),+) => {$(
-                if let (Some(a), Some(u)) = (asked.$field, used.$field) {
-                    if a != u {
-                        traps.push(Trap::JemallocAdjusted { key: $key, asked: a.to_string(), used: u.to_string() });
-                    }
-                }
-            )+};
-        }
-        compare!(
-            background_thread => "background_thread",
-            max_background_threads => "max_background_threads",
-            dirty_decay => "dirty_decay_ms",
-            muzzy_decay => "muzzy_decay_ms",
-            tcache => "tcache",
-            tcache_max => "tcache_max",
-            narenas => "narenas",
-            retain => "retain",
-            oversize_threshold => "oversize_threshold",
-            percpu_arena => "percpu_arena",
-            thp => "thp",
-            metadata_thp => "metadata_thp",
-            abort_conf => "abort_conf"
-        );
-    }
-    traps
-}
-#[cfg(not(feature = "jemalloc"))]
-fn jemalloc_conf_traps(_: &'static str, _: &str) -> Vec<Trap> {
-    Vec::new()
 }
 
 /// The bracketed mode of `/sys/kernel/mm/transparent_hugepage/enabled` (`always`, `madvise`, `never`).
@@ -168,6 +41,7 @@ fn thp_mode(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
 
     fn known(backend: Backend) -> Registration {
         Registration { backend: Some(backend), type_name: "", probe: None }
