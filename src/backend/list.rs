@@ -1,12 +1,13 @@
 //! The one list of the allocators this crate knows by type. Everything that enumerates backends is
 //! generated from it: the [`Backend`] enum and its names and codes, the type match behind
-//! `backend::kind_of`, the parser of `FRAG_ALLOCATOR`'s names, and `with_backend!`, the static dispatch
-//! that `Select`, the allocation path, the report and tuning use to reach a backend's
-//! [`KnownAllocator`](super::interface::KnownAllocator) implementation.
+//! `backend::backend_of`, the backend modules' declarations, the names `FRAG_ALLOCATOR` knows, and
+//! `with_backend!`, the static dispatch that `Select`, the allocation path, the report and tuning use to
+//! reach a backend's [`KnownAllocator`](super::interface::KnownAllocator) implementation.
 //!
 //! Adding a backend: a file implementing `KnownAllocator` for its allocator type, one line here (which
-//! also declares the file's module), and a cargo feature. Every backend is named here even when its feature is off, so that
-//! `FRAG_ALLOCATOR=mimalloc` in a build without mimalloc is "not compiled in" rather than unknown.
+//! also declares the file's module), and a cargo feature. Every backend is named here even when its
+//! feature is off, so that `FRAG_ALLOCATOR=mimalloc` in a build without mimalloc is "not compiled in"
+//! rather than unknown.
 
 use core::fmt;
 
