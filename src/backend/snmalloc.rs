@@ -10,12 +10,12 @@ use crate::stats::class::{NUM_CLASSES, class_of};
 use crate::stats::snapshot::ClassUsable;
 use crate::sync::{AtomicU64, Ordering};
 
-pub(crate) const USABLE_SOURCE: &str =
+const USABLE_SOURCE: &str =
     "exact: snmalloc usable_size, learnt once per size class (classes are uniform), per block when over-aligned";
 
 /// snmalloc's classes (4 per power of two from 16 B, powers of two for large blocks) are uniform within
 /// ours up to here.
-pub(crate) const UNIFORM_MAX: usize = 64 << 20;
+const UNIFORM_MAX: usize = 64 << 20;
 
 /// Usable size per class, learnt from the first block seen in it (snmalloc has no size-only query).
 static CLASS_USABLE: [AtomicU64; NUM_CLASSES] = [const { AtomicU64::new(0) }; NUM_CLASSES];
@@ -37,7 +37,7 @@ fn class_usable(class: usize) -> Option<u64> {
 }
 
 #[inline]
-pub(crate) fn usable_at(ptr: *mut u8) -> usize {
+fn usable_at(ptr: *mut u8) -> usize {
     snmalloc_rs::SnMalloc.usable_size(ptr).unwrap_or(0)
 }
 

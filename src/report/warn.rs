@@ -4,6 +4,7 @@ use core::fmt;
 
 use super::{Origin, Sites};
 use crate::backend::interface::StatsError;
+use crate::backend::list::EVERY_NAME;
 use crate::backend::registry::registered;
 use crate::backend::select::{self, EnvStatus, SELECT_ENV};
 use crate::format::Bytes;
@@ -91,7 +92,8 @@ pub(super) fn select_fallback() -> Option<Warning> {
     let message = match status {
         EnvStatus::Fine => return None,
         EnvStatus::Unknown => {
-            format!("{SELECT_ENV}={value:?} names no allocator (system, jemalloc, mimalloc, snmalloc): using {used}")
+            let known = EVERY_NAME.join(", ");
+            format!("{SELECT_ENV}={value:?} names no allocator ({known}): using {used}")
         }
         EnvStatus::NotCompiled => {
             format!("{SELECT_ENV}={value:?}: that allocator's feature is not compiled into this build: using {used}")

@@ -25,16 +25,16 @@ macro_rules! all_arenas {
 }
 pub(crate) use all_arenas;
 
-pub(crate) const USABLE_SOURCE: &str = "exact: jemalloc nallocx, once per size class up to 32 KiB (classes are \
+const USABLE_SOURCE: &str = "exact: jemalloc nallocx, once per size class up to 32 KiB (classes are \
     uniform there), per block above (page-granular) and when over-aligned";
 
 /// jemalloc's small classes (8/16/32/48/64, then 4 per power of two) are uniform within ours up to
 /// here. Above, the bundled jemalloc 5.3.1 rounds large requests to whole pages (33,000 B -> 36 KiB),
 /// which splits our classes, so those blocks are accounted one by one.
-pub(crate) const UNIFORM_MAX: usize = 32 << 10;
+const UNIFORM_MAX: usize = 32 << 10;
 
 /// The usable size of every default-aligned request of at most `size` bytes in its class.
-pub(crate) fn class_usable(size: usize) -> usize {
+fn class_usable(size: usize) -> usize {
     usable(Layout::from_size_align(size, 1).unwrap_or(Layout::new::<u8>()))
 }
 
@@ -50,7 +50,7 @@ fn flags(layout: Layout) -> libc::c_int {
 
 /// The usable size jemalloc gives a request of `layout`, without allocating.
 #[inline]
-pub(crate) fn usable(layout: Layout) -> usize {
+fn usable(layout: Layout) -> usize {
     // SAFETY: nallocx has no preconditions beyond a non-zero size; for size 0 it returns 0 or the
     // smallest class, which is harmless here. It allocates nothing and takes no locks.
     let n = unsafe { tikv_jemalloc_sys::nallocx(layout.size(), flags(layout)) };

@@ -15,11 +15,11 @@ use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
 
 pub mod knobs;
 
-pub(crate) const USABLE_SOURCE: &str = "exact: mi_usable_size per block (mimalloc's aligned entry point \
+const USABLE_SOURCE: &str = "exact: mi_usable_size per block (mimalloc's aligned entry point \
     over-allocates when a page's free list is empty, so usable size is not a function of the request)";
 
 #[inline]
-pub(crate) fn usable_at(ptr: *mut u8) -> usize {
+fn usable_at(ptr: *mut u8) -> usize {
     // SAFETY: called with a live block mimalloc handed out (the caller guarantees it).
     unsafe { libmimalloc_sys::mi_usable_size(ptr.cast()) }
 }
