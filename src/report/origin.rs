@@ -50,6 +50,9 @@ pub(super) fn section(
     thread: &dyn Fn(u64) -> ThreadFacts,
 ) -> Option<Origin> {
     let sampling = sampler::sampling();
+    // Frees first: a block is counted as sampled before it can be freed, so read in this order the
+    // frees are not more than the blocks, whatever the report itself allocates and frees meanwhile.
+    let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
     let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
     if sampling == Sampling::Off && sampled_blocks == 0 {
         return None;
@@ -98,7 +101,6 @@ pub(super) fn section(
     // The cross-thread part first: it is what the section is about, and the ratio (from the
     // unclamped estimates) stays as estimated.
     let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
-    let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
     let enough = sampled_frees as f64 >= MIN_SAMPLES_INTERVAL;
     let frees_interval =
         enough.then(|| count_interval(frees_w, all.local_w2.saturating_add(all.remote_w2), exact_frees));
