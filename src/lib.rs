@@ -99,6 +99,7 @@ mod origin;
 mod process;
 pub mod profile;
 mod publish;
+pub mod reclaim;
 mod reentry;
 mod report;
 mod sampler;

@@ -218,7 +218,7 @@ pub(crate) fn page_size() -> u64 {
 
 /// Resident and anonymous resident bytes from `/proc/self/statm` (`resident` and `resident − shared`,
 /// where `shared` counts file-backed and shared-memory pages).
-fn statm() -> Option<(u64, u64)> {
+pub(crate) fn statm() -> Option<(u64, u64)> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let mut fields = statm.split_whitespace().skip(1).map(str::parse::<u64>);
     let (resident, shared) = (fields.next()?.ok()?, fields.next()?.ok()?);
@@ -237,6 +237,26 @@ fn smaps_pss() -> Option<u64> {
         let kib: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
         Some(kib * 1024)
     })
+}
+
+/// Minor page faults of the whole process so far (`getrusage`).
+pub(crate) fn minor_faults() -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut usage: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: `usage` is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    u64::try_from(usage.ru_minflt).unwrap_or(0)
+}
+
+/// CPU time (user and system) the calling thread has used so far.
+pub(crate) fn thread_cpu_time() -> core::time::Duration {
+    // SAFETY: an all-zero timespec is valid; clock_gettime fills it.
+    let mut t: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: `t` is a valid out-pointer; the clock id is a constant the kernel knows.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return core::time::Duration::ZERO;
+    }
+    core::time::Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
 }
 
 /// The kernel's current name of thread `tid` of this process, or `None` if it no longer exists.

@@ -17,6 +17,8 @@ const LAYERS: &[&str] = &[
     "backend", "tracked",
     // What reads the counters and the allocator: tuning, the report (with its diagnosis), outputs.
     "tune", "report", "profile", "watch", "publish",
+    // What acts on the allocator on its own, publishing as the publisher does.
+    "reclaim",
 ];
 
 fn rank(module: &str) -> Option<usize> {

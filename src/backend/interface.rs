@@ -10,7 +10,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use super::AllocatorStats;
-use super::knob::{Decay, Released, Trap, TuneError, unsupported};
+use super::knob::{Decay, Method, Released, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::HeapSplit;
 use super::usable::{Rule, Usable};
@@ -23,6 +23,9 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
 
     /// The allocator value `Select` forwards to (every known backend is a unit struct).
     const VALUE: Self;
+
+    /// Whether [`reclaim`](Self::reclaim) returns memory (else it says the backend cannot).
+    const RECLAIMS: bool = false;
 
     /// How usable sizes are obtained, in words, for the report's `usable_source`.
     const USABLE_SOURCE: &'static str;
@@ -63,6 +66,15 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// Returns free memory to the OS now.
     fn release_free_memory() -> Result<Released, TuneError> {
         Err(unsupported(Self::BACKEND, "release_free_memory", "it returns memory to the OS on its own schedule"))
+    }
+
+    /// The reclaimer's action: returns free memory to the OS, leaving about `keep` bytes of it
+    /// resident for reuse. A backend that works in steps calls `more` before each step after the
+    /// first and stops when it returns `false` (the reclaimer's budget is spent). Never called on
+    /// the allocation path.
+    fn reclaim(keep: u64, more: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
+        let _ = (keep, more);
+        Err(unsupported(Self::BACKEND, "reclaim", "it returns memory to the OS on its own schedule"))
     }
 
     /// Sets how long freed pages stay resident before the backend returns them.

@@ -2,7 +2,7 @@
 //! task of your own. Never called from the allocator; a library never installs a recorder (with none
 //! installed, every emission is a no-op).
 
-mod names;
+pub(crate) mod names;
 mod samples;
 
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -16,14 +16,20 @@ use crate::backend::WrappedBackend;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
 
+/// The metrics the publisher emits (the reclaimer emits the others).
+fn publisher_metric(m: names::Metric) -> bool {
+    !names::of_reclaimer(m)
+}
+
 fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) {
     for s in samples::samples(report, threads) {
         let name = names.get(s.metric);
         let mut labels = base.to_vec();
         labels.extend(s.labels.into_iter().map(|(k, v)| Label::new(k, v)));
         match names::kind_of(s.metric) {
-            MetricKind::Gauge => metrics::gauge!(name, labels).set(s.value),
+            MetricKind::Gauge | MetricKind::Total => metrics::gauge!(name, labels).set(s.value),
             MetricKind::Counter => metrics::counter!(name, labels).absolute(s.value as u64),
+            MetricKind::Histogram => metrics::histogram!(name, labels).record(s.value),
         }
     }
 }
@@ -48,7 +54,7 @@ pub fn publish(report: &Report) {
     static NAMES: OnceLock<Names> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         let names = Names::new(Publisher::DEFAULT_PREFIX);
-        names.describe();
+        names.describe(publisher_metric);
         names
     });
     emit(names, &[], report, None);
@@ -188,7 +194,11 @@ impl Publisher {
     /// [`per_thread`](Self::per_thread).
     #[must_use]
     pub fn metric_names(&self) -> Vec<String> {
-        names::TABLE.iter().map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix)).collect()
+        names::TABLE
+            .iter()
+            .filter(|(m, ..)| publisher_metric(*m))
+            .map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix))
+            .collect()
     }
 
     /// Takes a report, publishes it and raises alerts; returns the report. For calling from a task
@@ -219,7 +229,7 @@ impl Publisher {
         }
         let names = self.names.get_or_insert_with(|| {
             let names = Names::new(&self.prefix);
-            names.describe();
+            names.describe(publisher_metric);
             names
         });
         emit(names, &self.labels, report, self.threads);

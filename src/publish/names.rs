@@ -2,11 +2,15 @@
 
 use metrics::{SharedString, Unit};
 
-/// Whether a metric is a gauge or a counter (set with `absolute`: the crate keeps the totals).
+/// Whether a metric is a gauge, a counter (set with `absolute`: the crate keeps the totals), a
+/// histogram, or a total in fractional units (seconds), which the facade's integer counters cannot
+/// hold: published as a gauge that only grows, so `rate()` applies as to a counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MetricKind {
     Gauge,
     Counter,
+    Histogram,
+    Total,
 }
 
 macro_rules! metrics_table {
@@ -61,6 +65,14 @@ metrics_table! {
     FindingBytes: Gauge, "finding_bytes", Unit::Bytes, "Resident bytes each kind of finding explains now (0 when not raised); for reclaimable, what its remedy would release";
     FindingsWarn: Gauge, "findings_warn", Unit::Count, "Findings of severity warn now, configuration traps included";
     ThreadFreedElsewhere: Gauge, "thread_freed_elsewhere", Unit::Count, "Blocks these threads allocated that others freed (estimated)";
+    ReclaimedBytes: Counter, "reclaimed_bytes_total", Unit::Bytes, "Resident bytes the reclaimer's actions released (process RSS before minus after each action)";
+    ReclaimPredicted: Counter, "reclaim_predicted_bytes_total", Unit::Bytes, "Bytes the diagnosis predicted the reclaimer's actions would release (estimated)";
+    ReclaimSeconds: Total, "reclaim_seconds_total", Unit::Seconds, "CPU seconds the reclaimer's thread spent, polls and actions (a gauge that only grows)";
+    ReclaimActions: Counter, "reclaim_actions_total", Unit::Count, "Reclaimer actions (label method: trim, purge, decay, decay+purge, collect)";
+    ReclaimSkipped: Counter, "reclaim_skipped_total", Unit::Count, "Reclaimer rounds without an action (label reason: busy, settling, small, interval, budget, not_split, failed)";
+    ReclaimReleaseRatio: Histogram, "reclaim_release_ratio", Unit::Count, "Per action: bytes released over bytes predicted (1 is a perfect prediction)";
+    ReclaimRefaultBytes: Counter, "reclaim_refault_bytes_total", Unit::Bytes, "RSS regained within the refault window after actions, up to what each released (estimated)";
+    ReclaimRefaultFaults: Counter, "reclaim_refault_minor_faults_total", Unit::Count, "Minor page faults of the process within the refault window after actions";
 }
 
 /// The full names for one prefix, built once and shared (cloning a name is a reference count).
@@ -82,16 +94,22 @@ impl Names {
         self.names[m as usize].clone()
     }
 
-    /// Describes every metric to the current recorder.
-    pub(crate) fn describe(&self) {
-        for (m, kind, _, unit, help) in TABLE {
+    /// Describes the metrics `which` selects to the current recorder.
+    pub(crate) fn describe(&self, which: fn(Metric) -> bool) {
+        for (m, kind, _, unit, help) in TABLE.iter().filter(|(m, ..)| which(*m)) {
             let name = self.get(*m);
             match kind {
-                MetricKind::Gauge => metrics::describe_gauge!(name, *unit, *help),
+                MetricKind::Gauge | MetricKind::Total => metrics::describe_gauge!(name, *unit, *help),
                 MetricKind::Counter => metrics::describe_counter!(name, *unit, *help),
+                MetricKind::Histogram => metrics::describe_histogram!(name, *unit, *help),
             }
         }
     }
+}
+
+/// Whether the reclaimer emits `m` (the publisher emits the others).
+pub(crate) fn of_reclaimer(m: Metric) -> bool {
+    m as usize >= Metric::ReclaimedBytes as usize
 }
 
 pub(crate) fn kind_of(m: Metric) -> MetricKind {
@@ -107,7 +125,8 @@ mod tests {
         for (i, (m, kind, suffix, unit, _)) in TABLE.iter().enumerate() {
             assert_eq!(*m as usize, i);
             assert!(suffix.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{suffix}");
-            assert_eq!(*kind == MetricKind::Counter, suffix.ends_with("_total"), "{suffix}");
+            let total = matches!(kind, MetricKind::Counter | MetricKind::Total);
+            assert_eq!(total, suffix.ends_with("_total"), "{suffix}");
             if *unit == Unit::Bytes {
                 assert!(suffix.ends_with("_bytes") || suffix.ends_with("_bytes_total"), "{suffix}");
             }

@@ -12,6 +12,22 @@ use crate::report::diagnosis::{self, Diagnosis};
 use crate::stats::shard::Totals;
 use crate::stats::snapshot;
 
+/// The diagnosis's breakdown of RSS now, without the rest of a report: the counters' totals, the
+/// wrapped allocator's statistics and `/proc/self/statm`, for a caller that polls (the reclaimer).
+/// `None` without `/proc`; allocator statistics that cannot be read leave the heap not split.
+pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
+    let guard = ReportGuard::enter();
+    let tracked = counters::totals();
+    let reg = registered();
+    let allocator = match (reg, &guard) {
+        (Some(r), Some(_)) => r.stats().ok().flatten(),
+        _ => None,
+    };
+    let (rss, anon) = process::statm()?;
+    let known = reg.map(|r| r.wrapped()).and_then(WrappedBackend::known);
+    Some(diagnosis::split(rss, Some(anon), known, &tracked, allocator.as_ref()))
+}
+
 /// Takes a snapshot of the heap: per-thread counters, size classes, the allocator's own figures, the
 /// process view and the fragmentation ratio.
 ///

@@ -43,6 +43,13 @@ pub fn totals() -> TrackedStats {
     tracked_stats(totals, &classes, registered())
 }
 
+/// Bytes handed out since start (requested bytes of every allocation and reallocation), over every
+/// shard: how busy the heap is, for the reclaimer. Allocation- and lock-free. A slot a new thread
+/// reuses may start over, so a caller takes a drop as no activity.
+pub(crate) fn allocated_bytes_total() -> u64 {
+    all_shards().map(|s| s.totals().allocated_bytes).fold(0, u64::wrapping_add)
+}
+
 /// Every shard that may hold counts: the pool's used slots and the overflow shard.
 fn all_shards() -> impl Iterator<Item = &'static Shard> {
     pool::used_slots().iter().chain(core::iter::once(pool::overflow()))

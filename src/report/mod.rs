@@ -11,7 +11,9 @@ mod ratio;
 mod sites;
 mod warn;
 
+pub(crate) use collect::breakdown;
 pub use collect::report;
+pub(crate) use counters::allocated_bytes_total;
 pub use counters::{size_classes, totals};
 pub use ratio::RatioInputs;
 pub use sites::{SiteRow, Sites};

@@ -7,7 +7,7 @@ use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Released, Trap, TuneError};
+use super::knob::{Decay, Method, Released, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
@@ -89,6 +89,7 @@ fn stats() -> Result<AllocatorStats, StatsError> {
 impl KnownAllocator for tikv_jemallocator::Jemalloc {
     const BACKEND: Backend = Backend::Jemalloc;
     const VALUE: Self = tikv_jemallocator::Jemalloc;
+    const RECLAIMS: bool = true;
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
@@ -151,6 +152,10 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
 
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::release_free_memory()
+    }
+
+    fn reclaim(keep: u64, more: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
+        knobs::reclaim(keep, more)
     }
 
     fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {

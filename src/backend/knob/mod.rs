@@ -5,11 +5,13 @@
 
 mod decay;
 mod error;
+mod method;
 mod trap;
 
 pub(crate) use decay::DECAY_EXPECTED;
 pub use decay::Decay;
 pub use error::TuneError;
+pub use method::Method;
 pub(crate) use trap::GLIBC_VARS;
 pub use trap::{EnvReader, Trap};
 

@@ -287,6 +287,14 @@ pub fn collect(force: bool) -> Result<Released, TuneError> {
     Ok(Released::around(|| unsafe { sys::mi_collect(force) }))
 }
 
+/// The reclaimer's action: `mi_collect(true)`, without the RSS readings around it.
+pub(crate) fn collect_now() -> Result<(), TuneError> {
+    require()?;
+    // SAFETY: mi_collect has no preconditions.
+    unsafe { sys::mi_collect(true) };
+    Ok(())
+}
+
 /// Whether `MIMALLOC_<name>` names an option of the linked mimalloc (for the environment check).
 pub(crate) fn is_option_name(name: &str) -> bool {
     const OTHERS: &[&str] = &[

@@ -8,7 +8,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Released, Trap, TuneError};
+use super::knob::{Decay, Method, Released, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
@@ -39,6 +39,7 @@ fn stats() -> AllocatorStats {
 impl KnownAllocator for ::mimalloc::MiMalloc {
     const BACKEND: Backend = Backend::Mimalloc;
     const VALUE: Self = ::mimalloc::MiMalloc;
+    const RECLAIMS: bool = true;
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
@@ -77,6 +78,11 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
 
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::collect(true)
+    }
+
+    /// mimalloc has nothing to keep by: `mi_collect` returns what it can.
+    fn reclaim(_: u64, _: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
+        knobs::collect_now().map(|()| Method::Collect)
     }
 
     fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {

@@ -10,7 +10,7 @@
 //! middle of every arena.
 
 use crate::backend::Backend;
-use crate::backend::knob::{Released, TuneError, require};
+use crate::backend::knob::{Method, Released, TuneError, require};
 
 const NAME: &str = "glibc";
 
@@ -118,6 +118,15 @@ pub fn trim() -> Result<Released, TuneError> {
     Ok(Released::around(|| unsafe {
         libc::malloc_trim(0);
     }))
+}
+
+/// The reclaimer's action: `malloc_trim(pad)`, leaving `pad` free bytes at the top of the main heap
+/// (the pages it returns from inside arenas are not affected by the pad).
+pub(crate) fn trim_keeping(pad: u64) -> Result<Method, TuneError> {
+    require(Backend::System, NAME)?;
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(usize::try_from(pad).unwrap_or(usize::MAX)) };
+    Ok(Method::Trim { pad })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, EnvReader, Released, Trap, TuneError, unsupported};
+use super::knob::{Decay, EnvReader, Method, Released, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, Usable};
@@ -197,6 +197,7 @@ pub(crate) use other::{USABLE_SOURCE, fast, stats, usable};
 impl KnownAllocator for std::alloc::System {
     const BACKEND: Backend = Backend::System;
     const VALUE: Self = std::alloc::System;
+    const RECLAIMS: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
@@ -264,6 +265,11 @@ impl KnownAllocator for std::alloc::System {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::trim()
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn reclaim(keep: u64, _: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
+        knobs::trim_keeping(keep)
     }
 
     fn set_purge_delay(_: Decay) -> Result<(), TuneError> {

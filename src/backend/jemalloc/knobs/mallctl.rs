@@ -87,36 +87,63 @@ impl Key<*const c_char> {
     }
 }
 
-/// A per-arena key `arena.<i>.<leaf>` of type `T`, resolved to a MIB once.
+/// A per-arena key (`arena.<i>.<leaf>`, `stats.arenas.<i>.<leaf>`) of type `T`, resolved to a MIB
+/// once.
 pub(crate) struct ArenaKey<T> {
     name: &'static [u8],
-    mib: [usize; 3],
+    mib: [usize; 4],
+    len: usize,
+    /// Which MIB component is the arena index (the name's `0` component).
+    index: usize,
     _type: core::marker::PhantomData<T>,
 }
 
-impl<T: Copy> ArenaKey<T> {
-    /// `name` is `arena.0.<leaf>` with its NUL; index 0 is replaced per call.
+impl<T> ArenaKey<T> {
+    /// `name` is the key with `0` for the arena index and its NUL; the index is replaced per call.
     pub(crate) fn new(name: &'static [u8]) -> Result<Self, TuneError> {
-        let mut mib = [0; 3];
-        raw::name_to_mib(name, &mut mib).map_err(|e| failed(name, e))?;
-        Ok(Self { name, mib, _type: core::marker::PhantomData })
+        let parts: Vec<&[u8]> = name.strip_suffix(b"\0").unwrap_or(name).split(|b| *b == b'.').collect();
+        let index = parts.iter().position(|p| *p == b"0");
+        let (Some(index), true) = (index, parts.len() <= 4) else {
+            return Err(TuneError::Mallctl { name: name_of(name), message: "not a per-arena key".to_owned() });
+        };
+        let mut mib = [0; 4];
+        raw::name_to_mib(name, &mut mib[..parts.len()]).map_err(|e| failed(name, e))?;
+        Ok(Self { name, mib, len: parts.len(), index, _type: core::marker::PhantomData })
     }
 
-    fn at(&self, arena: usize) -> [usize; 3] {
+    fn at(&self, arena: usize) -> [usize; 4] {
         let mut mib = self.mib;
-        mib[1] = arena;
+        mib[self.index] = arena;
         mib
     }
+}
 
+impl<T: Copy> ArenaKey<T> {
     pub(crate) fn read(&self, arena: usize) -> Result<T, TuneError> {
         // SAFETY: the MIB names a key of type `T` (see `Key`).
-        unsafe { raw::read_mib::<T>(&self.at(arena)) }.map_err(|e| failed(self.name, e))
+        unsafe { raw::read_mib::<T>(&self.at(arena)[..self.len]) }.map_err(|e| failed(self.name, e))
     }
 
     pub(crate) fn write(&self, arena: usize, value: T) -> Result<(), TuneError> {
         // SAFETY: as for `read`.
-        unsafe { raw::write_mib::<T>(&self.at(arena), value) }.map_err(|e| failed(self.name, e))
+        unsafe { raw::write_mib::<T>(&self.at(arena)[..self.len], value) }.map_err(|e| failed(self.name, e))
     }
+}
+
+impl ArenaKey<()> {
+    /// Runs a per-arena `mallctl` that takes and returns nothing (`arena.<i>.purge`) for `arena`.
+    pub(crate) fn call(&self, arena: usize) -> Result<(), TuneError> {
+        let mib = self.at(arena);
+        let null = core::ptr::null_mut::<core::ffi::c_void>();
+        // SAFETY: the MIB names a void mallctl (see `call`); null pointers with zero length.
+        let rc =
+            unsafe { tikv_jemalloc_sys::mallctlbymib(mib.as_ptr(), self.len, null, core::ptr::null_mut(), null, 0) };
+        if rc == 0 { Ok(()) } else { Err(failed_rc(self.name, rc)) }
+    }
+}
+
+fn failed_rc(name: &[u8], rc: libc::c_int) -> TuneError {
+    TuneError::Mallctl { name: name_of(name), message: std::io::Error::from_raw_os_error(rc).to_string() }
 }
 
 /// Runs a `mallctl` that takes and returns nothing (`arena.<i>.purge`, `thread.tcache.flush`).
@@ -129,11 +156,7 @@ pub(crate) fn call(name: &'static [u8]) -> Result<(), TuneError> {
     // SAFETY: `name` is NUL-terminated; null old/new pointers with zero length are the documented
     // way to invoke a void mallctl.
     let rc = unsafe { tikv_jemalloc_sys::mallctl(name.as_ptr().cast(), null, core::ptr::null_mut(), null, 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(TuneError::Mallctl { name: name_of(name), message: std::io::Error::from_raw_os_error(rc).to_string() })
-    }
+    if rc == 0 { Ok(()) } else { Err(failed_rc(name, rc)) }
 }
 
 #[cfg(test)]

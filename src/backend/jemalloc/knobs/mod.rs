@@ -28,12 +28,14 @@ mod conf;
 mod effective;
 mod mallctl;
 mod parse;
+mod reclaim;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use conf::{CONF_CAPACITY, ConfBytes, JemallocConfig, MetadataThp, PercpuArena, Thp};
 pub use effective::{ArenaDecay, Effective, effective};
 pub use parse::ConfError;
+pub(crate) use reclaim::reclaim;
 
 use self::mallctl::{ArenaKey, Key};
 use super::all_arenas;

@@ -1,0 +1,389 @@
+//! One reclaimer round, over a [`Heap`] it reads and acts on (the live process, or a model in the
+//! tests): the pacing rules of `docs/RECLAIM.md`, in the order they are checked.
+
+use std::time::{Duration, Instant};
+
+use super::pacing::Budget;
+use super::quiet::{Activity, Quiet};
+use super::record::{Action, Refault, Round, Skip, Totals};
+use crate::backend::knob::{Method, TuneError};
+use crate::report::diagnosis::{Breakdown, Part, Source};
+
+/// The quiet window grows at most to this multiple of the configured one after refaults.
+pub(crate) const MAX_BACKOFF: u32 = 8;
+
+/// What a round reads and does.
+pub(crate) trait Heap {
+    /// Requested bytes handed out since start.
+    fn allocated_total(&mut self) -> u64;
+    /// Process RSS.
+    fn rss(&mut self) -> Option<u64>;
+    /// Minor faults of the process so far.
+    fn minor_faults(&mut self) -> u64;
+    /// The diagnosis's breakdown now.
+    fn breakdown(&mut self) -> Option<Breakdown>;
+    /// The backend's action, keeping `keep` bytes, stopping between steps once it has used
+    /// `cpu_limit` of CPU time.
+    fn reclaim(&mut self, keep: u64, cpu_limit: Duration) -> Result<Method, TuneError>;
+    /// CPU time of the calling thread so far.
+    fn cpu(&mut self) -> Duration;
+}
+
+/// The settings, checked by `Reclaimer::check`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Settings {
+    pub(crate) poll: Duration,
+    pub(crate) quiet: Duration,
+    pub(crate) quiet_share: f64,
+    pub(crate) min_bytes: u64,
+    pub(crate) min_share: f64,
+    pub(crate) keep: u64,
+    pub(crate) min_interval: Duration,
+    pub(crate) cpu_share: f64,
+    pub(crate) refault_window: Duration,
+}
+
+/// An action whose refault window is open.
+#[derive(Debug)]
+struct Pending {
+    end: Instant,
+    rss_after: u64,
+    released: u64,
+    faults: u64,
+    max_rss: u64,
+}
+
+/// A round's outcome, and the refault figures of the last action if its window closed in it.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub(crate) round: Round,
+    pub(crate) refault: Option<Refault>,
+}
+
+/// The reclaimer's state across rounds.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    settings: Settings,
+    started: Instant,
+    quiet: Quiet,
+    budget: Budget,
+    last_round: Option<Instant>,
+    last_action: Option<Instant>,
+    backoff: u32,
+    pending: Option<Pending>,
+    pub(crate) totals: Totals,
+}
+
+impl Engine {
+    pub(crate) fn new(settings: Settings, now: Instant) -> Self {
+        Self {
+            budget: Budget::new(settings.cpu_share),
+            settings,
+            started: now,
+            quiet: Quiet::default(),
+            last_round: None,
+            last_action: None,
+            backoff: 1,
+            pending: None,
+            totals: Totals { backoff: 1, ..Totals::default() },
+        }
+    }
+
+    /// How long to wait before the next round.
+    pub(crate) fn wait(&self) -> Duration {
+        self.budget.wait(self.settings.poll)
+    }
+
+    /// One round at `now`.
+    pub(crate) fn round(&mut self, now: Instant, heap: &mut impl Heap) -> Step {
+        let cpu = heap.cpu();
+        if let Some(then) = self.last_round.replace(now) {
+            self.budget.earn(now.saturating_duration_since(then));
+        }
+        let refault = self.follow(now, heap);
+        let round = self.decide(now, heap);
+        let spent = heap.cpu().saturating_sub(cpu);
+        self.budget.spend(spent);
+        let t = &mut self.totals;
+        t.elapsed = now.saturating_duration_since(self.started);
+        t.rounds += 1;
+        t.cpu += spent;
+        t.backoff = self.backoff;
+        match &round {
+            Round::Acted(a) => {
+                t.actions += 1;
+                t.released_bytes += a.released_bytes();
+                t.predicted_bytes += a.predicted_bytes;
+                t.action_cpu += a.cpu;
+            }
+            Round::Skipped(s) => t.skipped.count(s),
+        }
+        Step { round, refault }
+    }
+
+    /// Follows the open refault window: RSS at every round, the verdict when it closes. A release
+    /// that at least half came back within the window doubles the quiet window (up to
+    /// [`MAX_BACKOFF`] times); one that did not halves it back.
+    fn follow(&mut self, now: Instant, heap: &mut impl Heap) -> Option<Refault> {
+        let p = self.pending.as_mut()?;
+        if let Some(rss) = heap.rss() {
+            p.max_rss = p.max_rss.max(rss);
+        }
+        if now < p.end {
+            return None;
+        }
+        let p = self.pending.take()?;
+        let regained = p.max_rss.saturating_sub(p.rss_after).min(p.released);
+        let minor_faults = heap.minor_faults().saturating_sub(p.faults);
+        self.backoff = if p.released > 0 && regained.saturating_mul(2) >= p.released {
+            (self.backoff * 2).min(MAX_BACKOFF)
+        } else {
+            (self.backoff / 2).max(1)
+        };
+        self.totals.refault_bytes += regained;
+        self.totals.refault_minor_faults += minor_faults;
+        Some(Refault { window: self.settings.refault_window, regained_bytes: regained, minor_faults })
+    }
+
+    fn decide(&mut self, now: Instant, heap: &mut impl Heap) -> Round {
+        let s = &self.settings;
+        let window = s.quiet * self.backoff;
+        match self.quiet.observe(now, heap.allocated_total(), s.quiet_share) {
+            Activity::Busy { bytes_per_sec, quiet_below } => {
+                return Round::Skipped(Skip::Busy { bytes_per_sec, quiet_below });
+            }
+            Activity::Quiet(quiet_for) if quiet_for < window => {
+                return Round::Skipped(Skip::Settling { quiet_for, window });
+            }
+            Activity::Quiet(_) => {}
+        }
+        if let Some(last) = self.last_action {
+            let since = now.saturating_duration_since(last);
+            if since < s.min_interval {
+                return Round::Skipped(Skip::Interval { since, min: s.min_interval });
+            }
+        }
+        let Some((available, from, rss)) = heap.breakdown().as_ref().and_then(reclaimable) else {
+            return Round::Skipped(Skip::NotSplit);
+        };
+        let predicted = available.saturating_sub(s.keep);
+        let threshold = s.min_bytes.max((s.min_share * rss as f64) as u64);
+        if predicted < threshold {
+            return Round::Skipped(Skip::Small { predicted, threshold });
+        }
+        if let Some(short_by) = self.budget.short_for(self.budget.expected(predicted)) {
+            return Round::Skipped(Skip::Budget { short_by });
+        }
+        self.act(now, heap, predicted, from)
+    }
+
+    fn act(&mut self, now: Instant, heap: &mut impl Heap, predicted: u64, from: Part) -> Round {
+        let faults = heap.minor_faults();
+        let rss_before = heap.rss().unwrap_or(0);
+        let (wall, cpu) = (Instant::now(), heap.cpu());
+        let method = heap.reclaim(self.settings.keep, self.budget.credit());
+        let (wall, cpu) = (wall.elapsed(), heap.cpu().saturating_sub(cpu));
+        let rss_after = heap.rss().unwrap_or(rss_before);
+        self.last_action = Some(now);
+        let method = match method {
+            Ok(m) => m,
+            Err(e) => return Round::Skipped(Skip::Failed(e)),
+        };
+        let action = Action {
+            at: now.saturating_duration_since(self.started),
+            method,
+            predicted_bytes: predicted,
+            predicted_from: from,
+            rss_before,
+            rss_after,
+            wall,
+            cpu,
+            refault: None,
+        };
+        self.budget.learn(cpu, action.released_bytes());
+        self.pending = Some(Pending {
+            end: now + self.settings.refault_window,
+            rss_after,
+            released: action.released_bytes(),
+            faults,
+            max_rss: rss_after,
+        });
+        Round::Acted(action)
+    }
+}
+
+/// The bytes an action could release, the part they come from, and RSS: the reclaimable part, or
+/// holes (an upper bound) where the backend leaves free pages in them. `None` when neither is split.
+fn reclaimable(b: &Breakdown) -> Option<(u64, Part, u64)> {
+    if b.sources.reclaimable != Source::NotSplit {
+        Some((b.reclaimable_bytes, Part::Reclaimable, b.rss_bytes))
+    } else if b.sources.holes != Source::NotSplit {
+        Some((b.holes_bytes, Part::Holes, b.rss_bytes))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::diagnosis::Sources;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A model heap: what the program allocates, its RSS, what is reclaimable; an action releases it
+    /// all.
+    #[derive(Default)]
+    struct Model {
+        allocated: u64,
+        rss: u64,
+        reclaimable: u64,
+        actions: u32,
+    }
+
+    impl Heap for Model {
+        fn allocated_total(&mut self) -> u64 {
+            self.allocated
+        }
+        fn rss(&mut self) -> Option<u64> {
+            Some(self.rss)
+        }
+        fn minor_faults(&mut self) -> u64 {
+            0
+        }
+        fn breakdown(&mut self) -> Option<Breakdown> {
+            Some(Breakdown {
+                rss_bytes: self.rss,
+                live_bytes: self.rss - self.reclaimable,
+                rounding_bytes: 0,
+                holes_bytes: 0,
+                reclaimable_bytes: self.reclaimable,
+                metadata_bytes: 0,
+                outside_heap_bytes: 0,
+                unexplained_bytes: 0,
+                sources: Sources {
+                    live: Source::Measured,
+                    rounding: Source::Measured,
+                    holes: Source::Measured,
+                    reclaimable: Source::Measured,
+                    metadata: Source::Measured,
+                    outside_heap: Source::Measured,
+                },
+                not_split: Vec::new(),
+            })
+        }
+        fn reclaim(&mut self, _: u64, _: Duration) -> Result<Method, TuneError> {
+            self.rss -= self.reclaimable;
+            self.reclaimable = 0;
+            self.actions += 1;
+            Ok(Method::Collect)
+        }
+        fn cpu(&mut self) -> Duration {
+            Duration::ZERO
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            poll: Duration::from_millis(250),
+            quiet: Duration::from_secs(1),
+            quiet_share: 0.1,
+            min_bytes: 16 * MIB,
+            min_share: 0.1,
+            keep: 0,
+            min_interval: Duration::from_secs(5),
+            cpu_share: 0.01,
+            refault_window: Duration::from_secs(2),
+        }
+    }
+
+    /// Rounds every 250 ms from `from` ms to `to` ms; `busy` says whether the program allocates
+    /// heavily in each; each busy round leaves 50 MiB reclaimable. Returns the times of the actions.
+    fn run(e: &mut Engine, m: &mut Model, t0: Instant, from: u64, to: u64, busy: bool) -> Vec<u64> {
+        let mut acted = Vec::new();
+        for ms in (from..to).step_by(250) {
+            if busy {
+                m.allocated += 512 * MIB;
+                m.rss += 50 * MIB;
+                m.reclaimable += 50 * MIB;
+            } else {
+                m.allocated += MIB / 8;
+            }
+            if let Round::Acted(a) = e.round(t0 + Duration::from_millis(ms), m).round {
+                assert_eq!(a.predicted_bytes, a.released_bytes());
+                acted.push(ms);
+            }
+        }
+        acted
+    }
+
+    /// Bursts of 2 s with 4 s gaps: never an action while busy, one per gap once the heap has been
+    /// quiet for the window, none inside the minimum interval.
+    #[test]
+    fn acts_once_per_gap_after_the_quiet_window_and_never_while_busy() {
+        let t0 = Instant::now();
+        let mut m = Model { rss: 20 * MIB, ..Model::default() };
+        let mut e = Engine::new(settings(), t0);
+        let mut actions = Vec::new();
+        for cycle in 0..5u64 {
+            let start = cycle * 6000;
+            assert!(run(&mut e, &mut m, t0, start, start + 2000, true).is_empty());
+            actions.extend(run(&mut e, &mut m, t0, start + 2000, start + 6000, false));
+        }
+        // The last busy round ends at +1750 ms; quiet counts from there, so the action is at the
+        // first round at least 1 s later.
+        assert_eq!(actions, [2750, 8750, 14750, 20750, 26750]);
+        assert_eq!(e.totals.skipped.busy, 5 * 8);
+        assert_eq!(e.totals.actions, 5);
+    }
+
+    /// Bursts of 1 s every 4 s: each gap's heap is quiet enough 1.75 s into the cycle, but the 5 s
+    /// interval holds the next actions back to 5 s after the previous one.
+    #[test]
+    fn no_action_inside_the_minimum_interval() {
+        let t0 = Instant::now();
+        let mut m = Model { rss: 20 * MIB, ..Model::default() };
+        let mut e = Engine::new(settings(), t0);
+        let mut actions = Vec::new();
+        for cycle in 0..3u64 {
+            let start = cycle * 4000;
+            run(&mut e, &mut m, t0, start, start + 1000, true);
+            actions.extend(run(&mut e, &mut m, t0, start + 1000, start + 4000, false));
+        }
+        assert_eq!(actions, [1750, 6750, 11750]);
+        assert!(e.totals.skipped.interval > 0);
+        for w in actions.windows(2) {
+            assert!(w[1] - w[0] >= 5000);
+        }
+    }
+
+    /// A release that comes back within the refault window doubles the quiet window; a clean one
+    /// halves it back.
+    #[test]
+    fn refaults_lengthen_the_quiet_window() {
+        let t0 = Instant::now();
+        let mut m = Model { rss: 20 * MIB, ..Model::default() };
+        let mut e = Engine::new(settings(), t0);
+        run(&mut e, &mut m, t0, 0, 1000, true);
+        assert_eq!(run(&mut e, &mut m, t0, 1000, 2000, false), [1750]);
+        // Busy again 250 ms later: the release comes back.
+        run(&mut e, &mut m, t0, 2000, 6000, true);
+        assert_eq!(e.totals.backoff, 2);
+        assert!(e.totals.refault_bytes > 0);
+        // Now the quiet window is 2 s: an action 2 s after the burst, not 1 s.
+        assert_eq!(run(&mut e, &mut m, t0, 6000, 10_000, false), [7750]);
+        // Quiet after it: the window halves back.
+        run(&mut e, &mut m, t0, 10_000, 12_000, false);
+        assert_eq!(e.totals.backoff, 1);
+    }
+
+    #[test]
+    fn below_the_threshold_nothing_happens() {
+        let t0 = Instant::now();
+        let mut m = Model { rss: 400 * MIB, reclaimable: 30 * MIB, ..Model::default() };
+        let mut e = Engine::new(settings(), t0);
+        assert!(run(&mut e, &mut m, t0, 0, 5000, false).is_empty());
+        assert!(e.totals.skipped.small > 0);
+        assert_eq!(m.actions, 0);
+    }
+}

@@ -1,0 +1,510 @@
+//! Giving memory back on its own: a paced reclaimer that applies the diagnosis's remedy for
+//! reclaimable pages when the heap has gone quiet.
+//!
+//! Each round (every 250 ms by default) it reads how many bytes the heap handed out since the last
+//! one. While that rate is above a tenth of the busiest rate seen lately the heap is busy and
+//! nothing happens. Once it has been quiet for the quiet window (1 s), at least the minimum interval
+//! (5 s) after the last action, the reclaimer reads the diagnosis's breakdown; if the reclaimable
+//! part, less the bytes to keep, is at least 16 MiB and 10% of RSS, and its CPU budget (1% of one
+//! core) covers the expected cost, it asks the wrapped backend to return it:
+//!
+//! | backend | action |
+//! |---|---|
+//! | glibc (`System`) | `malloc_trim(keep)`: the main heap's top and whole free pages in every arena |
+//! | jemalloc | with bytes to keep, `arena.<all>.decay` first; then `arena.<i>.purge`, largest arena first, until at most `keep` unused bytes remain or the budget is spent |
+//! | mimalloc | `mi_collect(true)` |
+//! | snmalloc | none: it has no call that returns memory, so [`Reclaimer::spawn`] refuses it |
+//!
+//! Every action is measured (process RSS before and after, against the prediction; wall and CPU
+//! time) and followed for a refault window (2 s): if at least half of what it released comes back
+//! in that time, the quiet window doubles (up to 8×), so that memory the program is about to reuse is
+//! not released again and again. The rules in full, with their reasons: `docs/RECLAIM.md`.
+//!
+//! The reclaimer runs on a thread of its own ([`Reclaimer::spawn`]) or from a task you run
+//! ([`Reclaimer::round`]); never on the allocation path. It only calls the allocator `Tracked`
+//! wraps, so it never starts a second one. A child of `fork` starts without it.
+
+mod engine;
+mod live;
+mod pacing;
+mod quiet;
+mod record;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{Label, SharedString};
+
+use self::engine::{Engine, Settings};
+use self::live::Live;
+pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
+pub use crate::backend::knob::Method;
+use crate::backend::knob::TuneError;
+use crate::publish::names::{self, Metric, Names};
+
+/// The most actions kept for [`Reclaimer::actions`].
+const KEPT_ACTIONS: usize = 256;
+
+/// The process that runs a spawned reclaimer, if any (0: none): one per process.
+static RUNNING: AtomicU32 = AtomicU32::new(0);
+
+/// Why a reclaimer cannot run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReclaimError {
+    /// A setting is out of range.
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// The value given, as text.
+        value: String,
+        /// The accepted values.
+        expected: &'static str,
+    },
+    /// No allocator to act on: no `Tracked` installed ([`TuneError::NotInstalled`]), or one that
+    /// cannot return memory on request ([`TuneError::Unsupported`]: snmalloc, a user's allocator).
+    Backend(TuneError),
+    /// A spawned reclaimer is already running in this process.
+    AlreadyRunning,
+    /// The thread could not be spawned.
+    Spawn(std::io::Error),
+}
+
+impl core::fmt::Display for ReclaimError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::InvalidSetting { setting, value, expected } => {
+                write!(f, "reclaimer setting {setting} = {value}: expected {expected}")
+            }
+            Self::Backend(e) => write!(f, "the reclaimer has nothing to act on: {e}"),
+            Self::AlreadyRunning => f.write_str("a reclaimer is already running in this process"),
+            Self::Spawn(e) => write!(f, "spawning the reclaimer thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReclaimError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Backend(e) => Some(e),
+            Self::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What a running reclaimer shares with its handle.
+#[derive(Debug, Default)]
+struct Shared {
+    totals: Totals,
+    actions: VecDeque<Action>,
+}
+
+/// A paced reclaimer: a builder, then [`spawn`](Self::spawn) for a thread of its own or
+/// [`round`](Self::round) from a task you already run. See the [module docs](self) for what a round
+/// does; every setting has a default.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// let reclaimer = frag::reclaim::Reclaimer::new().spawn().expect("start the reclaimer");
+/// // ... the service runs; metrics go to the installed `metrics` recorder.
+/// println!("{}", reclaimer.totals());
+/// drop(reclaimer); // stops the thread
+/// ```
+pub struct Reclaimer {
+    settings: Settings,
+    prefix: String,
+    labels: Vec<Label>,
+    engine: Option<Engine>,
+    names: Option<Names>,
+    shared: Arc<Mutex<Shared>>,
+    last_skip: Option<&'static str>,
+}
+
+impl Default for Reclaimer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for Reclaimer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Reclaimer")
+            .field("settings", &self.settings)
+            .field("prefix", &self.prefix)
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reclaimer {
+    /// Default time between rounds.
+    pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
+    /// Default quiet window: how long the heap must be quiet before an action.
+    pub const DEFAULT_QUIET: Duration = Duration::from_secs(1);
+    /// Default quiet share: the heap is quiet while it allocates less than this share of the busiest
+    /// rate seen lately (bytes per second).
+    pub const DEFAULT_QUIET_SHARE: f64 = 0.1;
+    /// Default threshold in bytes.
+    pub const DEFAULT_MIN_BYTES: u64 = 16 << 20;
+    /// Default threshold as a share of RSS.
+    pub const DEFAULT_MIN_SHARE: f64 = 0.1;
+    /// Default minimum interval between actions.
+    pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(5);
+    /// Default CPU budget: a share of one core.
+    pub const DEFAULT_CPU_SHARE: f64 = 0.01;
+    /// Default refault window.
+    pub const DEFAULT_REFAULT_WINDOW: Duration = Duration::from_secs(2);
+
+    /// Every setting at its default; metrics with the prefix `frag_`.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            settings: Settings {
+                poll: Self::DEFAULT_POLL,
+                quiet: Self::DEFAULT_QUIET,
+                quiet_share: Self::DEFAULT_QUIET_SHARE,
+                min_bytes: Self::DEFAULT_MIN_BYTES,
+                min_share: Self::DEFAULT_MIN_SHARE,
+                keep: 0,
+                min_interval: Self::DEFAULT_MIN_INTERVAL,
+                cpu_share: Self::DEFAULT_CPU_SHARE,
+                refault_window: Self::DEFAULT_REFAULT_WINDOW,
+            },
+            prefix: crate::publish::Publisher::DEFAULT_PREFIX.to_owned(),
+            labels: Vec::new(),
+            engine: None,
+            names: None,
+            shared: Arc::default(),
+            last_skip: None,
+        }
+    }
+
+    /// Time between rounds of a spawned reclaimer (10 ms to 1 min).
+    #[must_use]
+    pub fn poll(mut self, every: Duration) -> Self {
+        self.settings.poll = every;
+        self
+    }
+
+    /// How long the heap must be quiet before an action (at most 10 min).
+    #[must_use]
+    pub fn quiet(mut self, window: Duration) -> Self {
+        self.settings.quiet = window;
+        self
+    }
+
+    /// The share of the busiest recent allocation rate below which the heap counts as quiet
+    /// (above 0, at most 1). Below 1 MiB/s it is always quiet.
+    #[must_use]
+    pub fn quiet_share(mut self, share: f64) -> Self {
+        self.settings.quiet_share = share;
+        self
+    }
+
+    /// Acts only when at least `bytes` and `share` of RSS would be released (share 0 to 1).
+    #[must_use]
+    pub fn threshold(mut self, bytes: u64, share: f64) -> Self {
+        self.settings.min_bytes = bytes;
+        self.settings.min_share = share;
+        self
+    }
+
+    /// Free bytes left resident for reuse: glibc's trim pad (the top of the main heap), jemalloc's
+    /// unused pages after the action. Default 0.
+    #[must_use]
+    pub fn keep(mut self, bytes: u64) -> Self {
+        self.settings.keep = bytes;
+        self
+    }
+
+    /// The least time from one action's start to the next's (at most 1 h).
+    #[must_use]
+    pub fn min_interval(mut self, interval: Duration) -> Self {
+        self.settings.min_interval = interval;
+        self
+    }
+
+    /// The most CPU time the reclaimer spends, as a share of one core (above 0, at most 1).
+    #[must_use]
+    pub fn cpu_share(mut self, share: f64) -> Self {
+        self.settings.cpu_share = share;
+        self
+    }
+
+    /// How long after an action RSS is watched for what comes back (at most 10 min).
+    #[must_use]
+    pub fn refault_window(mut self, window: Duration) -> Self {
+        self.settings.refault_window = window;
+        self
+    }
+
+    /// Metric name prefix (default `frag_`, as the publisher's).
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self.names = None;
+        self
+    }
+
+    /// A label added to every series.
+    #[must_use]
+    pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
+        self.labels.push(Label::new(key, value));
+        self
+    }
+
+    /// Every metric name the reclaimer emits, with its prefix.
+    #[must_use]
+    pub fn metric_names(&self) -> Vec<String> {
+        names::TABLE
+            .iter()
+            .filter(|(m, ..)| names::of_reclaimer(*m))
+            .map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix))
+            .collect()
+    }
+
+    /// Checks the settings and that the wrapped allocator can return memory on request.
+    ///
+    /// # Errors
+    ///
+    /// [`ReclaimError::InvalidSetting`]; [`ReclaimError::Backend`] without a `Tracked` allocator,
+    /// or on snmalloc or a user's allocator.
+    pub fn check(&self) -> Result<(), ReclaimError> {
+        check(&self.settings)?;
+        Live::new().map(drop).map_err(ReclaimError::Backend)
+    }
+
+    /// Runs one round now and returns what it did. For a task of your own (it reads `/proc` and
+    /// may act for milliseconds: from async code, prefer `spawn_blocking`). The CPU budget still
+    /// paces the actions; the time between rounds is yours.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check), on the first round.
+    pub fn round(&mut self) -> Result<Round, ReclaimError> {
+        let mut live = Live::new().map_err(ReclaimError::Backend)?;
+        if self.engine.is_none() {
+            check(&self.settings)?;
+        }
+        let engine = self.engine.get_or_insert_with(|| Engine::new(self.settings.clone(), Instant::now()));
+        let step = engine.round(Instant::now(), &mut live);
+        let totals = engine.totals;
+        self.publish(&step.round, step.refault.as_ref(), &totals);
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.totals = totals;
+        if let Some(r) = step.refault {
+            if let Some(last) = shared.actions.back_mut() {
+                last.refault = Some(r);
+            }
+        }
+        if let Round::Acted(a) = &step.round {
+            if shared.actions.len() == KEPT_ACTIONS {
+                shared.actions.pop_front();
+            }
+            shared.actions.push_back(a.clone());
+        }
+        Ok(step.round)
+    }
+
+    /// Everything done so far.
+    #[must_use]
+    pub fn totals(&self) -> Totals {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).totals
+    }
+
+    /// The latest actions (up to 256), oldest first, each with its refault figures once its window
+    /// has passed.
+    #[must_use]
+    pub fn actions(&self) -> Vec<Action> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).actions.iter().cloned().collect()
+    }
+
+    /// Runs the reclaimer on a background thread named `frag-reclaimer`. The returned handle stops
+    /// and joins the thread when dropped. One per process.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); [`ReclaimError::AlreadyRunning`]; [`ReclaimError::Spawn`].
+    pub fn spawn(mut self) -> Result<ReclaimerHandle, ReclaimError> {
+        self.check()?;
+        let pid = std::process::id();
+        let other = RUNNING.load(Ordering::Acquire);
+        // A parent's reclaimer recorded before `fork` runs in the parent only.
+        if other == pid || RUNNING.compare_exchange(other, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Err(ReclaimError::AlreadyRunning);
+        }
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let shared = Arc::clone(&self.shared);
+        let thread = std::thread::Builder::new().name("frag-reclaimer".to_owned()).spawn(move || {
+            let (lock, wake) = &*flag;
+            loop {
+                if let Err(e) = self.round() {
+                    tracing::warn!(target: "frag", error = %e, "frag reclaimer stopped");
+                    return;
+                }
+                let wait = self.engine.as_ref().map_or(Reclaimer::DEFAULT_POLL, Engine::wait);
+                let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                let (stopped, _) =
+                    wake.wait_timeout_while(stopped, wait, |s| !*s).unwrap_or_else(PoisonError::into_inner);
+                if *stopped {
+                    return;
+                }
+            }
+        });
+        match thread {
+            Ok(thread) => Ok(ReclaimerHandle { stop, thread: Some(thread), shared, pid }),
+            Err(e) => {
+                RUNNING.store(0, Ordering::Release);
+                Err(ReclaimError::Spawn(e))
+            }
+        }
+    }
+
+    /// Emits the round's metrics and `tracing` events: every action and refault verdict at debug
+    /// level, a skip when its reason differs from the previous round's, a refusal as a warning.
+    fn publish(&mut self, round: &Round, refault: Option<&Refault>, totals: &Totals) {
+        let names = self.names.get_or_insert_with(|| {
+            let names = Names::new(&self.prefix);
+            names.describe(names::of_reclaimer);
+            names
+        });
+        let labels = |extra: Option<(&'static str, &'static str)>| {
+            let mut l = self.labels.clone();
+            l.extend(extra.map(|(k, v)| Label::new(k, v)));
+            l
+        };
+        metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
+        if let Some(r) = refault {
+            metrics::counter!(names.get(Metric::ReclaimRefaultBytes), labels(None)).increment(r.regained_bytes);
+            metrics::counter!(names.get(Metric::ReclaimRefaultFaults), labels(None)).increment(r.minor_faults);
+            tracing::debug!(
+                target: "frag",
+                regained_bytes = r.regained_bytes,
+                minor_faults = r.minor_faults,
+                backoff = totals.backoff,
+                "frag reclaimer: after the last release, {r}"
+            );
+        }
+        match round {
+            Round::Acted(a) => {
+                self.last_skip = None;
+                let method = labels(Some(("method", a.method.name())));
+                metrics::counter!(names.get(Metric::ReclaimActions), method).increment(1);
+                metrics::counter!(names.get(Metric::ReclaimedBytes), labels(None)).increment(a.released_bytes());
+                metrics::counter!(names.get(Metric::ReclaimPredicted), labels(None)).increment(a.predicted_bytes);
+                if let Some(ratio) = a.release_ratio() {
+                    metrics::histogram!(names.get(Metric::ReclaimReleaseRatio), labels(None)).record(ratio);
+                }
+                tracing::debug!(
+                    target: "frag",
+                    method = a.method.name(),
+                    predicted_bytes = a.predicted_bytes,
+                    released_bytes = a.released_bytes(),
+                    rss_after = a.rss_after,
+                    wall_us = a.wall.as_micros() as u64,
+                    cpu_us = a.cpu.as_micros() as u64,
+                    "frag reclaimer: {a}"
+                );
+            }
+            Round::Skipped(s) => {
+                let reason = labels(Some(("reason", s.name())));
+                metrics::counter!(names.get(Metric::ReclaimSkipped), reason).increment(1);
+                if let Skip::Failed(e) = s {
+                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the backend refused to release memory");
+                } else if self.last_skip != Some(s.name()) {
+                    tracing::debug!(target: "frag", reason = s.name(), "frag reclaimer: no action: {s}");
+                }
+                self.last_skip = Some(s.name());
+            }
+        }
+    }
+}
+
+/// Checks every setting's range.
+fn check(s: &Settings) -> Result<(), ReclaimError> {
+    let invalid = |setting: &'static str, value: String, expected: &'static str| {
+        Err(ReclaimError::InvalidSetting { setting, value, expected })
+    };
+    let share = |v: f64| v > 0.0 && v <= 1.0;
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&s.poll) {
+        return invalid("poll", format!("{:?}", s.poll), "10 ms to 1 min");
+    }
+    if s.quiet > Duration::from_secs(600) {
+        return invalid("quiet", format!("{:?}", s.quiet), "at most 10 min");
+    }
+    if !share(s.quiet_share) {
+        return invalid("quiet_share", s.quiet_share.to_string(), "above 0, at most 1");
+    }
+    if !(0.0..=1.0).contains(&s.min_share) {
+        return invalid("threshold share", s.min_share.to_string(), "0 to 1");
+    }
+    if s.min_interval > Duration::from_secs(3600) {
+        return invalid("min_interval", format!("{:?}", s.min_interval), "at most 1 h");
+    }
+    if !share(s.cpu_share) {
+        return invalid("cpu_share", s.cpu_share.to_string(), "above 0, at most 1");
+    }
+    if s.refault_window > Duration::from_secs(600) {
+        return invalid("refault_window", format!("{:?}", s.refault_window), "at most 10 min");
+    }
+    Ok(())
+}
+
+/// A running reclaimer thread; dropping it stops the thread (after the round in progress).
+#[derive(Debug)]
+pub struct ReclaimerHandle {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Mutex<Shared>>,
+    /// The process that spawned the thread: in a child of `fork` the thread does not exist.
+    pid: u32,
+}
+
+impl ReclaimerHandle {
+    /// Everything done so far.
+    #[must_use]
+    pub fn totals(&self) -> Totals {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).totals
+    }
+
+    /// The latest actions (up to 256), oldest first.
+    #[must_use]
+    pub fn actions(&self) -> Vec<Action> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).actions.iter().cloned().collect()
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        if std::process::id() != self.pid {
+            // A child of fork: the thread was the parent's; only its handle was copied, and the stop
+            // flag's lock may have been held at the fork.
+            core::mem::forget(thread);
+            return;
+        }
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        wake.notify_all();
+        let _ = thread.join();
+        let _ = RUNNING.compare_exchange(self.pid, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl Drop for ReclaimerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
