@@ -68,6 +68,8 @@ fn plans(quick: bool) -> Vec<Plan> {
             add("cross", "work-stealing", b);
         }
         add("channel", "", b);
+        add("bursts", "without", b);
+        add("bursts", "with reclaimer", b);
     }
     #[cfg(feature = "jemalloc")]
     {

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use serde_json::{Value, json};
 
 /// Workloads in the order the tables show them, with a line on what each shows.
-const WORKLOADS: [(&str, &str); 7] = [
+const WORKLOADS: [(&str, &str); 8] = [
     ("alternating", "10,000 blocks alternating 64 B / 4 KiB: freeing the small ones returns nothing"),
     ("server", "async-server pattern: 2-5 buffers of 128 B-16 KiB per iteration, 30% long-lived"),
     ("threads", "4 threads, 5,000 live blocks of 128 B-8 KiB each, replaced at random"),
@@ -16,6 +16,10 @@ const WORKLOADS: [(&str, &str); 7] = [
     ("channel", "messages through a bounded channel between two threads"),
     ("decay", "jemalloc dirty_decay_ms (variant) on a burst of the server pattern"),
     ("brk", "glibc: blocks freed below a live top block, then release_free_memory (malloc_trim)"),
+    (
+        "bursts",
+        "the server pattern in bursts, everything dropped, light activity in the gaps; with and without the reclaimer",
+    ),
 ];
 
 fn rows(run: &Value) -> impl Iterator<Item = &Value> {
@@ -187,6 +191,55 @@ fn timeline_svg(path: &Path, backend: &str, points: &[(f64, f64, f64)]) -> Resul
     Ok(())
 }
 
+type Points = Vec<(f64, f64, f64)>;
+
+fn points(run: &Value) -> Points {
+    run["timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?, p[2].as_f64()?)))
+        .collect()
+}
+
+/// The bursts with and without the reclaimer on one backend: both runs' RSS and the live bytes.
+fn bursts_svg(path: &Path, backend: &str, without: &Points, with: &Points) -> Result<(), Box<dyn std::error::Error>> {
+    let all = || without.iter().chain(with);
+    let x_max = all().map(|p| p.0).fold(0.1, f64::max);
+    let y_max = all().map(|p| p.1.max(p.2)).fold(1.0, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("bursts on {backend}: process RSS without and with the reclaimer"), ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    chart.configure_mesh().x_desc("seconds").y_desc("MiB").draw()?;
+    let lines = [
+        ("RSS without reclaimer", RGBColor(200, 40, 40), without, true),
+        ("RSS with reclaimer", RGBColor(40, 150, 60), with, true),
+        ("tracked live bytes", RGBColor(40, 90, 200), with, false),
+    ];
+    for (label, color, pts, rss) in lines {
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.0, if rss { p.1 } else { p.2 })),
+                color.stroke_width(2),
+            ))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 /// Writes every output file; returns their paths.
 pub fn write_all(
     dir: &Path,
@@ -205,14 +258,19 @@ pub fn write_all(
     files.push(csv_path);
     for run in runs.iter().filter(|r| r["workload"] == "server") {
         let backend = run["backend"].as_str().unwrap_or("unknown");
-        let points: Vec<(f64, f64, f64)> = run["timeline"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?, p[2].as_f64()?)))
-            .collect();
+        let points = points(run);
         let path = dir.join(format!("timeline-{backend}.svg"));
         timeline_svg(&path, backend, &points)?;
+        files.push(path);
+    }
+    let bursts = |backend: &Value, variant: &str| {
+        runs.iter().find(|r| r["workload"] == "bursts" && r["backend"] == *backend && r["variant"] == variant)
+    };
+    for run in runs.iter().filter(|r| r["workload"] == "bursts" && r["variant"] == "without") {
+        let Some(with) = bursts(&run["backend"], "with reclaimer") else { continue };
+        let backend = run["backend"].as_str().unwrap_or("unknown");
+        let path = dir.join(format!("bursts-{backend}.svg"));
+        bursts_svg(&path, backend, &points(run), &points(with))?;
         files.push(path);
     }
     Ok(files)

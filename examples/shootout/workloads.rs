@@ -356,6 +356,117 @@ pub fn brk(scale: Scale) -> Outcome {
     Outcome { rows, timeline: Vec::new() }
 }
 
+/// Process RSS from `/proc/self/statm`, in MiB (allocates a line: negligible next to a burst).
+fn statm_rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(f64::NAN);
+    pages * 4096.0 / MIB
+}
+
+/// One burst of the server pattern: `iterations` iterations, then everything dropped. Returns the
+/// iterations per second and the RSS at the burst's end, before the drop.
+fn burst(iterations: usize, rng: &mut u64) -> (f64, f64) {
+    let window = 20_000;
+    let mut long: Vec<Vec<u8>> = Vec::with_capacity(window);
+    let start = Instant::now();
+    for _ in 0..iterations {
+        let n = 2 + (next(rng) % 4) as usize;
+        let mut short = Vec::with_capacity(n);
+        for _ in 0..n {
+            let buf = touch(vec![1u8; 128 + (next(rng) % (16 * 1024 - 128)) as usize]);
+            if next(rng) % 10 < 3 {
+                if long.len() < window {
+                    long.push(buf);
+                } else {
+                    let k = (next(rng) % window as u64) as usize;
+                    long[k] = buf;
+                }
+            } else {
+                short.push(buf);
+            }
+        }
+        drop(short);
+    }
+    let rate = iterations as f64 / start.elapsed().as_secs_f64();
+    let peak = statm_rss_mib();
+    drop(long);
+    (rate, peak)
+}
+
+/// 8. The server pattern in bursts with idle gaps (light activity), `variant` "without" or "with
+///    reclaimer": per burst its rate, RSS at its end, RSS 2 s after it, and the floor the reclaimer
+///    aims at 2 s after it (live + allocator metadata + outside-heap bytes, from the diagnosis); the
+///    reclaimer's actions and CPU share. The timeline samples RSS every 50 ms from a thread of its own.
+pub fn bursts(scale: Scale, variant: &str) -> Outcome {
+    let with = variant == "with reclaimer";
+    let reclaimer = with.then(|| frag::reclaim::Reclaimer::new().spawn());
+    let mut rows = Vec::new();
+    let reclaimer = match reclaimer {
+        Some(Err(e)) => {
+            rows.push(Row { case: format!("no reclaimer: {e}"), figures: Vec::new() });
+            None
+        }
+        Some(Ok(h)) => Some(h),
+        None => None,
+    };
+    let (bursts, iterations, gap) = scale.pick((4, 400_000, 5_000), (2, 30_000, 2_500));
+    let start = Instant::now();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut points = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                points.push((start.elapsed().as_secs_f64(), statm_rss_mib(), tracked_mib()));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            points
+        })
+    };
+    let mut rng = 0xb0b5_u64;
+    let (baseline, live_before) = (statm_rss_mib(), tracked_mib());
+    for k in 1..=bursts {
+        let (rate, peak) = burst(iterations, &mut rng);
+        let ended = Instant::now();
+        idle(Duration::from_secs(2).saturating_sub(ended.elapsed()));
+        let rss_2s = statm_rss_mib();
+        let floor = baseline + (tracked_mib() - live_before).max(0.0);
+        rows.push(Row {
+            case: format!("burst {k}"),
+            figures: vec![
+                ("iterations_per_s", rate),
+                ("rss_end_mib", peak),
+                ("rss_2s_mib", rss_2s),
+                ("floor_mib", floor),
+                ("rss_over_floor", rss_2s / floor),
+            ],
+        });
+        idle(Duration::from_millis(gap).saturating_sub(ended.elapsed()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let timeline = sampler.join().unwrap_or_default();
+    if let Some(h) = reclaimer {
+        let totals = h.totals();
+        let ratios: Vec<String> =
+            h.actions().iter().filter_map(|a| a.release_ratio()).map(|r| format!("{r:.2}")).collect();
+        eprintln!("  reclaimer: {totals}; released/predicted per action: {}", ratios.join(" "));
+        for a in h.actions() {
+            eprintln!("    {a}");
+        }
+        rows.push(Row {
+            case: "reclaimer".to_owned(),
+            figures: vec![
+                ("actions", totals.actions as f64),
+                ("released_mib", totals.released_bytes as f64 / MIB),
+                ("predicted_mib", totals.predicted_bytes as f64 / MIB),
+                ("cpu_pct_of_core", totals.cpu_share() * 100.0),
+                ("refault_mib", totals.refault_bytes as f64 / MIB),
+            ],
+        });
+    }
+    Outcome { rows, timeline }
+}
+
 /// Runs workload `name` (with `variant`).
 pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
     Some(match name {
@@ -366,6 +477,7 @@ pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
         "channel" => channel(scale, variant),
         "decay" => decay(scale, variant),
         "brk" => brk(scale),
+        "bursts" => bursts(scale, variant),
         _ => return None,
     })
 }

@@ -1,6 +1,8 @@
 //! Test helpers shared by the integration tests (each test file installs its own global allocator).
 #![allow(dead_code)]
 
+pub mod reclaim;
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
