@@ -206,7 +206,8 @@ fn the_grafana_dashboard_queries_only_published_metrics() {
     let emitted: Vec<String> = record(|| drop(publisher.observe(&report))).into_keys().map(|(n, _)| n).collect();
     assert!(emitted.iter().all(|n| names.contains(n)), "{emitted:?}");
     assert!(emitted.iter().any(|n| n == "frag_thread_allocated_bytes"));
-    let published = names;
+    let mut published = names;
+    published.extend(frag::reclaim::Reclaimer::new().metric_names());
     let mut queried = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
@@ -221,4 +222,39 @@ fn the_grafana_dashboard_queries_only_published_metrics() {
     }
     assert!(queried >= 15, "{queried}");
     drop(keep);
+}
+
+/// The reclaimer's series against `/proc`: what its counter says was released is what RSS lost
+/// around the rounds, one action labelled with its method, the first round skipped as busy.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_reclaimer_publishes_what_it_released() {
+    frag::tune::glibc::set(frag::tune::glibc::Mallopt::TrimThreshold(1 << 30)).unwrap();
+    let blocks: Vec<Vec<u8>> = (0..64 * 1024).map(|i| vec![i as u8 | 1; 1000]).collect();
+    let pin = vec![1u8; 1000];
+    drop(blocks);
+    // No quiet window and no threshold: the second round acts.
+    let mut reclaimer = frag::reclaim::Reclaimer::new().quiet(std::time::Duration::ZERO).threshold(0, 0.0);
+    let names = reclaimer.metric_names();
+    let before = common::rss_bytes();
+    let series = record(|| {
+        assert!(matches!(reclaimer.round(), Ok(frag::reclaim::Round::Skipped(frag::reclaim::Skip::Busy { .. }))));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(matches!(reclaimer.round(), Ok(frag::reclaim::Round::Acted(_))));
+    });
+    let released = before.saturating_sub(common::rss_bytes()) as f64;
+    assert!(released > 32.0 * (1 << 20) as f64, "{released}");
+    let (kind, unit, counted) = get(&series, "frag_reclaimed_bytes_total", &[]);
+    assert_eq!((kind, unit), (MetricKind::Counter, Some(Unit::Bytes)));
+    assert!((counted - released).abs() <= 0.1 * released, "counted {counted}, /proc {released}");
+    assert_eq!(get(&series, "frag_reclaim_actions_total", &[("method", "trim")]).2, 1.0);
+    assert_eq!(get(&series, "frag_reclaim_skipped_total", &[("reason", "busy")]).2, 1.0);
+    let (kind, _, seconds) = get(&series, "frag_reclaim_seconds_total", &[]);
+    assert_eq!(kind, MetricKind::Gauge);
+    assert!(seconds > 0.0);
+    assert!(series.contains_key(&("frag_reclaim_release_ratio".to_owned(), Vec::new())));
+    for (name, _) in series.keys() {
+        assert!(names.contains(name), "{name} is not in metric_names()");
+    }
+    assert_eq!(pin[0], 1);
 }

@@ -19,7 +19,9 @@
 //! async-server pattern (timeline pictured); (3) four threads with 5,000 live blocks each; (4)
 //! thread-per-core against work-stealing freeing (5 runs each, median); (5) channel messages of 8 B to 32 KiB, with
 //! jemalloc's `tcache_max` at 16384 and 4096 too; (6) jemalloc's dirty-decay sweep; (7) glibc's
-//! heap pinned by its top block, then trimmed.
+//! heap pinned by its top block, then trimmed; (8) the server pattern in bursts with idle gaps, without
+//! and with the reclaimer (timelines pictured); (9) what a released page costs when it is touched
+//! again.
 
 #[path = "../support/measure.rs"]
 mod measure;
@@ -80,6 +82,7 @@ fn plans(quick: bool) -> Vec<Plan> {
         }
     }
     add("brk", "", Backend::System);
+    add("refault", "", Backend::System);
     v
 }
 

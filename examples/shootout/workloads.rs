@@ -363,9 +363,30 @@ fn statm_rss_mib() -> f64 {
     pages * 4096.0 / MIB
 }
 
+/// The calling thread's CPU time (user + system, seconds) and minor faults (`RUSAGE_THREAD`).
+fn thread_usage() -> (f64, f64) {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(u.ru_utime) + secs(u.ru_stime), u.ru_minflt as f64)
+}
+
+/// Allocator metadata where the backend measures it (jemalloc's `stats.metadata`, glibc's chunk
+/// headers), from the diagnosis, in MiB; 0 where it does not.
+fn metadata_mib() -> f64 {
+    let r = frag::report();
+    r.diagnosis
+        .filter(|d| d.breakdown.sources.metadata != frag::diagnosis::Source::NotSplit)
+        .map_or(0.0, |d| d.breakdown.metadata_bytes as f64 / MIB)
+}
+
 /// One burst of the server pattern: `iterations` iterations, then everything dropped. Returns the
-/// iterations per second and the RSS at the burst's end, before the drop.
-fn burst(iterations: usize, rng: &mut u64) -> (f64, f64) {
+/// iterations per second, the RSS at the burst's end (before the drop), and the thread's CPU
+/// milliseconds and minor faults per 1,000 iterations.
+fn burst(iterations: usize, rng: &mut u64) -> (f64, f64, f64, f64) {
+    let (cpu, faults) = thread_usage();
     let window = 20_000;
     let mut long: Vec<Vec<u8>> = Vec::with_capacity(window);
     let start = Instant::now();
@@ -388,9 +409,11 @@ fn burst(iterations: usize, rng: &mut u64) -> (f64, f64) {
         drop(short);
     }
     let rate = iterations as f64 / start.elapsed().as_secs_f64();
+    let (cpu_after, faults_after) = thread_usage();
     let peak = statm_rss_mib();
     drop(long);
-    (rate, peak)
+    let per_1000 = 1000.0 / iterations as f64;
+    (rate, peak, (cpu_after - cpu) * 1e3 * per_1000, (faults_after - faults) * per_1000)
 }
 
 /// 8. The server pattern in bursts with idle gaps (light activity), `variant` "without" or "with
@@ -399,6 +422,7 @@ fn burst(iterations: usize, rng: &mut u64) -> (f64, f64) {
 ///    reclaimer's actions and CPU share. The timeline samples RSS every 50 ms from a thread of its own.
 pub fn bursts(scale: Scale, variant: &str) -> Outcome {
     let with = variant == "with reclaimer";
+    let origin = Instant::now();
     let reclaimer = with.then(|| frag::reclaim::Reclaimer::new().spawn());
     let mut rows = Vec::new();
     let reclaimer = match reclaimer {
@@ -423,18 +447,40 @@ pub fn bursts(scale: Scale, variant: &str) -> Outcome {
             points
         })
     };
+    // Another thread's allocation latency: one 1 KiB block every 200 µs (5 MiB/s, far below the
+    // bursts' rate, so the heap still counts as quiet in the gaps), timed one by one.
+    // Its buffer is allocated and touched before the baseline, so that filling it does not raise RSS.
+    let mut samples: Vec<(f64, f64)> = vec![(1.0, 1.0); 160_000];
+    samples.clear();
+    let prober = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && samples.len() < samples.capacity() {
+                let t = Instant::now();
+                let block = std::hint::black_box(vec![0u8; 1024]);
+                let ns = t.elapsed().as_nanos() as f64;
+                drop(block);
+                samples.push((t.duration_since(origin).as_secs_f64(), ns));
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            samples
+        })
+    };
     let mut rng = 0xb0b5_u64;
-    let (baseline, live_before) = (statm_rss_mib(), tracked_mib());
+    let (baseline, live_before, metadata_before) = (statm_rss_mib(), tracked_mib(), metadata_mib());
     for k in 1..=bursts {
-        let (rate, peak) = burst(iterations, &mut rng);
+        let (rate, peak, cpu_ms, faults) = burst(iterations, &mut rng);
         let ended = Instant::now();
         idle(Duration::from_secs(2).saturating_sub(ended.elapsed()));
         let rss_2s = statm_rss_mib();
-        let floor = baseline + (tracked_mib() - live_before).max(0.0);
+        let grown = (tracked_mib() - live_before).max(0.0) + (metadata_mib() - metadata_before).max(0.0);
+        let floor = baseline + grown;
         rows.push(Row {
             case: format!("burst {k}"),
             figures: vec![
                 ("iterations_per_s", rate),
+                ("cpu_ms_per_1000", cpu_ms),
+                ("minor_faults_per_1000", faults),
                 ("rss_end_mib", peak),
                 ("rss_2s_mib", rss_2s),
                 ("floor_mib", floor),
@@ -445,7 +491,35 @@ pub fn bursts(scale: Scale, variant: &str) -> Outcome {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let timeline = sampler.join().unwrap_or_default();
+    let latencies = prober.join().unwrap_or_default();
     if let Some(h) = reclaimer {
+        // Allocation latency of the other thread while an action ran (its start and wall time,
+        // widened by 1 ms for the clocks' offset), and otherwise.
+        let actions = h.actions();
+        let during = |t: f64| {
+            actions.iter().any(|a| {
+                let from = a.at.as_secs_f64() - 0.001;
+                t >= from && t <= from + a.wall.as_secs_f64() + 0.002
+            })
+        };
+        let (mut inside, mut outside): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+        for &(t, ns) in &latencies {
+            if during(t) { inside.push(ns) } else { outside.push(ns) }
+        }
+        let pct = |v: &mut Vec<f64>, p: f64| {
+            v.sort_by(f64::total_cmp);
+            v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).map_or(f64::NAN, |x| x / 1000.0)
+        };
+        rows.push(Row {
+            case: "allocation latency, another thread".to_owned(),
+            figures: vec![
+                ("samples_during_actions", inside.len() as f64),
+                ("p99_us_during_actions", pct(&mut inside, 0.99)),
+                ("max_us_during_actions", pct(&mut inside, 1.0)),
+                ("p99_us_otherwise", pct(&mut outside, 0.99)),
+                ("p50_us_otherwise", pct(&mut outside, 0.5)),
+            ],
+        });
         let totals = h.totals();
         let ratios: Vec<String> =
             h.actions().iter().filter_map(|a| a.release_ratio()).map(|r| format!("{r:.2}")).collect();
@@ -467,6 +541,63 @@ pub fn bursts(scale: Scale, variant: &str) -> Outcome {
     Outcome { rows, timeline }
 }
 
+/// 9. What a released page costs when it is used again: 190 MiB (what one burst holds) mapped and
+///    touched, returned with `MADV_DONTNEED` as the allocators do, then touched again, page by page,
+///    timed; five rounds. This is the floor under what any reclaimer that returns a burst's memory
+///    between bursts adds to the next burst.
+pub fn refault(_: Scale) -> Outcome {
+    const BYTES: usize = 190 << 20;
+    // SAFETY: a fresh private anonymous mapping, checked below; unmapped at the end.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Outcome { rows: Vec::new(), timeline: Vec::new() };
+    }
+    let bytes = p.cast::<u8>();
+    let touch_all = |value: u8| {
+        for page in (0..BYTES).step_by(4096) {
+            // SAFETY: `page` is inside the mapping.
+            unsafe { bytes.add(page).write_volatile(value) };
+        }
+    };
+    touch_all(1);
+    let mut rows = Vec::new();
+    for round in 1..=5 {
+        let t = Instant::now();
+        // SAFETY: the whole mapping, which nothing else uses.
+        unsafe { libc::madvise(p, BYTES, libc::MADV_DONTNEED) };
+        let release_ms = t.elapsed().as_secs_f64() * 1e3;
+        let (t, faults) = (Instant::now(), minor_faults());
+        touch_all(2);
+        let refault = t.elapsed().as_secs_f64();
+        let pages = (minor_faults() - faults) as f64;
+        let t = Instant::now();
+        touch_all(3);
+        let resident = t.elapsed().as_secs_f64();
+        rows.push(Row {
+            case: format!("round {round}"),
+            figures: vec![
+                ("release_ms", release_ms),
+                ("refault_ms", refault * 1e3),
+                ("faults", pages),
+                ("us_per_refault", refault * 1e6 / pages.max(1.0)),
+                ("us_per_resident_write", resident * 1e6 / (BYTES / 4096) as f64),
+            ],
+        });
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, BYTES) };
+    Outcome { rows, timeline: Vec::new() }
+}
+
 /// Runs workload `name` (with `variant`).
 pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
     Some(match name {
@@ -478,6 +609,7 @@ pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
         "decay" => decay(scale, variant),
         "brk" => brk(scale),
         "bursts" => bursts(scale, variant),
+        "refault" => refault(scale),
         _ => return None,
     })
 }
