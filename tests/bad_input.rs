@@ -175,3 +175,31 @@ fn knobs_of_other_allocators_are_wrong_backend() {
     // Backend-neutral calls work for glibc.
     assert!(frag::tune::release_free_memory().is_ok());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Every reclaimer setting out of its range is a typed error naming it, NaN and infinities
+    /// included; in range, the settings pass (the backend, glibc here, can reclaim).
+    #[test]
+    fn reclaimer_settings_are_checked(
+        share in prop_oneof![any::<f64>(), -1.0f64..2.0, Just(f64::NAN), Just(f64::INFINITY), Just(0.0), Just(1.0)],
+        poll_ms in prop_oneof![0u64..100, 59_000u64..61_000, any::<u64>()],
+    ) {
+        drop(vec![0u8; 10]);
+        let poll = std::time::Duration::from_millis(poll_ms);
+        let valid_share = share > 0.0 && share <= 1.0;
+        let valid_poll = (10..=60_000).contains(&poll_ms);
+        let r = frag::reclaim::Reclaimer::new().cpu_share(share).poll(poll).check();
+        match r {
+            Ok(()) => prop_assert!(valid_share && valid_poll && cfg!(target_env = "gnu")),
+            Err(frag::reclaim::ReclaimError::InvalidSetting { setting, .. }) => {
+                prop_assert!(!(valid_share && valid_poll));
+                prop_assert!(setting == if valid_poll { "cpu_share" } else { "poll" }, "{setting}");
+            }
+            Err(e) => prop_assert!(false, "{e}"),
+        }
+        let threshold = frag::reclaim::Reclaimer::new().threshold(0, share).check();
+        prop_assert_eq!(threshold.is_ok(), (0.0..=1.0).contains(&share));
+    }
+}

@@ -30,3 +30,21 @@ fn every_call_is_unsupported_or_for_another_backend() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     assert!(matches!(frag::tune::glibc::trim(), Err(TuneError::WrongBackend { .. })));
 }
+
+/// The reclaimer refuses snmalloc with a typed error instead of running a thread that can do nothing.
+#[test]
+fn the_reclaimer_is_refused() {
+    drop(vec![0u8; 100]);
+    let e = frag::reclaim::Reclaimer::new().spawn().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            frag::reclaim::ReclaimError::Backend(TuneError::Unsupported {
+                backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc),
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no call that returns free memory"), "{e}");
+}

@@ -1,12 +1,12 @@
 //! The reference experiments on every backend compiled in, in one command: each workload runs in a
 //! child process per backend (this binary again, with `FRAG_ALLOCATOR` set, so `frag::Select` picks
 //! the allocator), every figure comes from the child's own `frag::report()` and `getrusage`, and the
-//! parent prints comparison tables and writes `results.json`, `results.csv` and one SVG timeline per
-//! backend under `target/shootout/`.
+//! parent prints comparison tables and writes `results.json`, `results.csv` and two SVG timelines per
+//! backend (the server pattern; the bursts without and with the reclaimer) under `target/shootout/`.
 //!
 //! ```sh
-//! cargo run --release --all-features --example shootout            # about 65 s on 2 cores
-//! cargo run --release --all-features --example shootout -- --quick # under a minute
+//! cargo run --release --all-features --example shootout            # about 260 s on 2 cores
+//! cargo run --release --all-features --example shootout -- --quick # about a minute
 //! cargo run --release --all-features --example shootout -- --no-sampling # no sampled (marked) blocks
 //! ```
 //!
