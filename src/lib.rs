@@ -66,6 +66,13 @@
 //! refused. [`tune::check`] finds settings that look applied but are not (`MALLOC_CONF` under
 //! tikv-jemallocator, which reads `_RJEM_MALLOC_CONF`); the report lists them in its warnings.
 //!
+//! ## Giving memory back
+//!
+//! [`reclaim::Reclaimer`] returns free memory to the OS on its own once the heap has gone quiet:
+//! paced to 1% of a core, acting only when the diagnosis predicts enough to release, and measuring
+//! each release against the prediction (`malloc_trim` on glibc, a purge on jemalloc, `mi_collect` on
+//! mimalloc).
+//!
 //! ## The allocation-path contract
 //!
 //! `Tracked` forwards every call with the caller's layout (a sampled block only gets a larger

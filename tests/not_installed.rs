@@ -20,6 +20,10 @@ fn every_answer_says_no_tracked_allocator_is_installed() {
     assert!(matches!(e, TuneError::NotInstalled { .. }), "{e:?}");
     assert!(e.to_string().contains("no Tracked allocator is installed"), "{e}");
 
+    let e = frag::reclaim::Reclaimer::new().spawn().unwrap_err();
+    assert!(matches!(e, frag::reclaim::ReclaimError::Backend(TuneError::NotInstalled { knob: "reclaim" })), "{e:?}");
+    assert!(e.to_string().contains("no Tracked allocator is installed"), "{e}");
+
     let r = frag::report();
     assert_eq!(r.backend, None);
     assert_eq!(r.tracked.allocations, 0, "nothing went through a Tracked allocator");

@@ -43,10 +43,12 @@ fn one_reclaimer_per_process() {
 }
 
 /// A child of `fork` starts without the parent's reclaimer: no such thread, its copy of the handle
-/// drops without waiting for a thread that does not exist, and it may start its own.
+/// drops without waiting for a thread that does not exist, and it may start its own. The publisher's
+/// handle drops the same way.
 #[test]
 fn a_forked_child_starts_without_the_reclaimer() {
     let handle = reclaimer().spawn().expect("starts");
+    let publisher = frag::Publisher::new().spawn().expect("the publisher starts");
     // The thread names itself once it runs.
     let named = std::time::Instant::now() + Duration::from_secs(5);
     while common::reclaim::thread_cpu("frag-reclaimer").is_none() {
@@ -60,6 +62,7 @@ fn a_forked_child_starts_without_the_reclaimer() {
     if pid == 0 {
         let none = common::reclaim::thread_cpu("frag-reclaimer").is_none();
         drop(handle);
+        drop(publisher);
         let own = reclaimer().spawn().map(|h| h.stop()).is_ok();
         // SAFETY: ends the child without running the parent's exit handlers or test harness.
         unsafe { libc::_exit(if none && own { 0 } else { 1 + i32::from(none) }) };
@@ -72,4 +75,5 @@ fn a_forked_child_starts_without_the_reclaimer() {
     // The parent's reclaimer still runs.
     assert!(common::reclaim::thread_cpu("frag-reclaimer").is_some());
     drop(handle);
+    drop(publisher);
 }

@@ -159,29 +159,29 @@ fn csv(runs: &[Value]) -> String {
     out
 }
 
-/// Process RSS and live tracked bytes over the server workload: the stair-step or the sawtooth.
-fn timeline_svg(path: &Path, backend: &str, points: &[(f64, f64, f64)]) -> Result<(), Box<dyn std::error::Error>> {
-    let x_max = points.iter().map(|p| p.0).fold(0.1, f64::max);
-    let y_max = points.iter().map(|p| p.1.max(p.2)).fold(1.0, f64::max) * 1.1;
+/// One line of a timeline: its label, colour and (seconds, MiB) points.
+type Line = (&'static str, RGBColor, Vec<(f64, f64)>);
+
+/// A timeline chart of `lines` (MiB over seconds), legend upper right.
+fn timeline(path: &Path, caption: &str, lines: Vec<Line>) -> Result<(), Box<dyn std::error::Error>> {
+    let all = || lines.iter().flat_map(|l| l.2.iter());
+    let x_max = all().map(|p| p.0).fold(0.1, f64::max);
+    let y_max = all().map(|p| p.1).fold(1.0, f64::max) * 1.1;
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("server pattern on {backend}: process RSS vs live data"), ("sans-serif", 20))
+        .caption(caption, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(56)
         .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
     chart.configure_mesh().x_desc("seconds").y_desc("MiB").draw()?;
-    let red = RGBColor(200, 40, 40);
-    let blue = RGBColor(40, 90, 200);
-    chart
-        .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), red.stroke_width(2)))?
-        .label("process RSS")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.2)), blue.stroke_width(2)))?
-        .label("tracked live bytes")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], blue.stroke_width(2)));
+    for (label, color, points) in lines {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -191,6 +191,10 @@ fn timeline_svg(path: &Path, backend: &str, points: &[(f64, f64, f64)]) -> Resul
     root.present()?;
     Ok(())
 }
+
+const RED: RGBColor = RGBColor(200, 40, 40);
+const GREEN: RGBColor = RGBColor(40, 150, 60);
+const BLUE: RGBColor = RGBColor(40, 90, 200);
 
 type Points = Vec<(f64, f64, f64)>;
 
@@ -203,42 +207,32 @@ fn points(run: &Value) -> Points {
         .collect()
 }
 
+fn rss(points: &Points) -> Vec<(f64, f64)> {
+    points.iter().map(|p| (p.0, p.1)).collect()
+}
+
+fn live(points: &Points) -> Vec<(f64, f64)> {
+    points.iter().map(|p| (p.0, p.2)).collect()
+}
+
+/// Process RSS and live tracked bytes over the server workload: the stair-step or the sawtooth.
+fn timeline_svg(path: &Path, backend: &str, points: &Points) -> Result<(), Box<dyn std::error::Error>> {
+    let caption = format!("server pattern on {backend}: process RSS vs live data");
+    timeline(path, &caption, vec![("process RSS", RED, rss(points)), ("tracked live bytes", BLUE, live(points))])
+}
+
 /// The bursts with and without the reclaimer on one backend: both runs' RSS and the live bytes.
 fn bursts_svg(path: &Path, backend: &str, without: &Points, with: &Points) -> Result<(), Box<dyn std::error::Error>> {
-    let all = || without.iter().chain(with);
-    let x_max = all().map(|p| p.0).fold(0.1, f64::max);
-    let y_max = all().map(|p| p.1.max(p.2)).fold(1.0, f64::max) * 1.1;
-    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("bursts on {backend}: process RSS without and with the reclaimer"), ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
-    chart.configure_mesh().x_desc("seconds").y_desc("MiB").draw()?;
-    let lines = [
-        ("RSS without reclaimer", RGBColor(200, 40, 40), without, true),
-        ("RSS with reclaimer", RGBColor(40, 150, 60), with, true),
-        ("tracked live bytes", RGBColor(40, 90, 200), with, false),
-    ];
-    for (label, color, pts, rss) in lines {
-        chart
-            .draw_series(LineSeries::new(
-                pts.iter().map(|p| (p.0, if rss { p.1 } else { p.2 })),
-                color.stroke_width(2),
-            ))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK)
-        .background_style(WHITE)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    let caption = format!("bursts on {backend}: process RSS without and with the reclaimer");
+    timeline(
+        path,
+        &caption,
+        vec![
+            ("RSS without reclaimer", RED, rss(without)),
+            ("RSS with reclaimer", GREEN, rss(with)),
+            ("tracked live bytes", BLUE, live(with)),
+        ],
+    )
 }
 
 /// Writes every output file; returns their paths.

@@ -4,14 +4,15 @@
 
 pub(crate) mod names;
 mod samples;
+pub(crate) mod worker;
 
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use metrics::{Label, SharedString};
 
 use self::names::{MetricKind, Names};
+use self::worker::Worker;
 use crate::backend::WrappedBackend;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
@@ -269,51 +270,26 @@ impl Publisher {
     ///
     /// The thread could not be spawned.
     pub fn spawn(mut self) -> std::io::Result<PublisherHandle> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new().name("frag-publisher".to_owned()).spawn(move || {
-            let (lock, wake) = &*flag;
-            loop {
-                self.publish_once();
-                let stopped = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (stopped, _) = wake
-                    .wait_timeout_while(stopped, self.interval, |s| !*s)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if *stopped {
-                    return;
-                }
-            }
+        let interval = self.interval;
+        let worker = Worker::spawn("frag-publisher", move || {
+            self.publish_once();
+            Some(interval)
         })?;
-        Ok(PublisherHandle { stop, thread: Some(thread) })
+        Ok(PublisherHandle { worker })
     }
 }
 
 /// A running publisher thread; dropping it stops the thread (after the round in progress, if any).
+/// In a child of `fork`, which starts without the thread, dropping it does nothing.
 #[derive(Debug)]
 pub struct PublisherHandle {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker,
 }
 
 impl PublisherHandle {
     /// Stops the thread and waits for it.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        let (lock, wake) = &*self.stop;
-        *lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        wake.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for PublisherHandle {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.worker.stop();
     }
 }
 

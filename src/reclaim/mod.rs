@@ -32,8 +32,7 @@ mod record;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrics::{Label, SharedString};
@@ -44,6 +43,7 @@ pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
 pub use crate::backend::knob::Method;
 use crate::backend::knob::TuneError;
 use crate::publish::names::{self, Metric, Names};
+use crate::publish::worker::Worker;
 
 /// The most actions kept for [`Reclaimer::actions`].
 const KEPT_ACTIONS: usize = 256;
@@ -341,27 +341,16 @@ impl Reclaimer {
         if other == pid || RUNNING.compare_exchange(other, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Err(ReclaimError::AlreadyRunning);
         }
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let flag = Arc::clone(&stop);
         let shared = Arc::clone(&self.shared);
-        let thread = std::thread::Builder::new().name("frag-reclaimer".to_owned()).spawn(move || {
-            let (lock, wake) = &*flag;
-            loop {
-                if let Err(e) = self.round() {
-                    tracing::warn!(target: "frag", error = %e, "frag reclaimer stopped");
-                    return;
-                }
-                let wait = self.engine.as_ref().map_or(Reclaimer::DEFAULT_POLL, Engine::wait);
-                let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let (stopped, _) =
-                    wake.wait_timeout_while(stopped, wait, |s| !*s).unwrap_or_else(PoisonError::into_inner);
-                if *stopped {
-                    return;
-                }
+        let worker = Worker::spawn("frag-reclaimer", move || match self.round() {
+            Ok(_) => Some(self.engine.as_ref().map_or(Reclaimer::DEFAULT_POLL, Engine::wait)),
+            Err(e) => {
+                tracing::warn!(target: "frag", error = %e, "frag reclaimer stopped");
+                None
             }
         });
-        match thread {
-            Ok(thread) => Ok(ReclaimerHandle { stop, thread: Some(thread), shared, pid }),
+        match worker {
+            Ok(worker) => Ok(ReclaimerHandle { worker, shared }),
             Err(e) => {
                 RUNNING.store(0, Ordering::Release);
                 Err(ReclaimError::Spawn(e))
@@ -459,14 +448,12 @@ fn check(s: &Settings) -> Result<(), ReclaimError> {
     Ok(())
 }
 
-/// A running reclaimer thread; dropping it stops the thread (after the round in progress).
+/// A running reclaimer thread; dropping it stops the thread (after the round in progress). In a
+/// child of `fork`, which starts without the thread, dropping it does nothing.
 #[derive(Debug)]
 pub struct ReclaimerHandle {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker,
     shared: Arc<Mutex<Shared>>,
-    /// The process that spawned the thread: in a child of `fork` the thread does not exist.
-    pid: u32,
 }
 
 impl ReclaimerHandle {
@@ -488,18 +475,9 @@ impl ReclaimerHandle {
     }
 
     fn shutdown(&mut self) {
-        let Some(thread) = self.thread.take() else { return };
-        if std::process::id() != self.pid {
-            // A child of fork: the thread was the parent's; only its handle was copied, and the stop
-            // flag's lock may have been held at the fork.
-            core::mem::forget(thread);
-            return;
-        }
-        let (lock, wake) = &*self.stop;
-        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        wake.notify_all();
-        let _ = thread.join();
-        let _ = RUNNING.compare_exchange(self.pid, 0, Ordering::AcqRel, Ordering::Acquire);
+        self.worker.stop();
+        // In a fork's child this clears the parent's claim from the child's copy, where none runs.
+        let _ = RUNNING.compare_exchange(self.worker.pid(), 0, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
