@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{Label, SharedString};
 
-use self::names::{MetricKind, Names};
+use self::names::{MetricKind, Names, Series};
 use self::worker::Worker;
 use crate::backend::WrappedBackend;
 use crate::report::{Report, report};
@@ -87,12 +87,10 @@ pub fn publish(report: &Report) {
 /// ```
 pub struct Publisher {
     interval: Duration,
-    prefix: String,
-    labels: Vec<Label>,
+    series: Series,
     threads: Option<usize>,
     thread_cap: usize,
     watch: Watch,
-    names: Option<Names>,
     started: Instant,
     announced: bool,
 }
@@ -107,8 +105,7 @@ impl core::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Publisher")
             .field("interval", &self.interval)
-            .field("prefix", &self.prefix)
-            .field("labels", &self.labels)
+            .field("series", &self.series)
             .field("per_thread", &self.threads)
             .field("watch", self.watch.config())
             .finish_non_exhaustive()
@@ -131,12 +128,10 @@ impl Publisher {
     pub fn new() -> Self {
         Self {
             interval: Self::DEFAULT_INTERVAL,
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
-            labels: Vec::new(),
+            series: Series::new(Self::DEFAULT_PREFIX, publisher_metric),
             threads: None,
             thread_cap: Self::DEFAULT_THREAD_CAP,
             watch: Watch::new(WatchConfig::default()),
-            names: None,
             started: Instant::now(),
             announced: false,
         }
@@ -152,15 +147,14 @@ impl Publisher {
     /// Metric name prefix (default `frag_`).
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self.names = None;
+        self.series.set_prefix(prefix.into());
         self
     }
 
     /// A label added to every series.
     #[must_use]
     pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
-        self.labels.push(Label::new(key, value));
+        self.series.add_label(Label::new(key, value));
         self
     }
 
@@ -195,11 +189,7 @@ impl Publisher {
     /// [`per_thread`](Self::per_thread).
     #[must_use]
     pub fn metric_names(&self) -> Vec<String> {
-        names::TABLE
-            .iter()
-            .filter(|(m, ..)| publisher_metric(*m))
-            .map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix))
-            .collect()
+        self.series.metric_names()
     }
 
     /// Takes a report, publishes it and raises alerts; returns the report. For calling from a task
@@ -228,12 +218,9 @@ impl Publisher {
                 "frag publishing heap metrics"
             );
         }
-        let names = self.names.get_or_insert_with(|| {
-            let names = Names::new(&self.prefix);
-            names.describe(publisher_metric);
-            names
-        });
-        emit(names, &self.labels, report, self.threads);
+        let threads = self.threads;
+        let (names, labels) = self.series.names();
+        emit(names, labels, report, threads);
         let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes);
         let Some(rss) = rss else { return Vec::new() };
         let alerts =

@@ -1,6 +1,6 @@
 //! Every metric `frag` publishes: name suffix, kind, unit and description, in one table.
 
-use metrics::{SharedString, Unit};
+use metrics::{Label, SharedString, Unit};
 
 /// Whether a metric is a gauge, a counter (set with `absolute`: the crate keeps the totals), a
 /// histogram, or a total in fractional units (seconds), which the facade's integer counters cannot
@@ -104,6 +104,58 @@ impl Names {
                 MetricKind::Histogram => metrics::describe_histogram!(name, *unit, *help),
             }
         }
+    }
+}
+
+/// Where one emitter's series go: its prefix, the labels on every series, and the full names for that
+/// prefix, built and described (for the metrics it emits) at the first use.
+pub(crate) struct Series {
+    prefix: String,
+    labels: Vec<Label>,
+    /// The metrics this emitter emits.
+    which: fn(Metric) -> bool,
+    names: Option<Names>,
+}
+
+impl core::fmt::Debug for Series {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Series").field("prefix", &self.prefix).field("labels", &self.labels).finish_non_exhaustive()
+    }
+}
+
+impl Series {
+    /// `prefix`, no labels.
+    pub(crate) fn new(prefix: &str, which: fn(Metric) -> bool) -> Self {
+        Self { prefix: prefix.to_owned(), labels: Vec::new(), which, names: None }
+    }
+
+    pub(crate) fn set_prefix(&mut self, prefix: String) {
+        self.prefix = prefix;
+        self.names = None;
+    }
+
+    pub(crate) fn add_label(&mut self, label: Label) {
+        self.labels.push(label);
+    }
+
+    /// The full names, described to the recorder the first time, and the labels on every series.
+    pub(crate) fn names(&mut self) -> (&Names, &[Label]) {
+        let (prefix, which) = (&self.prefix, self.which);
+        let names = self.names.get_or_insert_with(|| {
+            let names = Names::new(prefix);
+            names.describe(which);
+            names
+        });
+        (names, &self.labels)
+    }
+
+    /// Every metric name this emitter can emit, with its prefix.
+    pub(crate) fn metric_names(&self) -> Vec<String> {
+        TABLE
+            .iter()
+            .filter(|(m, ..)| (self.which)(*m))
+            .map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix))
+            .collect()
     }
 }
 

@@ -69,7 +69,6 @@ pub(crate) struct Engine {
     budget: Budget,
     last_round: Option<Instant>,
     last_action: Option<Instant>,
-    backoff: u32,
     pending: Option<Pending>,
     pub(crate) totals: Totals,
 }
@@ -83,7 +82,6 @@ impl Engine {
             quiet: Quiet::default(),
             last_round: None,
             last_action: None,
-            backoff: 1,
             pending: None,
             totals: Totals { backoff: 1, ..Totals::default() },
         }
@@ -108,7 +106,6 @@ impl Engine {
         t.elapsed = now.saturating_duration_since(self.started);
         t.rounds += 1;
         t.cpu += spent;
-        t.backoff = self.backoff;
         match &round {
             Round::Acted(a) => {
                 t.actions += 1;
@@ -135,10 +132,11 @@ impl Engine {
         let p = self.pending.take()?;
         let regained = p.max_rss.saturating_sub(p.rss_after).min(p.released);
         let minor_faults = heap.minor_faults().saturating_sub(p.faults);
-        self.backoff = if p.released > 0 && regained.saturating_mul(2) >= p.released {
-            (self.backoff * 2).min(MAX_BACKOFF)
+        let backoff = &mut self.totals.backoff;
+        *backoff = if p.released > 0 && regained.saturating_mul(2) >= p.released {
+            (*backoff * 2).min(MAX_BACKOFF)
         } else {
-            (self.backoff / 2).max(1)
+            (*backoff / 2).max(1)
         };
         self.totals.refault_bytes += regained;
         self.totals.refault_minor_faults += minor_faults;
@@ -147,7 +145,7 @@ impl Engine {
 
     fn decide(&mut self, now: Instant, heap: &mut impl Heap) -> Round {
         let s = &self.settings;
-        let window = s.quiet * self.backoff;
+        let window = s.quiet * self.totals.backoff;
         match self.quiet.observe(now, heap.allocated_total(), s.quiet_share) {
             Activity::Busy { bytes_per_sec, quiet_below } => {
                 return Round::Skipped(Skip::Busy { bytes_per_sec, quiet_below });

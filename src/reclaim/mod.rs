@@ -42,7 +42,7 @@ use self::live::Live;
 pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
 pub use crate::backend::knob::Method;
 use crate::backend::knob::TuneError;
-use crate::publish::names::{self, Metric, Names};
+use crate::publish::names::{self, Metric, Series};
 use crate::publish::worker::Worker;
 
 /// The most actions kept for [`Reclaimer::actions`].
@@ -103,6 +103,11 @@ struct Shared {
     actions: VecDeque<Action>,
 }
 
+/// Reads `Shared` for [`Reclaimer`] and [`ReclaimerHandle`] alike.
+fn read<T>(shared: &Mutex<Shared>, f: impl FnOnce(&Shared) -> T) -> T {
+    f(&shared.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// A paced reclaimer: a builder, then [`spawn`](Self::spawn) for a thread of its own or
 /// [`round`](Self::round) from a task you already run. See the [module docs](self) for what a round
 /// does; every setting has a default.
@@ -120,10 +125,8 @@ struct Shared {
 /// ```
 pub struct Reclaimer {
     settings: Settings,
-    prefix: String,
-    labels: Vec<Label>,
+    series: Series,
     engine: Option<Engine>,
-    names: Option<Names>,
     shared: Arc<Mutex<Shared>>,
     last_skip: Option<&'static str>,
 }
@@ -138,8 +141,7 @@ impl core::fmt::Debug for Reclaimer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Reclaimer")
             .field("settings", &self.settings)
-            .field("prefix", &self.prefix)
-            .field("labels", &self.labels)
+            .field("series", &self.series)
             .finish_non_exhaustive()
     }
 }
@@ -178,10 +180,8 @@ impl Reclaimer {
                 cpu_share: Self::DEFAULT_CPU_SHARE,
                 refault_window: Self::DEFAULT_REFAULT_WINDOW,
             },
-            prefix: crate::publish::Publisher::DEFAULT_PREFIX.to_owned(),
-            labels: Vec::new(),
+            series: Series::new(crate::publish::Publisher::DEFAULT_PREFIX, names::of_reclaimer),
             engine: None,
-            names: None,
             shared: Arc::default(),
             last_skip: None,
         }
@@ -249,26 +249,21 @@ impl Reclaimer {
     /// Metric name prefix (default `frag_`, as the publisher's).
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self.names = None;
+        self.series.set_prefix(prefix.into());
         self
     }
 
     /// A label added to every series.
     #[must_use]
     pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
-        self.labels.push(Label::new(key, value));
+        self.series.add_label(Label::new(key, value));
         self
     }
 
     /// Every metric name the reclaimer emits, with its prefix.
     #[must_use]
     pub fn metric_names(&self) -> Vec<String> {
-        names::TABLE
-            .iter()
-            .filter(|(m, ..)| names::of_reclaimer(*m))
-            .map(|(_, _, suffix, _, _)| format!("{}{suffix}", self.prefix))
-            .collect()
+        self.series.metric_names()
     }
 
     /// Checks the settings and that the wrapped allocator can return memory on request.
@@ -317,14 +312,14 @@ impl Reclaimer {
     /// Everything done so far.
     #[must_use]
     pub fn totals(&self) -> Totals {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).totals
+        read(&self.shared, |s| s.totals)
     }
 
     /// The latest actions (up to 256), oldest first, each with its refault figures once its window
     /// has passed.
     #[must_use]
     pub fn actions(&self) -> Vec<Action> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).actions.iter().cloned().collect()
+        read(&self.shared, |s| s.actions.iter().cloned().collect())
     }
 
     /// Runs the reclaimer on a background thread named `frag-reclaimer`. The returned handle stops
@@ -361,13 +356,9 @@ impl Reclaimer {
     /// Emits the round's metrics and `tracing` events: every action and refault verdict at debug
     /// level, a skip when its reason differs from the previous round's, a refusal as a warning.
     fn publish(&mut self, round: &Round, refault: Option<&Refault>, totals: &Totals) {
-        let names = self.names.get_or_insert_with(|| {
-            let names = Names::new(&self.prefix);
-            names.describe(names::of_reclaimer);
-            names
-        });
+        let (names, base) = self.series.names();
         let labels = |extra: Option<(&'static str, &'static str)>| {
-            let mut l = self.labels.clone();
+            let mut l = base.to_vec();
             l.extend(extra.map(|(k, v)| Label::new(k, v)));
             l
         };
@@ -460,13 +451,13 @@ impl ReclaimerHandle {
     /// Everything done so far.
     #[must_use]
     pub fn totals(&self) -> Totals {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).totals
+        read(&self.shared, |s| s.totals)
     }
 
     /// The latest actions (up to 256), oldest first.
     #[must_use]
     pub fn actions(&self) -> Vec<Action> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).actions.iter().cloned().collect()
+        read(&self.shared, |s| s.actions.iter().cloned().collect())
     }
 
     /// Stops the thread and waits for it.
