@@ -49,8 +49,9 @@
 //!   95% interval.
 //! - **Allocation sites**, from the same samples: the stacks that hold the bytes in use, with each
 //!   site's cross-thread share and median lifetime, in [`Report::sites`] and as a pprof heap profile
-//!   ([`profile::heap_pprof`]). Stacks need frame pointers (`-C force-frame-pointers=yes`, see
-//!   [`frame_pointers`]).
+//!   ([`profile::heap_pprof`]). Stacks come from the unwind tables every x86-64 Linux build carries
+//!   (built before `main`, walked without locks; see [`unwinder`]), or from the frame-pointer chain
+//!   in a build with `-C force-frame-pointers=yes`.
 //!
 //! ## Publishing
 //!
@@ -130,6 +131,10 @@ pub use report::{
     SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
+#[doc(hidden)]
+pub use sites::capture_for_bench;
+#[allow(deprecated)]
 pub use sites::frame_pointers;
+pub use sites::{UnwindTables, Unwinder, refresh_unwind_tables, set_stacks, stacks, unwind_tables, unwinder};
 pub use stats::class::NUM_CLASSES;
 pub use tracked::{Exact, Sampled, Tier, Tracked};

@@ -99,7 +99,7 @@ fn setup() -> (Vec<Blocks>, Vec<(&'static str, f64)>) {
 #[test]
 #[ignore = "needs go (golang-go); run by .ci/run"]
 fn go_tool_pprof_reads_the_symbolized_profile() {
-    assert!(frag::frame_pointers());
+    assert_ne!(frag::unwinder(), frag::Unwinder::None);
     let (held, truth) = setup();
     check(&top(&frag::profile::heap_pprof(), "sym"), &truth);
     drop(held);

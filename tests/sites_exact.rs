@@ -36,7 +36,7 @@ fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
 
 #[test]
 fn every_block_mode_is_exact_per_site() {
-    assert!(frag::frame_pointers(), "this repository builds with frame pointers (.cargo/config.toml)");
+    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let (na, sa) = (2_000, 1_000);
     let (nb, sb) = (600, 3_000);

@@ -180,7 +180,7 @@ fn build(symbolize: bool) -> proto::Profile {
 
     let comment = vec![
         strings.id("frag heap profile: every value is an estimate from sampled allocations, weighted by the inverse sampling probability"),
-        strings.id(&format!("sampling: {:?}; frame pointers: {}", sampling(), crate::sites::frame_pointers())),
+        strings.id(&format!("sampling: {:?}; unwinder: {}", sampling(), crate::sites::unwinder())),
     ];
     let drop_frames = if symbolize { 0 } else { strings.id(PLUMBING_REGEX) };
     let default_sample_type = strings.id("inuse_space");
@@ -218,10 +218,10 @@ fn no_stack_location(
     functions: &mut Vec<proto::Function>,
     locations: &mut Vec<proto::Location>,
 ) -> u64 {
-    let name = if crate::sites::frame_pointers() {
-        "[no stack: stack table full or foreign thread stack]"
+    let name = if crate::sites::unwinder() == crate::sites::Unwinder::None {
+        "[no stack: no unwinder on this target]"
     } else {
-        "[no stack: built without -C force-frame-pointers=yes]"
+        "[no stack: site table full, a stack of the program's own, or before the unwind tables]"
     };
     let function_id = functions.len() as u64 + 1;
     let name = strings.id(name);

@@ -9,6 +9,7 @@ use crate::backend::registry::registered;
 use crate::process::{self, ProcessStats};
 use crate::reentry::ReportGuard;
 use crate::report::diagnosis::{self, Diagnosis};
+use crate::sites::unwind;
 use crate::stats::shard::Totals;
 use crate::stats::snapshot;
 
@@ -17,6 +18,9 @@ use crate::stats::snapshot;
 /// `None` without `/proc`; allocator statistics that cannot be read leave the heap not split.
 pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
     let guard = ReportGuard::enter();
+    if guard.is_some() {
+        unwind::refresh();
+    }
     let tracked = counters::totals();
     let reg = registered();
     let allocator = match (reg, &guard) {
@@ -50,6 +54,9 @@ pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
 #[must_use]
 pub fn report() -> Report {
     let guard = ReportGuard::enter();
+    if guard.is_some() {
+        unwind::refresh();
+    }
     let snap = snapshot::take();
     let mut warnings = Vec::new();
     let reg = registered();

@@ -7,6 +7,7 @@ use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, Part, Severity, Source};
 use crate::sampler::Sampling;
+use crate::sites::Unwinder;
 
 fn opt_bytes(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |b| Bytes(b).to_string())
@@ -51,12 +52,23 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
 
 fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     let sampling = sampling_text(s.sampling);
-    let stacks = if s.frame_pointers { "" } else { " (no stacks: built without frame pointers)" };
     writeln!(
         f,
-        "\nsites      sampling {sampling}: {} samples, {} sites, {} stacks dropped{stacks}",
+        "\nsites      sampling {sampling}: {} samples, {} sites, {} stacks dropped",
         s.samples, s.sites, s.dropped_stacks
     )?;
+    match (&s.unwind_tables, s.unwinder) {
+        (Some(t), _) => writeln!(
+            f,
+            "           stacks: unwind tables, {} modules, {} rows, {}",
+            t.modules,
+            t.rows,
+            Bytes(t.bytes as u64)
+        )?,
+        (None, Unwinder::UnwindTables) => writeln!(f, "           stacks: none (unwind tables not built)")?,
+        (None, Unwinder::None) => writeln!(f, "           stacks: none on this target")?,
+        (None, u) => writeln!(f, "           stacks: {u}")?,
+    }
     if s.no_stack_inuse_bytes > 0 {
         writeln!(f, "           in use without a stack {ESTIMATED}{}", Bytes(s.no_stack_inuse_bytes))?;
     }

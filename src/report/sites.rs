@@ -2,9 +2,9 @@
 
 use crate::estimate::bytes_interval;
 use crate::sampler::{self, Sampling};
-use crate::sites;
 use crate::sites::read::{self, SiteFigures};
 use crate::sites::symbols::{Symbols, trimmed};
+use crate::sites::{self, UnwindTables, Unwinder};
 
 /// Sites listed in the report (the profile has them all).
 pub(crate) const TOP: usize = 10;
@@ -19,8 +19,11 @@ const LEAF_FRAMES: usize = 4;
 pub struct Sites {
     /// The sampling in effect; serialises as `{"mean_bytes": n}`, `"every_block"` or `"off"`.
     pub sampling: Sampling,
-    /// Whether this build captures stacks (see [`frame_pointers`](crate::frame_pointers)).
-    pub frame_pointers: bool,
+    /// How this build captures stacks (see [`unwinder`](crate::unwinder)).
+    pub unwinder: Unwinder,
+    /// What the unwind tables hold, with [`Unwinder::UnwindTables`]; `None` otherwise, or when they
+    /// are not built.
+    pub unwind_tables: Option<UnwindTables>,
     /// Sampled allocations, with or without a stack.
     pub samples: u64,
     /// Distinct stacks seen.
@@ -123,7 +126,8 @@ pub(crate) fn section() -> Option<Sites> {
     let top = stacked.iter().take(TOP).map(|s| row(s)).collect();
     Some(Sites {
         sampling,
-        frame_pointers: sites::frame_pointers(),
+        unwinder: sites::unwinder(),
+        unwind_tables: sites::unwind_tables(),
         samples: all.iter().map(|s| s.samples).sum(),
         sites: stacked.len(),
         dropped_stacks: read::dropped(),

@@ -9,6 +9,7 @@ use crate::backend::registry::registered;
 use crate::backend::select::{self, EnvStatus, SELECT_ENV};
 use crate::format::Bytes;
 use crate::sampler::{self, Sampling};
+use crate::sites::Unwinder;
 use crate::stats::pool::POOL_SIZE;
 use crate::tune::Trap;
 
@@ -59,8 +60,9 @@ pub enum WarningKind {
     ConfigTrap,
     /// The `Tracked` was configured with an invalid sampling rate and uses the default.
     InvalidSampling,
-    /// Allocation sites are sampled but have no stacks: the build has no frame pointers.
-    NoFramePointers,
+    /// Allocation sites are sampled but have no stacks: this target has no unwinder
+    /// ([`Unwinder::None`](crate::sites::Unwinder::None)), or the unwind tables are not built.
+    NoStacks,
     /// Stacks were lost because the site table was full.
     DroppedSites,
     /// The sampled tier runs with sampling off: only a thread's allocated bytes are known; counts,
@@ -168,11 +170,18 @@ pub(super) fn sampling() -> Vec<Warning> {
 /// Sites without stacks, and stacks lost to a full table.
 pub(super) fn sites(s: &Sites) -> Vec<Warning> {
     let mut out = Vec::new();
-    if !s.frame_pointers && s.samples > 0 {
-        out.push(Warning::new(
-            WarningKind::NoFramePointers,
-            "allocation sites have no stacks: build with RUSTFLAGS=\"-C force-frame-pointers=yes\"",
-        ));
+    if s.samples > 0 {
+        let why = match (s.unwinder, &s.unwind_tables) {
+            (Unwinder::None, _) => Some(
+                "allocation sites have no stacks: this target has no unwind tables frag can walk (build with \
+                 RUSTFLAGS=\"-C force-frame-pointers=yes\" for the frame-pointer walk)",
+            ),
+            (Unwinder::UnwindTables, None) => Some("allocation sites have no stacks: the unwind tables are not built"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.push(Warning::new(WarningKind::NoStacks, why));
+        }
     }
     if s.dropped_stacks > 0 {
         out.push(Warning::new(

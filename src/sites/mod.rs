@@ -14,25 +14,98 @@ pub(crate) mod table;
 pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
+use crate::sync::{AtomicBool, Ordering};
 use table::{NO_SITE, Table};
 use unwind::{ColdFrame, Frames, MAX_FRAMES};
+pub use unwind::{UnwindTables, Unwinder};
 
 pub(crate) static SITES: Table = Table::new();
 
-/// Whether this build captures stacks: built with `-C force-frame-pointers=yes`, on Linux with glibc,
-/// x86-64 or AArch64.
+/// How this build captures the stacks of sampled allocations: [`Unwinder::UnwindTables`] on x86-64
+/// Linux in any build, [`Unwinder::FramePointers`] in a build with `-C force-frame-pointers=yes`.
+///
+/// ```
+/// assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+/// ```
+#[must_use]
+pub const fn unwinder() -> Unwinder {
+    unwind::UNWINDER
+}
+
+/// Whether this build captures stacks.
+#[deprecated(
+    since = "0.2.0",
+    note = "stacks no longer need frame pointers: use `frag::unwinder() != frag::Unwinder::None`"
+)]
 #[must_use]
 pub const fn frame_pointers() -> bool {
-    unwind::AVAILABLE
+    !matches!(unwind::UNWINDER, Unwinder::None)
+}
+
+/// Whether sampled allocations capture their stack (on unless [`set_stacks`] turned it off).
+static STACKS: AtomicBool = AtomicBool::new(true);
+
+/// Turns stack capture on or off for the allocations sampled from now on. Off, a sample costs no
+/// walk and its site is "no stack"; the sampler, the origin and every other estimate are unchanged.
+/// On by default.
+///
+/// ```
+/// frag::set_stacks(false);
+/// assert!(!frag::stacks());
+/// frag::set_stacks(true);
+/// ```
+pub fn set_stacks(on: bool) {
+    STACKS.store(on, Ordering::Relaxed);
+}
+
+/// Whether sampled allocations capture their stack (see [`set_stacks`]).
+#[must_use]
+pub fn stacks() -> bool {
+    STACKS.load(Ordering::Relaxed)
+}
+
+/// Brings the unwind tables up to date with the modules loaded now: builds the rows of libraries
+/// loaded with `dlopen` since the last call, and drops those of libraries unloaded. Does nothing
+/// when nothing was loaded or unloaded, or when the unwinder is not [`Unwinder::UnwindTables`].
+///
+/// The tables of the executable and the libraries it starts with are built before `main`;
+/// [`report`](crate::report), the [`Publisher`](crate::Publisher)'s ticks and the reclaimer's rounds
+/// call this too. Call it yourself right after a `dlopen` whose code allocates, for stacks through
+/// that code from its first sample. Allocates and takes the dynamic loader's lock.
+///
+/// ```no_run
+/// frag::refresh_unwind_tables();
+/// ```
+pub fn refresh_unwind_tables() {
+    let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };
+    unwind::refresh();
+}
+
+/// What the unwind tables hold now; `None` for the other unwinders.
+#[must_use]
+pub fn unwind_tables() -> Option<UnwindTables> {
+    unwind::summary()
 }
 
 /// The site of the allocation being sampled: its stack, walked from `entry` and interned;
-/// [`NO_SITE`] without frame pointers, for a foreign stack or when the table is full.
+/// [`NO_SITE`] without a stack (no unwinder, a foreign stack, no tables yet) or when the table is
+/// full.
 #[cold]
 pub(crate) fn capture(entry: ColdFrame) -> u32 {
+    if !STACKS.load(Ordering::Relaxed) {
+        return NO_SITE;
+    }
     let mut frames: Frames = [0; MAX_FRAMES];
     let depth = unwind::capture(entry, &mut frames);
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }
+}
+
+/// The calling function's stack, captured as a sampled allocation's is, into `out`; returns the
+/// number of frames. For the unwind bench (`benches/unwind.rs`), not an API.
+#[doc(hidden)]
+#[inline(never)]
+pub fn capture_for_bench(out: &mut [usize; MAX_FRAMES]) -> usize {
+    unwind::capture(ColdFrame::here(), out)
 }
 
 /// A block sampled at `site`, adding `sums` to the estimates, is in the side table.

@@ -1,10 +1,10 @@
 //! The cold paths of `Tracked`: sampling events and sampled blocks, marked pointers, threads without
 //! a shard, over-aligned and large requests, reallocation, failed allocations.
 //!
-//! The `GlobalAlloc` methods are inlined into their callers, so each entry point here is called
-//! either from the allocating code itself (the sampled tier's allocations, every reallocation) or
-//! from the exact tier's out-of-line fast path (`Tracked::allocate_exact`): a sampled allocation's
-//! stack starts at the frame after that one of ours (`sites::unwind`).
+//! The `GlobalAlloc` methods are inlined into their callers, so each entry point here is called (or
+//! jumped to, by a tail call) from the allocating code itself: a sampled allocation's stack starts
+//! at the frame above the one of ours that records the anchor (`sites::unwind`). A reallocation's
+//! cold path is inlined into its out-of-line entry for the same reason.
 
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -125,8 +125,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
-        // The exact tier comes here from `allocate_exact`, a frame of ours to skip.
-        let frame = Frame::here(T::EXACT);
+        let frame = Frame::here();
         match shard(self) {
             // SAFETY: the caller's guarantees, passed on.
             Ok(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
@@ -247,10 +246,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// mark, or the new one is sampled and the allocator put it where its frees would not look, the
     /// move is made by hand (allocate, copy, free), so that each block keeps the layout it was
     /// allocated with.
-    #[inline(never)]
+    ///
+    /// Inlined into its two callers (`reallocate_exact`, `reallocate_aligned`, each tier uses one),
+    /// so that a reallocation has one frame of frag's, whatever the compiler does with tail calls:
+    /// the stack starts above it (`sites::unwind`).
+    #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Both tiers come here from a frame of ours (`reallocate_aligned`, `reallocate_exact`).
-        let frame = Frame::here(true);
+        let frame = Frame::here();
         match shard(self) {
             // SAFETY: the caller's guarantees, passed on.
             Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },

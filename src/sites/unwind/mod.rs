@@ -1,0 +1,310 @@
+//! Stack capture for allocation sites: which unwinder this build uses, where a walk starts, and the
+//! bounds of the memory it may read.
+//!
+//! **Two unwinders** ([`Unwinder`], chosen when the crate is built):
+//! - **Unwind tables** (x86-64 Linux with glibc, any build): the call-frame information that every
+//!   such build carries (`.eh_frame`, the same information a panic unwinds with) is turned, off the
+//!   allocation path, into compact rows of "where is the caller's frame" ([`rows`], built by [`cfi`]
+//!   for each loaded module, published by [`modules`]); the walk ([`walk`]) looks up the row of each
+//!   return address and reads at most three words of stack per frame. It takes no lock (not even the
+//!   loader's: the rows are ours) and allocates nothing.
+//! - **Frame pointers** (builds with `-C force-frame-pointers=yes`, x86-64 or AArch64 Linux with
+//!   glibc): the chain of frame records ([`fp`]), about 2-3x faster per frame, but it stops at the
+//!   first frame built without the flag, in `std` included.
+//!
+//! Elsewhere (AArch64 without frame pointers, other systems) nothing is captured: sampled blocks are
+//! still followed, their site is "no stack", and the report says which unwinder is in use.
+//!
+//! **Why a walk is safe.** Every read is a word between the walk's own stack pointer and the top of
+//! the current thread's stack, checked before it is read: a range that is mapped. glibc places a
+//! thread's descriptor (what `pthread_self()` points to) at the top of the stack it allocated, and the
+//! main thread's frames all lie below `__libc_stack_end`. A thread whose stack the program supplied
+//! itself (its descriptor is elsewhere) gets no stacks. Each step must move the stack pointer up, so a
+//! wrong rule or a corrupt stack ends the walk early instead of looping or faulting.
+//!
+//! **Where it starts.** frag's one out-of-line function on a sampled allocation's path records an
+//! anchor ([`ColdFrame::here`]): its frame pointer, or its stack pointer for the tables. The frames
+//! recorded are those above the anchor: the first is the return address into the allocating code
+//! (the `GlobalAlloc` methods are inlined there), which may also have reached frag's function by a
+//! tail call (then the allocating function itself has no frame left, as in any unwinder); so frag's
+//! own frames never appear. `__rust_alloc` may appear when the methods were inlined into it and it was not
+//! inlined further; the profile trims it (and `alloc::` plumbing) when it names frames (see `profile`).
+
+// The tables' parts are compiled (and unit-tested) in every Linux build; only the tables build uses
+// them.
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod cfi;
+#[cfg(frag_unwind = "frame_pointers")]
+mod fp;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod modules;
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod rows;
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod walk;
+
+/// The deepest stack recorded, leaf first: as many as jemalloc's profiler keeps by default (Go's keeps
+/// 32). Frames nearer the root are cut.
+pub(crate) const MAX_FRAMES: usize = 64;
+
+/// Return addresses, leaf first; unused entries are 0.
+pub(crate) type Frames = [usize; MAX_FRAMES];
+
+/// How this build captures the stacks of sampled allocations (see [`unwinder`](crate::unwinder)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Unwinder {
+    /// Compact rows built from the binary's and libraries' `.eh_frame` (x86-64 Linux): stacks in any
+    /// build, through `std` and libraries built without frame pointers.
+    UnwindTables,
+    /// The frame-pointer chain: the build has `-C force-frame-pointers=yes`. Faster per frame, but a
+    /// stack ends at the first frame compiled without the flag (the standard library's, usually).
+    FramePointers,
+    /// No stacks on this target (AArch64 without frame pointers, systems other than Linux with
+    /// glibc): sampled blocks have no site.
+    None,
+}
+
+impl Unwinder {
+    /// A short lower-case name, as the report and the publisher's log print it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::UnwindTables => "unwind tables",
+            Self::FramePointers => "frame pointers",
+            Self::None => "none",
+        }
+    }
+}
+
+impl core::fmt::Display for Unwinder {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The unwinder of this build.
+pub(crate) const UNWINDER: Unwinder = if cfg!(frag_unwind = "tables") {
+    Unwinder::UnwindTables
+} else if cfg!(frag_unwind = "frame_pointers") {
+    Unwinder::FramePointers
+} else {
+    Unwinder::None
+};
+
+/// The anchor of frag's outermost out-of-line function on the allocation path (see the module
+/// docs): the frames recorded are those of its callers. Reading it costs one register move; it is
+/// used only when a sample is taken, while that function's frame is still live.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ColdFrame {
+    anchor: usize,
+}
+
+impl ColdFrame {
+    /// The anchor of the calling function, which must not be inlined, and must be the only frame of
+    /// frag's between the allocating code and the walk's start: its callers (a tail call included)
+    /// are the allocating code.
+    #[inline(always)]
+    pub(crate) fn here() -> Self {
+        #[cfg(frag_unwind = "frame_pointers")]
+        let anchor = fp::frame_pointer();
+        #[cfg(not(frag_unwind = "frame_pointers"))]
+        let anchor = stack_pointer();
+        Self { anchor }
+    }
+}
+
+/// Walks the stack from `entry` into `out`; returns the number of frames recorded. Must run while
+/// `entry`'s function is still on the stack (it is: capture runs below it).
+pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
+    if entry.anchor == 0 {
+        return 0;
+    }
+    let top = stack_top();
+    if top == 0 {
+        return 0;
+    }
+    #[cfg(frag_unwind = "frame_pointers")]
+    return fp::walk(entry.anchor, top, out);
+    #[cfg(frag_unwind = "tables")]
+    return tables::walk_from_here(entry.anchor, top, out);
+    #[cfg(not(any(frag_unwind = "frame_pointers", frag_unwind = "tables")))]
+    {
+        let _ = out;
+        0
+    }
+}
+
+/// Builds or refreshes the unwind tables (modules loaded or unloaded since the last time); nothing
+/// for the other unwinders. Allocates and takes the loader's lock: never on the allocation path.
+pub(crate) fn refresh() {
+    #[cfg(frag_unwind = "tables")]
+    modules::refresh();
+}
+
+/// What the unwind tables hold, as the report shows it (an allocation-site concern: see
+/// [`unwinder`](crate::unwinder)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct UnwindTables {
+    /// Modules (the executable and its libraries) with rows.
+    pub modules: usize,
+    /// Rows, each an address range and its rule.
+    pub rows: usize,
+    /// Bytes the rows and their indexes take (in mappings of their own, outside the heap frag
+    /// measures).
+    pub bytes: usize,
+    /// Rows with a rule the walker cannot apply (a stack ends there).
+    pub unknown_rows: usize,
+    /// Call-frame entries that failed to parse (their code has no rows).
+    pub failed_entries: usize,
+    /// How long the last refresh took to build, in milliseconds (modules already built are reused).
+    pub last_build_ms: f64,
+}
+
+/// What the published unwind tables hold; `None` for the other unwinders and before the first build.
+pub(crate) fn summary() -> Option<UnwindTables> {
+    #[cfg(frag_unwind = "tables")]
+    return modules::summary();
+    #[cfg(not(frag_unwind = "tables"))]
+    None
+}
+
+#[cfg(frag_unwind = "tables")]
+mod tables {
+    use super::modules::Reading;
+    use super::walk::{self, Regs, Stack};
+    use super::{Frames, MAX_FRAMES};
+
+    /// The calling thread's live stack, from the walk's own stack pointer to the top.
+    struct ThreadStack {
+        lo: usize,
+        hi: usize,
+    }
+
+    impl Stack for ThreadStack {
+        #[inline(always)]
+        fn bounds(&self) -> (usize, usize) {
+            (self.lo, self.hi)
+        }
+
+        #[inline(always)]
+        fn read_checked(&self, addr: usize) -> usize {
+            // SAFETY: `Stack::load` checked that the aligned word lies in `[lo, hi)`: between this
+            // walk's stack pointer and the top of this thread's stack, mapped memory that holds the
+            // suspended frames of the walk's callers, which do not change while it runs.
+            unsafe { (addr as *const usize).read() }
+        }
+    }
+
+    /// Walks from this function's own registers (never inlined, so its rows are its own).
+    #[inline(never)]
+    pub(super) fn walk_from_here(anchor: usize, top: usize, out: &mut Frames) -> usize {
+        // Keeps the start-up constructor linked in whenever stacks can be captured.
+        core::hint::black_box(&super::PREPARE_AT_START);
+        let reading = Reading::enter();
+        let Some(set) = reading.set() else { return 0 };
+        let (pc, sp, bp): (usize, usize, usize);
+        // SAFETY: reads three registers; no memory is touched. The instruction pointer is that of the
+        // next instruction, in this function, where the stack pointer is the one read.
+        unsafe {
+            core::arch::asm!(
+                "lea {pc}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                pc = out(reg) pc,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+        if sp >= top {
+            return 0;
+        }
+        let stack = ThreadStack { lo: sp, hi: top };
+        let n = walk::walk(&stack, |pc| set.rule(pc), Regs { pc, sp, bp: Some(bp) }, anchor, out);
+        debug_assert!(n <= MAX_FRAMES);
+        n
+    }
+}
+
+/// Builds the tables of the modules loaded at start-up, before `main` (an `.init_array` entry), so
+/// that the first sampled allocation of `main` already has a stack. Allocations made before it (by
+/// other libraries' constructors) have none.
+#[cfg(frag_unwind = "tables")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static PREPARE_AT_START: extern "C" fn() = {
+    extern "C" fn prepare() {
+        modules::refresh();
+    }
+    prepare
+};
+
+/// The current stack pointer (of the function this is inlined into).
+#[inline(always)]
+#[cfg_attr(frag_unwind = "frame_pointers", allow(dead_code))]
+fn stack_pointer() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: usize;
+        // SAFETY: reads a register; no memory is touched.
+        unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        sp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let marker = 0u8;
+        core::ptr::addr_of!(marker) as usize
+    }
+}
+
+/// The top of the calling thread's stack, or 0 when it cannot be known without allocating.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn find_stack_top() -> usize {
+    unsafe extern "C" {
+        static __libc_stack_end: *mut core::ffi::c_void;
+    }
+    let sp = stack_pointer();
+    // SAFETY: both calls only read the calling thread's and process's ids.
+    let main = unsafe { libc::gettid() == libc::getpid() };
+    let top = if main {
+        // SAFETY: glibc's dynamic loader defines this word at start-up and never changes it.
+        unsafe { __libc_stack_end as usize }
+    } else {
+        // SAFETY: reads the thread register; no memory is touched.
+        unsafe { libc::pthread_self() as usize }
+    };
+    // A descriptor that is not just above this frame is not on this stack (a stack the program
+    // supplied itself): no walking there.
+    if top > sp && top - sp < (1 << 30) { top } else { 0 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn find_stack_top() -> usize {
+    0
+}
+
+std::thread_local! {
+    /// The top of this thread's stack: 0 until looked up, 1 when it cannot be known. Follows the
+    /// thread-local rules of `reentry` (const-initialised, no `Drop`, read with `try_with`).
+    static STACK_TOP: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// The top of the calling thread's stack, or 0 when unknown; looked up once per thread, without
+/// allocating.
+fn stack_top() -> usize {
+    match STACK_TOP.try_with(core::cell::Cell::get) {
+        Ok(0) => {
+            let top = find_stack_top();
+            let _ = STACK_TOP.try_with(|t| t.set(top.max(1)));
+            top
+        }
+        Ok(1) => 0,
+        Ok(top) => top,
+        Err(_) => find_stack_top(),
+    }
+}

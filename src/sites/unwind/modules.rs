@@ -1,0 +1,341 @@
+//! The loaded modules' unwind rows: found with `dl_iterate_phdr`, built off the allocation path,
+//! published for the walker without locks.
+//!
+//! **When.** At start-up, before `main` (a constructor in `.init_array`, see [`super`]), for the
+//! executable and the libraries loaded with it; then again by [`refresh`], which `report()`, the
+//! publisher's ticks and the reclaimer's rounds call, so that modules loaded later (`dlopen`) are
+//! picked up by a thread that is not allocating. A refresh that finds the loader's counts of loads
+//! and unloads (`dlpi_adds`, `dlpi_subs`) unchanged does nothing else.
+//!
+//! **Never a module's memory after `dlclose`.** The builder reads a library's `.eh_frame` only while
+//! holding a reference of its own to it (`dlopen` with `RTLD_NOLOAD`, checked against the load
+//! address found), so it cannot be unloaded meanwhile; the executable is never unloaded. The walker
+//! reads only the rows, which are copies, and the stack. A module gone from the loader's list leaves
+//! the published set at the next refresh.
+//!
+//! **Publication.** The whole set is one immutable [`Set`] behind an atomic pointer. A writer (one at
+//! a time, under [`WRITER`]) builds the next set, swaps it in, and frees the old one once every walk
+//! that may have started on it has ended: walks register in one of two reader counts chosen by an
+//! epoch, and the writer flips the epoch and waits for the old count to drain (the two-slot scheme of
+//! a grace period). A walk is about a microsecond; a writer that has waited a second (a child forked
+//! while a walk was under way in another thread never drains) leaks the old set instead.
+
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::UnwindTables;
+use super::cfi::{self, Mapped};
+use super::rows::{Rows, Rule};
+
+/// One module's rows.
+#[derive(Debug)]
+pub(crate) struct Module {
+    /// The path the loader gives (empty for the executable).
+    pub(crate) name: String,
+    /// Load bias and `.eh_frame_hdr` address: with the name, what tells a module from another loaded
+    /// at the same place later.
+    base: usize,
+    hdr: usize,
+    pub(crate) rows: Rows,
+    pub(crate) stats: cfi::Stats,
+}
+
+/// The modules with rows, sorted by address, and the loader's counts when it was built.
+#[derive(Debug, Default)]
+pub(crate) struct Set {
+    modules: Vec<Arc<Module>>,
+    adds: u64,
+    subs: u64,
+    /// How long building it took (modules reused from the previous set cost nothing).
+    pub(crate) build_time: Duration,
+}
+
+impl Set {
+    /// The rule for the instruction at `pc`. Allocation-free, lock-free.
+    #[inline]
+    pub(crate) fn rule(&self, pc: usize) -> Rule {
+        // The last module starting at or below `pc`.
+        let i = self.modules.partition_point(|m| m.rows.range().0 <= pc);
+        match i.checked_sub(1).and_then(|i| self.modules.get(i)) {
+            Some(m) => m.rows.rule(pc),
+            None => Rule::UNKNOWN,
+        }
+    }
+}
+
+static CURRENT: AtomicPtr<Set> = AtomicPtr::new(core::ptr::null_mut());
+static EPOCH: AtomicUsize = AtomicUsize::new(0);
+static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// Serialises writers. Never taken on the allocation path.
+static WRITER: Mutex<()> = Mutex::new(());
+
+/// A registered walk: the set it reads stays alive until it is dropped.
+pub(crate) struct Reading {
+    slot: usize,
+}
+
+impl Reading {
+    /// Registers a walk. Two or three sequentially consistent atomic operations; no lock.
+    #[inline]
+    pub(crate) fn enter() -> Self {
+        loop {
+            let epoch = EPOCH.load(SeqCst);
+            let slot = epoch & 1;
+            READERS[slot].fetch_add(1, SeqCst);
+            if EPOCH.load(SeqCst) == epoch {
+                return Self { slot };
+            }
+            // A writer flipped the epoch in between: it may not wait for this slot.
+            READERS[slot].fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// The published set, if any.
+    #[inline]
+    pub(crate) fn set(&self) -> Option<&Set> {
+        // SAFETY: a published set is freed only after the readers of the epoch it was replaced in
+        // have drained, and this reading registered before loading it (`enter`), so the set lives at
+        // least as long as `self`.
+        unsafe { CURRENT.load(SeqCst).as_ref() }
+    }
+}
+
+impl Drop for Reading {
+    #[inline]
+    fn drop(&mut self) {
+        READERS[self.slot].fetch_sub(1, SeqCst);
+    }
+}
+
+/// The published tables, summarised; `None` before the first build.
+pub(crate) fn summary() -> Option<UnwindTables> {
+    let r = Reading::enter();
+    let set = r.set()?;
+    let mut s = UnwindTables {
+        modules: 0,
+        rows: 0,
+        bytes: 0,
+        unknown_rows: 0,
+        failed_entries: 0,
+        last_build_ms: set.build_time.as_secs_f64() * 1e3,
+    };
+    for m in &set.modules {
+        s.modules += 1;
+        s.rows += m.rows.len();
+        s.bytes += m.rows.bytes() + size_of::<Module>() + m.name.len();
+        s.unknown_rows += m.stats.unknown;
+        s.failed_entries += m.stats.failed;
+    }
+    Some(s)
+}
+
+/// Brings the published set up to date with the loaded modules; builds rows only for modules not
+/// seen before. Allocates and takes the loader's lock: never call it on the allocation path.
+pub(crate) fn refresh() {
+    let _writer = WRITER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // SAFETY: only writers free sets, and this thread is the only writer (`WRITER`).
+    let current = unsafe { CURRENT.load(SeqCst).as_ref() };
+    if let Some(c) = current
+        && counts() == Some((c.adds, c.subs))
+    {
+        return;
+    }
+    let Some(found) = loaded() else { return };
+    let started = Instant::now();
+    let mut modules = Vec::with_capacity(found.modules.len());
+    for f in &found.modules {
+        let reused =
+            current.and_then(|c| c.modules.iter().find(|m| m.base == f.base && m.hdr == f.hdr && m.name == f.name));
+        match reused {
+            Some(m) => modules.push(Arc::clone(m)),
+            None => {
+                if let Some(m) = build_pinned(f) {
+                    modules.push(Arc::new(m));
+                }
+            }
+        }
+    }
+    modules.sort_by_key(|m| m.rows.range().0);
+    let next = Box::new(Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed() });
+    let old = CURRENT.swap(Box::into_raw(next), SeqCst);
+    if !old.is_null() {
+        retire(old);
+    }
+}
+
+/// Frees `old` (swapped out) once the walks that may read it have ended.
+fn retire(old: *mut Set) {
+    let epoch = EPOCH.fetch_add(1, SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while READERS[epoch & 1].load(SeqCst) != 0 {
+        if Instant::now() > deadline {
+            tracing::debug!(target: "frag", "unwind tables: a walk did not end within 1 s (a forked child?): the old tables stay allocated");
+            return;
+        }
+        std::thread::yield_now();
+    }
+    // SAFETY: `old` came from `Box::into_raw` in `refresh`, is no longer published, and every reader
+    // that could have loaded it registered in the drained slot.
+    drop(unsafe { Box::from_raw(old) });
+}
+
+/// A loaded module as the loader lists it.
+struct Found {
+    name: String,
+    cname: CString,
+    base: usize,
+    /// `.eh_frame_hdr`'s address, if the module has one.
+    hdr: usize,
+    /// Loaded segments, `[start, start + file size)`: mapped from the file, readable.
+    segments: Vec<(usize, usize)>,
+}
+
+struct Listing {
+    modules: Vec<Found>,
+    adds: u64,
+    subs: u64,
+}
+
+/// The loader's counts of loads and unloads (glibc's `dlpi_adds`, `dlpi_subs`), read from the first
+/// module listed; allocation-free.
+fn counts() -> Option<(u64, u64)> {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + size_of::<u64>() {
+            // SAFETY: `data` is the `Option` passed below; `info` is valid for this call and at
+            // least `size` bytes (checked above for the counts).
+            unsafe { *data.cast::<Option<(u64, u64)>>() = Some(((*info).dlpi_adds, (*info).dlpi_subs)) };
+        }
+        1 // stop after the first
+    }
+    let mut out: Option<(u64, u64)> = None;
+    // SAFETY: `first` matches the callback type and only writes `out` through `data`.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut out).cast()) };
+    out
+}
+
+/// The loaded modules with an `.eh_frame_hdr`, and the loader's counts of loads and unloads.
+fn loaded() -> Option<Listing> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Listing` passed below, used by this thread only; `info` is valid for
+        // this call (the loader's contract) and at least `size` bytes, checked before reading the
+        // counts.
+        let (listing, info) = unsafe { (&mut *data.cast::<Listing>(), &*info) };
+        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + size_of::<u64>() {
+            listing.adds = info.dlpi_adds;
+            listing.subs = info.dlpi_subs;
+        }
+        let base = info.dlpi_addr as usize;
+        let mut hdr = 0;
+        let mut segments = Vec::new();
+        for i in 0..usize::from(info.dlpi_phnum) {
+            // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            match ph.p_type {
+                libc::PT_LOAD => {
+                    let start = base.wrapping_add(ph.p_vaddr as usize);
+                    segments.push((start, start.wrapping_add(ph.p_filesz as usize)));
+                }
+                libc::PT_GNU_EH_FRAME => hdr = base.wrapping_add(ph.p_vaddr as usize),
+                _ => {}
+            }
+        }
+        if hdr != 0 {
+            let cname = if info.dlpi_name.is_null() {
+                CString::default()
+            } else {
+                // SAFETY: the loader's name is a NUL-terminated string valid for this call.
+                unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned()
+            };
+            let name = cname.to_string_lossy().into_owned();
+            listing.modules.push(Found { name, cname, base, hdr, segments });
+        }
+        0
+    }
+    let mut listing = Listing { modules: Vec::new(), adds: 0, subs: 0 };
+    // SAFETY: `each` matches the callback type and only uses `data` as the `Listing` given.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut listing).cast()) };
+    Some(listing)
+}
+
+/// The bytes of `f`'s segments from `addr` to the end of the segment holding it.
+///
+/// # Safety
+///
+/// `f` is loaded and stays loaded while the slice is used.
+unsafe fn mapped_from(f: &Found, addr: usize) -> Option<Mapped<'static>> {
+    let &(_, end) = f.segments.iter().find(|&&(s, e)| s <= addr && addr < e)?;
+    // SAFETY: `[addr, end)` lies in a segment mapped from the file, readable, and the caller keeps
+    // the module loaded.
+    Some(Mapped { addr, bytes: unsafe { core::slice::from_raw_parts(addr as *const u8, end - addr) } })
+}
+
+/// Builds `f`'s rows while holding a reference to it, so that it cannot be unloaded meanwhile.
+fn build_pinned(f: &Found) -> Option<Module> {
+    let pin = Pin::new(f)?;
+    // SAFETY: `pin` keeps the module loaded until it is dropped, after the build.
+    let hdr = unsafe { mapped_from(f, f.hdr) }?;
+    // SAFETY: as above.
+    let built = cfi::build(hdr, |addr| unsafe { mapped_from(f, addr) });
+    drop(pin);
+    match built {
+        Ok((rows, stats)) => Some(Module { name: f.name.clone(), base: f.base, hdr: f.hdr, rows, stats }),
+        Err(e) => {
+            tracing::debug!(target: "frag", "unwind tables: {} left out: {e:?}", f.name);
+            None
+        }
+    }
+}
+
+/// A reference to a loaded library (`dlopen` with `RTLD_NOLOAD`), released on drop. The executable
+/// (no name) needs none.
+struct Pin(*mut libc::c_void);
+
+impl Pin {
+    fn new(f: &Found) -> Option<Self> {
+        if f.cname.is_empty() {
+            return Some(Self(core::ptr::null_mut()));
+        }
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD loads nothing, it only takes a reference.
+        let handle = unsafe { libc::dlopen(f.cname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return None; // unloaded since it was listed (or not reachable by name, like the vDSO)
+        }
+        let pin = Self(handle);
+        let mut map: *const usize = core::ptr::null();
+        // SAFETY: `handle` is live; RTLD_DI_LINKMAP stores a `struct link_map *`, whose first field is
+        // the load bias (`l_addr`, <link.h>).
+        let ok = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&raw mut map).cast()) } == 0 && !map.is_null();
+        // SAFETY: `map` points at the loader's live link map of `handle`.
+        (ok && unsafe { map.read() } == f.base).then_some(pin)
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: releases the reference `new` took.
+            unsafe { libc::dlclose(self.0) };
+        }
+    }
+}
+
+/// For tests: builds every loaded module's rows into a set that is not published.
+#[cfg(test)]
+pub(crate) fn scan_for_test() -> (Set, Duration) {
+    let started = Instant::now();
+    let found = loaded().expect("modules");
+    let mut modules: Vec<Arc<Module>> = found.modules.iter().filter_map(build_pinned).map(Arc::new).collect();
+    modules.sort_by_key(|m| m.rows.range().0);
+    let t = started.elapsed();
+    (Set { modules, adds: found.adds, subs: found.subs, build_time: t }, t)
+}
