@@ -269,18 +269,22 @@ fn find_stack_top() -> usize {
         static __libc_stack_end: *mut core::ffi::c_void;
     }
     let sp = stack_pointer();
-    // SAFETY: both calls only read the calling thread's and process's ids.
-    let main = unsafe { libc::gettid() == libc::getpid() };
-    let top = if main {
-        // SAFETY: glibc's dynamic loader defines this word at start-up and never changes it.
-        unsafe { __libc_stack_end as usize }
-    } else {
-        // SAFETY: reads the thread register; no memory is touched.
-        unsafe { libc::pthread_self() as usize }
-    };
-    // A descriptor that is not just above this frame is not on this stack (a stack the program
-    // supplied itself): no walking there.
-    if top > sp && top - sp < (1 << 30) { top } else { 0 }
+    let above = |top: usize| top > sp && top - sp < (1 << 30);
+    // A thread that glibc started (or one on a stack given with `pthread_attr_setstack`) has its
+    // descriptor just above its stack; so does the only thread of a child forked from such a thread,
+    // even though it is the child's main thread now. The main thread's descriptor is elsewhere (in the
+    // loader's memory, below the stack), and its frames lie below `__libc_stack_end`. Which is which
+    // is told by the stack pointer, not by the thread's id.
+    // SAFETY: reads the thread register; no memory is touched.
+    let descriptor = unsafe { libc::pthread_self() as usize };
+    if above(descriptor) {
+        return descriptor;
+    }
+    // SAFETY: glibc's dynamic loader defines this word at start-up and never changes it.
+    let main_top = unsafe { __libc_stack_end as usize };
+    // Neither just above this frame: a stack the program switched to itself (a coroutine's): no
+    // walking there.
+    if above(main_top) { main_top } else { 0 }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
