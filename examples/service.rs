@@ -14,6 +14,7 @@
 //! (binds free loopback ports, sends the requests, saves the heap profile taken half-way through to
 //! `target/service-heap.pb.gz`, prints the report and the `frag_` scrape, exits).
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
+//! `--no-stacks` turns stack capture off (`frag::set_stacks(false)`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,6 +65,9 @@ fn options() -> Result<Options, String> {
                 o.interval = o.interval.min(Duration::from_secs(1));
             }
             "--concurrency" => o.concurrency = (number(value()?)? as usize).max(1),
+            // Sampled allocations without their stacks: what the unwinder costs, measured on the
+            // same build (`scripts/instructions.py`).
+            "--no-stacks" => frag::set_stacks(false),
             other => return Err(format!("unknown option {other}")),
         }
     }

@@ -10,7 +10,8 @@ the instruction for the single-threaded cases: a regression check, not a timing.
            instructions and simulated L1 data read misses per step (free + malloc);
 - service: the service example (JSON echo, bodies 1 to 64 KiB) driving itself, instructions per
            request, one build per global allocator, only that differing: the bare backend, `Tracked`
-           sampled (production tier), `Tracked` exact, and on jemalloc jemalloc's own heap profiler
+           sampled (production tier; the same build is also run with `--no-stacks`, so that the
+           difference is the unwinder's cost alone), `Tracked` exact, and on jemalloc jemalloc's own heap profiler
            (tikv-jemallocator's `profiling` feature, `prof:true,prof_active:true,lg_prof_sample:19`:
            one sample per 512 KiB, like `Tracked`'s sampler): the anchor. The publisher thread's rounds
            (per second, not per request) are not counted. The threads interleave differently from run
@@ -18,9 +19,9 @@ the instruction for the single-threaded cases: a regression check, not a timing.
            with its range. `--floor` adds the floor wrappers of `examples/support/floor.rs` (to the service,
            and `SampleOnly`, the least any countdown-and-mark sampler does, to the churn).
 
-Builds go to target/instructions-build/ without frame pointers (RUSTFLAGS set empty, overriding the
-repository's `.cargo/config.toml`): the build a service gets by default. `--frame-pointers` measures
-the build that allocation sites need instead (target/instructions-build-fp/).
+Builds go to target/instructions-build/ without frame pointers (RUSTFLAGS set empty): the build a
+service gets by default, where stacks come from the unwind tables. `--frame-pointers` measures the
+build with `-C force-frame-pointers=yes` instead (the frame-pointer walk; target/instructions-build-fp/).
 
 Usage:
     python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--floor] [--check]
@@ -45,6 +46,7 @@ PAIR_BUDGET = 40  # exact tier: instructions per malloc + free pair
 CHURN_MISS_BUDGET = 0.05  # exact tier: simulated L1 data read misses, relative to bare
 SAMPLED_MISS_BUDGET = 0.02  # sampled tier, the same
 SERVICE_BUDGET = 0.025  # sampled tier: instructions per request, relative to bare
+STACKS_BUDGET = 0.003  # sampled tier: stacks on over stacks off, relative to bare (0.3 points)
 EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 TIERS = ("sampled", "exact")
 
@@ -135,7 +137,7 @@ def per_op(cmd_for, lengths, cache=False, extra=(), env=None):
 
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
-VARIANTS = {"bare": "1", "sampled": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
+VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
             "count-inline": "count-inline", "sample-only": "sample-only",
             "count-sample": "count-sample"}
 # jemalloc's own heap profiler: the bare backend built with profiling, sampling one per 512 KiB.
@@ -147,6 +149,8 @@ def build_service(backend, variant, salt=0):
     `salt` adds `-C metadata=salt<N>` to the example crate alone: its symbol hashes, and so how rustc
     splits it into codegen units and what gets inlined where, change; its source and its dependencies
     do not. The spread over salts is the build-to-build spread a service delta carries."""
+    if variant == "sampled-nostacks":
+        variant = "sampled"  # the same build, run with --no-stacks
     feats = ["serde"] + ([FEATURES[backend]] if FEATURES[backend] else [])
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
@@ -159,6 +163,10 @@ def build_service(backend, variant, salt=0):
     shutil.copy2(os.path.join(target_dir(), "release", "examples", "service"), dest)
     check_excluded(dest)
     return dest
+
+
+def frag_unwinder():
+    return "frame pointers" if BUILD_ENV.get("RUSTFLAGS") else "unwind tables"
 
 
 def main():
@@ -178,6 +186,8 @@ def main():
                     help=f"sampled tier: relative instructions added per request (default {SERVICE_BUDGET})")
     ap.add_argument("--exact-service-budget", type=float, default=EXACT_SERVICE_BUDGET,
                     help=f"exact tier: relative instructions added per request (default {EXACT_SERVICE_BUDGET})")
+    ap.add_argument("--stacks-budget", type=float, default=STACKS_BUDGET,
+                    help=f"sampled tier: stacks on over stacks off, relative to bare (default {STACKS_BUDGET})")
     ap.add_argument("--salts", type=int, default=1,
                     help="builds of the service per allocator, each with its own -C metadata salt on the example "
                          "crate (median and range over all builds and runs; default 1)")
@@ -254,7 +264,7 @@ def main():
         service_backends = backends if args.service_backends is None else \
             [b for b in args.service_backends.split(",") if b]
         for backend in service_backends:
-            variants = ["bare"] + list(TIERS) + (["jeprof"] if backend == "jemalloc" else []) + \
+            variants = ["bare", "sampled", "sampled-nostacks", "exact"] + (["jeprof"] if backend == "jemalloc" else []) + \
                 (["forward", "count", "count-inline", "sample-only", "count-sample"] if args.floor else [])
             r = {}
             for variant in variants:
@@ -262,13 +272,15 @@ def main():
                 runs = []
                 for salt in range(max(1, args.salts)):
                     exe_s = build_service(backend, variant, salt)
-                    runs += [per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"],
+                    flags = ["--no-stacks"] if variant == "sampled-nostacks" else []
+                    runs += [per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"] + flags,
                                     SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env)["Ir"]
                              for _ in range(max(1, args.repeat))]
                 runs.sort()
                 r[variant] = (runs[len(runs) // 2], runs[0], runs[-1])
             bare = r["bare"][0]
-            names = {"bare": "bare", "sampled": "Tracked (sampled)", "exact": "Tracked<_, Exact>",
+            names = {"bare": "bare", "sampled": "Tracked (sampled)",
+                     "sampled-nostacks": "Tracked (sampled), stacks off", "exact": "Tracked<_, Exact>",
                      "jeprof": "jemalloc's own profiler", "forward": "floor: forward", "count": "floor: count",
                      "count-inline": "floor: count-inline", "sample-only": "floor: sample-only",
                      "count-sample": "floor: count-inline over sample-only"}
@@ -278,6 +290,10 @@ def main():
                     f"{100 * (med - bare) / bare:+.2f}% [{100 * (lo - bare) / bare:+.2f}, {100 * (hi - bare) / bare:+.2f}]"
                 print(f"| {backend} | {names[variant]} | {med / 1e6:.3f} M [{lo / 1e6:.3f}, {hi / 1e6:.3f}] | {added} |",
                       flush=True)
+            stacks = (r["sampled"][0] - r["sampled-nostacks"][0]) / bare
+            print(f"| {backend} | stacks ({frag_unwinder()}): sampled over stacks off | | {100 * stacks:+.2f} points |")
+            if stacks > args.stacks_budget:
+                failures.append(f"{backend} service, stacks: {100 * stacks:+.2f} points > +{100 * args.stacks_budget:.1f}")
             for tier, budget in (("sampled", args.service_budget), ("exact", args.exact_service_budget)):
                 rel = (r[tier][0] - bare) / bare
                 if rel > budget:

@@ -172,6 +172,7 @@ fn a_stair_step_is_warned_with_its_figures() {
     });
     assert_eq!(log.matches("frag publishing heap metrics").count(), 1, "{log}");
     assert!(log.contains("backend=system"), "{log}");
+    assert!(log.contains(&format!("unwinder={}", frag::unwinder())), "{log}");
     assert_eq!(log.matches("stepped up").count(), 1, "{log}");
     assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
 }

@@ -52,3 +52,17 @@ fn every_block_mode_is_exact_per_site() {
     assert_eq!(in_use(&report, "site_grown"), ((grown.capacity() * 8) as u64, 1), "{report}");
     drop((a, b, grown));
 }
+
+/// The unwinder is the one the build asked for: the unwind tables in a plain x86-64 Linux build, the
+/// frame-pointer walk where CI builds with `-C force-frame-pointers=yes` (and says so with
+/// `FRAG_EXPECT_UNWINDER`), so that each CI job tests the walk it means to.
+#[test]
+fn the_unwinder_is_the_one_the_build_asked_for() {
+    let default = if cfg!(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64")) {
+        "unwind tables"
+    } else {
+        "none"
+    };
+    let expected = std::env::var("FRAG_EXPECT_UNWINDER").unwrap_or_else(|_| default.to_owned());
+    assert_eq!(frag::unwinder().name(), expected);
+}

@@ -41,8 +41,14 @@ fn holds(names: &[String], function: &str) -> bool {
     names.iter().any(|n| n.split("::").any(|s| s == function))
 }
 
-/// Whether some listed site's stack holds all of `functions`.
+/// Whether some listed site's stack holds all of `functions`. Under valgrind's memcheck, which is
+/// there for the walks' memory accesses, the names are not read (the symbolizer parses the test
+/// binary's debug information, minutes under valgrind): the scenarios run, the names are checked in
+/// the native runs.
 fn some_stack_holds(functions: &[&str]) -> bool {
+    if common::under_memcheck() {
+        return true;
+    }
     named_stacks().iter().any(|(n, _)| functions.iter().all(|f| holds(n, f)))
 }
 

@@ -215,6 +215,7 @@ impl Publisher {
                 backend = %report.backend.map_or("none", WrappedBackend::name),
                 allocator_config = %crate::tune::effective_config(),
                 sampling = ?crate::sampler::sampling(),
+                unwinder = %crate::sites::unwinder(),
                 "frag publishing heap metrics"
             );
         }

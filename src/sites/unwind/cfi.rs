@@ -6,11 +6,10 @@
 //! address 16). Anything outside that shape becomes [`Rule::UNKNOWN`]. Malformed input ends the
 //! FDE or the section it is in, never the process: this module is fed arbitrary bytes by its tests.
 
-use std::collections::HashMap;
-
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EndianSlice, NativeEndian, Register,
-    RegisterRule, UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice,
+    NativeEndian, PartialFrameDescriptionEntry, Register, RegisterRule, UnwindContext, UnwindContextStorage,
+    UnwindSection, UnwindTableRow,
 };
 
 use super::rows::{Bp, Cfa, Rows, Rule, Span};
@@ -41,16 +40,39 @@ pub(crate) enum BuildError {
 }
 
 /// The rows of the module whose `.eh_frame_hdr` is `hdr`; `eh_frame_at(addr)` gives the mapped
-/// bytes from `addr` (where the header says `.eh_frame` is) to the end of their segment.
+/// bytes from `addr` (where the header says `.eh_frame` is) to the end of their segment. The FDEs are
+/// taken in the order of the header's search table, which is sorted by address, so the rows come out
+/// sorted; without a table, in the order of the section.
 pub(crate) fn build<'a>(
     hdr: Mapped<'a>,
     eh_frame_at: impl FnOnce(usize) -> Option<Mapped<'a>>,
 ) -> Result<(Rows, Stats), BuildError> {
-    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr.addr as u64);
-    let parsed = EhFrameHdr::new(hdr.bytes, NativeEndian).parse(&bases, 8).map_err(BuildError::Header)?;
+    let hdr_bases = BaseAddresses::default().set_eh_frame_hdr(hdr.addr as u64);
+    let parsed = EhFrameHdr::new(hdr.bytes, NativeEndian).parse(&hdr_bases, 8).map_err(BuildError::Header)?;
     let addr = parsed.eh_frame_ptr().direct().map_err(|_| BuildError::Unreachable)?;
     let eh_frame = usize::try_from(addr).ok().and_then(eh_frame_at).ok_or(BuildError::Unreachable)?;
-    Ok(build_eh_frame(eh_frame))
+    let Some(table) = parsed.table() else { return Ok(build_eh_frame(eh_frame)) };
+    let mut builder = Builder::new(eh_frame);
+    let (section, bases) = (builder.section, builder.bases.clone());
+    let mut entries = table.iter(&hdr_bases);
+    loop {
+        match entries.next() {
+            Ok(Some((_, fde))) => {
+                let offset =
+                    fde.direct().ok().and_then(|a| usize::try_from(a).ok()).and_then(|a| a.checked_sub(eh_frame.addr));
+                match offset.map(|o| section.partial_fde_from_offset(&bases, EhFrameOffset(o))) {
+                    Some(Ok(partial)) => builder.fde(&partial),
+                    _ => builder.stats.failed += 1,
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                builder.stats.failed += 1;
+                break;
+            }
+        }
+    }
+    Ok(builder.finish())
 }
 
 /// What a build saw.
@@ -64,51 +86,67 @@ pub(crate) struct Stats {
     pub(crate) unknown: usize,
 }
 
-/// The rows of the `.eh_frame` section in `eh_frame` (which may run on past the section's
-/// terminator: parsing stops there).
-pub(crate) fn build_eh_frame(eh_frame: Mapped<'_>) -> (Rows, Stats) {
-    let section = {
-        let mut s = EhFrame::new(eh_frame.bytes, NativeEndian);
-        s.set_address_size(8);
-        s
-    };
-    let bases = BaseAddresses::default().set_eh_frame(eh_frame.addr as u64);
-    let mut ctx = UnwindContext::new();
-    let mut cies: HashMap<usize, CommonInformationEntry<EndianSlice<'_, NativeEndian>>> = HashMap::new();
-    let mut spans = Vec::new();
-    let mut stats = Stats::default();
-    let mut entries = section.entries(&bases);
-    loop {
-        let partial = match entries.next() {
-            Ok(Some(CieOrFde::Fde(partial))) => partial,
-            Ok(Some(CieOrFde::Cie(_))) => continue,
-            Ok(None) => break,
-            Err(_) => {
-                // The iterator stops at an entry it cannot frame.
-                stats.failed += 1;
-                break;
-            }
-        };
+/// gimli's evaluation state with room for 16 register rules per row (an x86-64 frame saves at most
+/// the 6 callee-saved registers and the return address) rather than its default 192: each row is
+/// copied as the CFI program runs, and the smaller rows make the build several times faster. A
+/// program that sets more rules fails its FDE.
+struct Compact;
+
+impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for Compact {
+    type Rules = [(Register, RegisterRule<T>); 16];
+    type Stack = Box<[UnwindTableRow<T, Self>; 4]>;
+}
+
+type Slice<'a> = EndianSlice<'a, NativeEndian>;
+
+/// One section's build in progress.
+struct Builder<'a> {
+    section: EhFrame<Slice<'a>>,
+    bases: BaseAddresses,
+    ctx: Box<UnwindContext<usize, Compact>>,
+    /// The CIEs seen, by offset (a module has a handful).
+    cies: Vec<(usize, CommonInformationEntry<Slice<'a>>)>,
+    spans: Vec<Span>,
+    stats: Stats,
+}
+
+impl<'a> Builder<'a> {
+    fn new(eh_frame: Mapped<'a>) -> Self {
+        let mut section = EhFrame::new(eh_frame.bytes, NativeEndian);
+        section.set_address_size(8);
+        Self {
+            section,
+            bases: BaseAddresses::default().set_eh_frame(eh_frame.addr as u64),
+            ctx: Box::new(UnwindContext::new_in()),
+            cies: Vec::new(),
+            spans: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Adds the rows of one FDE (none if it fails to parse or evaluate).
+    fn fde(&mut self, partial: &PartialFrameDescriptionEntry<'_, EhFrame<Slice<'a>>, Slice<'a>>) {
+        let cies = &mut self.cies;
         let fde = partial.parse(|s, b, offset| {
-            if let Some(cie) = cies.get(&offset.0) {
+            if let Some((_, cie)) = cies.iter().find(|(o, _)| *o == offset.0) {
                 return Ok(cie.clone());
             }
             let cie = s.cie_from_offset(b, offset)?;
-            cies.insert(offset.0, cie.clone());
+            cies.push((offset.0, cie.clone()));
             Ok(cie)
         });
         let Ok(fde) = fde else {
-            stats.failed += 1;
-            continue;
+            self.stats.failed += 1;
+            return;
         };
         if fde.is_signal_trampoline() {
-            continue; // a signal frame: no rows, the walk stops there
+            return; // a signal frame: no rows, the walk stops there
         }
-        let Ok(mut table) = fde.rows(&section, &bases, &mut ctx) else {
-            stats.failed += 1;
-            continue;
+        let Ok(mut table) = fde.rows(&self.section, &self.bases, &mut self.ctx) else {
+            self.stats.failed += 1;
+            return;
         };
-        let before = spans.len();
+        let before = self.spans.len();
         let ok = loop {
             match table.next_row() {
                 Ok(Some(row)) => {
@@ -117,29 +155,54 @@ pub(crate) fn build_eh_frame(eh_frame: Mapped<'_>) -> (Rows, Stats) {
                     else {
                         break false;
                     };
-                    let rule = rule_of(&section, row.cfa(), row.register(RBP), row.register(RA));
-                    stats.unknown += usize::from(rule.cfa == Cfa::Unknown);
-                    spans.push(Span { start, end, rule });
+                    let rule = rule_of(&self.section, row.cfa(), row.register(RBP), row.register(RA));
+                    self.stats.unknown += usize::from(rule.cfa == Cfa::Unknown);
+                    self.spans.push(Span { start, end, rule });
                 }
                 Ok(None) => break true,
                 Err(_) => break false,
             }
         };
         if ok {
-            stats.fdes += 1;
+            self.stats.fdes += 1;
         } else {
-            spans.truncate(before);
-            stats.failed += 1;
+            self.spans.truncate(before);
+            self.stats.failed += 1;
         }
     }
-    (Rows::from_spans(spans), stats)
+
+    fn finish(self) -> (Rows, Stats) {
+        (Rows::from_spans(self.spans), self.stats)
+    }
+}
+
+/// The rows of the `.eh_frame` section in `eh_frame` (which may run on past the section's
+/// terminator: parsing stops there), in the order of the section.
+pub(crate) fn build_eh_frame(eh_frame: Mapped<'_>) -> (Rows, Stats) {
+    let mut builder = Builder::new(eh_frame);
+    let section = builder.section;
+    let bases = builder.bases.clone();
+    let mut entries = section.entries(&bases);
+    loop {
+        match entries.next() {
+            Ok(Some(CieOrFde::Fde(partial))) => builder.fde(&partial),
+            Ok(Some(CieOrFde::Cie(_))) => {}
+            Ok(None) => break,
+            Err(_) => {
+                // The iterator stops at an entry it cannot frame.
+                builder.stats.failed += 1;
+                break;
+            }
+        }
+    }
+    builder.finish()
 }
 
 type Offset = usize;
 
 /// One row's rule in the walker's shape.
 fn rule_of(
-    section: &EhFrame<EndianSlice<'_, NativeEndian>>,
+    section: &EhFrame<Slice<'_>>,
     cfa: &CfaRule<Offset>,
     bp: RegisterRule<Offset>,
     ra: RegisterRule<Offset>,
@@ -217,7 +280,7 @@ mod tests {
     fn this_binary_has_rows_for_its_own_code() {
         let (tables, _) = super::super::modules::scan_for_test();
         let here = this_binary_has_rows_for_its_own_code as *const () as usize;
-        let rule = tables.rule(here);
+        let rule = tables.rule(here, &core::cell::Cell::new(usize::MAX));
         assert!(matches!(rule.cfa, Cfa::Sp | Cfa::Bp), "{rule:?}");
     }
 

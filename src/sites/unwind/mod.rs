@@ -225,7 +225,8 @@ mod tables {
             return 0;
         }
         let stack = ThreadStack { lo: sp, hi: top };
-        let n = walk::walk(&stack, |pc| set.rule(pc), Regs { pc, sp, bp: Some(bp) }, anchor, out);
+        let hint = core::cell::Cell::new(usize::MAX);
+        let n = walk::walk(&stack, |pc| set.rule(pc, &hint), Regs { pc, sp, bp: Some(bp) }, anchor, out);
         debug_assert!(n <= MAX_FRAMES);
         n
     }
