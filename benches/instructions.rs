@@ -21,6 +21,8 @@
 //! ```text
 //! ```
 //!
+//! `FRAG_NO_STACKS=1` in the environment turns stack capture off (`frag::set_stacks(false)`).
+//!
 //! Run under `cargo bench` (no workload named) it prints where the counting script is and exits.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -218,6 +220,10 @@ fn handoff(v: &Variant, size: usize, iters: u64) {
 }
 
 fn main() {
+    // The sampled variants without their stacks, to count what the unwinder adds to a sample.
+    if std::env::var_os("FRAG_NO_STACKS").is_some() {
+        frag::set_stacks(false);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let number = |i: usize| arg(i).parse::<u64>().unwrap_or(0);

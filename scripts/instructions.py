@@ -14,7 +14,7 @@ the instruction for the single-threaded cases: a regression check, not a timing.
            difference is the unwinder's cost alone), `Tracked` exact, and on jemalloc jemalloc's own heap profiler
            (tikv-jemallocator's `profiling` feature, `prof:true,prof_active:true,lg_prof_sample:19`:
            one sample per 512 KiB, like `Tracked`'s sampler): the anchor. The publisher thread's rounds
-           (per second, not per request) are not counted. The threads interleave differently from run
+           (per second, not per request) and the heap profile it takes half-way are not counted. The threads interleave differently from run
            to run, so the service is measured `--repeat` times per build and reported as the median
            with its range. `--floor` adds the floor wrappers of `examples/support/floor.rs` (to the service,
            and `SampleOnly`, the least any countdown-and-mark sampler does, to the churn).
@@ -57,17 +57,21 @@ SERVICE_LOAD = (300, 600)
 # The example's `frag::Publisher` thread runs a round every second of wall time, not per request, and
 # under callgrind a request takes ~50 times longer: counted, its rounds would weigh ~50 times what they
 # do in a real run. Its rounds are left out of the count (the same in both builds).
-# (`publish_once` is `#[inline(never)]` for this; `check_excluded` fails the run if the name is gone.)
-PUBLISHER_EXCLUDED = ("--toggle-collect=frag::publish::Publisher::publish_once", "--collect-atstart=yes")
-PUBLISHER_ROUND = "frag::publish::Publisher::publish_once"
+# So is the heap profile the example takes once, half-way through its load: in-process
+# symbolization whose cost grows with the number of distinct stacks, so that counted, a longer run
+# would seem to cost more per request where it only names more sites (with stacks off it names none).
+# (Both functions are `#[inline(never)]` for this; `check_excluded` fails the run if a name is gone.)
+EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::heap_pprof")
+PUBLISHER_EXCLUDED = tuple(f"--toggle-collect={f}" for f in EXCLUDED_FUNCTIONS) + ("--collect-atstart=yes",)
 
 
 def check_excluded(exe):
-    """The publisher's round must be a function of its own in `exe`, or the toggle silently excludes
+    """Each excluded function must be a function of its own in `exe`, or the toggle silently excludes
     nothing (as it did once, when the function it named was renamed)."""
     out = subprocess.run(["nm", "-C", exe], stdout=subprocess.PIPE, text=True).stdout
-    if not any(line.endswith(" " + PUBLISHER_ROUND) for line in out.splitlines()):
-        sys.exit(f"{exe} has no function {PUBLISHER_ROUND}: the publisher's rounds would be counted")
+    for name in EXCLUDED_FUNCTIONS:
+        if not any(line.endswith(" " + name) for line in out.splitlines()):
+            sys.exit(f"{exe} has no function {name}: it would be counted")
 
 FEATURES = {
     "system": "",
@@ -258,7 +262,7 @@ def main():
 
     if not args.no_service:
         print(f"\nService example, instructions per request (--concurrency 8 --delay-ms 0; publisher rounds "
-              f"not counted; median of {args.repeat} runs of each of {args.salts} builds, range in brackets)\n")
+              f"and the half-way heap profile not counted; median of {args.repeat} runs of each of {args.salts} builds, range in brackets)\n")
         print("| backend | allocator | per request | added |")
         print("|---|---|---|---|")
         service_backends = backends if args.service_backends is None else \

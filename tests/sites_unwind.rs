@@ -10,6 +10,14 @@ use std::hint::black_box;
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
+/// The report lists the top 10 sites by bytes in use: one test at a time, so that another's blocks
+/// do not push a test's sites out of the list under `cargo test` (nextest runs each in a process).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Each frame's function names (inlined ones included), leaf first.
 fn names(stack: &[u64]) -> Vec<String> {
     let mut out = Vec::new();
@@ -69,6 +77,7 @@ fn path_two(n: usize) -> Box<[u8]> {
 
 #[test]
 fn stacks_cross_the_standard_library_and_dependencies() {
+    let _serial = serial();
     assert_ne!(frag::unwinder(), frag::Unwinder::None);
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     // A file of 3 MiB read by `std::fs::read`: one block, allocated inside `std`.
@@ -94,6 +103,7 @@ fn stacks_cross_the_standard_library_and_dependencies() {
 
 #[test]
 fn two_paths_below_one_leaf_are_two_stacks_with_their_own_bytes() {
+    let _serial = serial();
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let one: Vec<Box<[u8]>> = (0..64).map(|_| path_one(40 << 10)).collect();
     let two: Vec<Box<[u8]>> = (0..32).map(|_| path_two(40 << 10)).collect();
@@ -110,13 +120,23 @@ fn two_paths_below_one_leaf_are_two_stacks_with_their_own_bytes() {
 
 #[test]
 fn a_symbolized_site_shows_file_and_line() {
+    let _serial = serial();
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
-    let kept: Vec<Box<[u8]>> = (0..48).map(|_| path_one(64 << 10)).collect();
+    let kept: Vec<Box<[u8]>> = (0..48).map(|_| path_one(64 << 10)).chain((0..40).map(|_| path_two(64 << 10))).collect();
     let report = common::symbolized_report();
     let sites = report.sites.as_ref().unwrap();
-    let row = sites.top.iter().find(|r| r.frames.iter().any(|f| common::frame_is(f, "path_one"))).expect("path_one");
-    let frame = row.frames.iter().find(|f| common::frame_is(f, "path_one")).unwrap();
+    let row = |path: &str| {
+        sites
+            .top
+            .iter()
+            .find(|r| r.frames.iter().any(|f| common::frame_is(f, path)))
+            .unwrap_or_else(|| panic!("{path}: {report}"))
+    };
+    let (one, two) = (row("path_one"), row("path_two"));
+    let frame = one.frames.iter().find(|f| common::frame_is(f, "path_one")).unwrap();
     assert!(frame.contains("sites_unwind.rs:"), "{frame}");
+    // The two rows name as many frames as it takes to tell them apart.
+    assert_ne!(one.frames, two.frames);
     drop(kept);
     backtrace::clear_symbol_cache();
 }

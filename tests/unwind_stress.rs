@@ -178,10 +178,42 @@ fn panics_caught_in_the_middle_of_the_stack() {
         assert_eq!(catch_in_the_middle(10), 11);
     }
     let _ = std::panic::take_hook();
-    // Blocks allocated by destructors while the panic unwound: the walk went through the unwinder's
-    // own frames (libgcc) and the personality routine, up to the frames being unwound.
+    // Blocks allocated by destructors while the panic unwound (in landing pads, on the stack being
+    // unwound), under the frames that panicked and caught.
     assert!(some_stack_holds(&["drop", "panic_below", "catch_in_the_middle"]), "{:#?}", named_stacks());
     UNWOUND.lock().unwrap().clear();
+}
+
+static FROM_LIBGCC: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+
+/// Walks its own stack with libgcc (`_Unwind_Backtrace`, through the `backtrace` crate), allocating
+/// in the callback: those blocks' stacks run through libgcc's frames, C built without frame pointers.
+#[inline(never)]
+fn allocate_inside_libgcc() {
+    let mut n = 0;
+    // SAFETY: this thread does not unwind otherwise meanwhile.
+    unsafe {
+        backtrace::trace_unsynchronized(|_| {
+            FROM_LIBGCC.lock().unwrap().push(black_box(vec![5u8; 16 << 10].into_boxed_slice()));
+            n += 1;
+            n < 4
+        })
+    };
+    black_box(n);
+}
+
+#[test]
+fn stacks_through_a_c_library_without_frame_pointers() {
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
+    for _ in 0..common::scaled(16) {
+        allocate_inside_libgcc();
+    }
+    assert!(
+        some_stack_holds(&["allocate_inside_libgcc", "stacks_through_a_c_library_without_frame_pointers"]),
+        "{:#?}",
+        named_stacks()
+    );
+    FROM_LIBGCC.lock().unwrap().clear();
 }
 
 #[inline(never)]

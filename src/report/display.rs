@@ -60,10 +60,11 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     match (&s.unwind_tables, s.unwinder) {
         (Some(t), _) => writeln!(
             f,
-            "           stacks: unwind tables, {} modules, {} rows, {}",
+            "           stacks: unwind tables, {} modules, {} rows, {}, last built in {:.1} ms",
             t.modules,
             t.rows,
-            Bytes(t.bytes as u64)
+            Bytes(t.bytes as u64),
+            t.last_build_ms
         )?,
         (None, Unwinder::UnwindTables) => writeln!(f, "           stacks: none (unwind tables not built)")?,
         (None, Unwinder::None) => writeln!(f, "           stacks: none on this target")?,

@@ -8,8 +8,10 @@ use crate::sites::{self, UnwindTables, Unwinder};
 
 /// Sites listed in the report (the profile has them all).
 pub(crate) const TOP: usize = 10;
-/// Frames named per site, from the leaf.
+/// Frames named per site, from the leaf; more, up to [`MAX_NAMED`], where two sites would read the
+/// same (two paths below one leaf).
 const LEAF_FRAMES: usize = 4;
+const MAX_NAMED: usize = 16;
 
 /// Allocation sites, estimated from sampled allocations (see [`Sampling`]). Every figure named
 /// `est_*` is an estimate weighted by the inverse sampling probability.
@@ -60,9 +62,23 @@ impl Sites {
     /// ```
     pub fn symbolize(&mut self) {
         let Some(mut symbols) = Symbols::new() else { return };
-        for row in &mut self.top {
-            let stack: Vec<usize> = row.stack.iter().map(|&pc| pc as usize).collect();
-            row.frames = named_frames(&mut symbols, &stack);
+        let named: Vec<Vec<String>> = self
+            .top
+            .iter()
+            .map(|row| {
+                let stack: Vec<usize> = row.stack.iter().map(|&pc| pc as usize).collect();
+                named_frames(&mut symbols, &stack, MAX_NAMED)
+            })
+            .collect();
+        for (i, row) in self.top.iter_mut().enumerate() {
+            // The first LEAF_FRAMES, or as many more as it takes to tell this row from the others.
+            let mut n = LEAF_FRAMES.min(named[i].len());
+            while n < named[i].len()
+                && named.iter().enumerate().any(|(j, other)| j != i && other.get(..n) == named[i].get(..n))
+            {
+                n += 1;
+            }
+            row.frames = named[i][..n].to_vec();
         }
         self.symbolized = true;
     }
@@ -76,9 +92,10 @@ pub struct SiteRow {
     /// The site's stack: return addresses, leaf first (the first is in the function that called
     /// the allocator, often `__rust_alloc` or the standard library's allocation plumbing).
     pub stack: Vec<u64>,
-    /// The leaf frames (at most 4), leaf first. Before [`Sites::symbolize`]: the first addresses
-    /// of `stack` in hex. After: `function (file:line)` from the leaf after the allocation machinery
-    /// (frag, `__rust_alloc`, `alloc::`), the address in hex where no name is known.
+    /// The leaf frames, leaf first. Before [`Sites::symbolize`]: the first 4 addresses of `stack` in
+    /// hex. After: `function (file:line)` from the leaf after the allocation machinery (frag,
+    /// `__rust_alloc`, `alloc::`), the address in hex where no name is known; 4 frames, or more (up
+    /// to 16) where that is what tells two rows apart.
     pub frames: Vec<String>,
     /// Estimated bytes in use.
     #[cfg_attr(feature = "serde", serde(rename = "est_inuse_bytes"))]
@@ -137,8 +154,8 @@ pub(crate) fn section() -> Option<Sites> {
     })
 }
 
-/// The leaf frames of `stack`, named, after the allocation machinery.
-fn named_frames(symbols: &mut Symbols, stack: &[usize]) -> Vec<String> {
+/// The first `max` frames of `stack`, named, after the allocation machinery.
+fn named_frames(symbols: &mut Symbols, stack: &[usize], max: usize) -> Vec<String> {
     let mut frames = Vec::new();
     for (pc, first) in trimmed(symbols, stack) {
         let lines = symbols.lines(pc);
@@ -153,11 +170,11 @@ fn named_frames(symbols: &mut Symbols, stack: &[usize]) -> Vec<String> {
                 format!("{} ({file}:{})", l.function, l.line)
             });
         }
-        if frames.len() >= LEAF_FRAMES {
+        if frames.len() >= max {
             break;
         }
     }
-    frames.truncate(LEAF_FRAMES);
+    frames.truncate(max);
     frames
 }
 
