@@ -101,7 +101,7 @@ impl Engine {
         let refault = self.follow(now, heap);
         let round = self.decide(now, heap);
         let spent = heap.cpu().saturating_sub(cpu);
-        self.budget.spend(spent);
+        self.budget.spend(spent, matches!(round, Round::Acted(_)));
         let t = &mut self.totals;
         t.elapsed = now.saturating_duration_since(self.started);
         t.rounds += 1;
@@ -225,18 +225,22 @@ fn reclaimable(b: &Breakdown) -> Option<(u64, Part, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reclaim::pacing;
     use crate::report::diagnosis::Sources;
 
     const MIB: u64 = 1 << 20;
 
     /// A model heap: what the program allocates, its RSS, what is reclaimable; an action releases it
-    /// all.
+    /// all, at `action_ns_per_mib` of CPU per MiB; a round's reading of the heap costs `poll_cpu`.
     #[derive(Default)]
     struct Model {
         allocated: u64,
         rss: u64,
         reclaimable: u64,
         actions: u32,
+        action_ns_per_mib: u64,
+        poll_cpu: Duration,
+        cpu: Duration,
     }
 
     impl Heap for Model {
@@ -250,6 +254,7 @@ mod tests {
             0
         }
         fn breakdown(&mut self) -> Option<Breakdown> {
+            self.cpu += self.poll_cpu;
             Some(Breakdown {
                 rss_bytes: self.rss,
                 live_bytes: self.rss - self.reclaimable,
@@ -271,13 +276,14 @@ mod tests {
             })
         }
         fn reclaim(&mut self, _: u64, _: Duration) -> Result<Method, TuneError> {
+            self.cpu += Duration::from_nanos(self.reclaimable / MIB * self.action_ns_per_mib);
             self.rss -= self.reclaimable;
             self.reclaimable = 0;
             self.actions += 1;
             Ok(Method::Collect)
         }
         fn cpu(&mut self) -> Duration {
-            Duration::ZERO
+            self.cpu
         }
     }
 
@@ -383,5 +389,53 @@ mod tests {
         assert!(run(&mut e, &mut m, t0, 0, 5000, false).is_empty());
         assert!(e.totals.skipped.small > 0);
         assert_eq!(m.actions, 0);
+    }
+
+    /// Rounds at the engine's own pace (its `wait`) from `from` until `to`, the program quiet;
+    /// returns the time of the first action, if any.
+    fn paced(e: &mut Engine, m: &mut Model, t0: Instant, from: Duration, to: Duration) -> Option<Duration> {
+        let (mut at, mut first) = (from, None);
+        while at < to {
+            m.allocated += MIB / 8;
+            if let Round::Acted(_) = e.round(t0 + at, m).round {
+                first = first.or(Some(at));
+            }
+            at += e.wait();
+        }
+        first
+    }
+
+    /// The stall: a small burst teaches a cost per byte; then a heap of 1 GiB predicts an action
+    /// ten times what the credit can hold. It runs once the credit is full (within the quiet window
+    /// plus the credit window, well within the quiet window plus its cost ÷ the share), at 1% and
+    /// at 0.3%, and CPU stays within the share plus the stated slack. Polls that cost most of the
+    /// share (0.9% of a core at one per 250 ms) do not hold it back either.
+    #[test]
+    fn a_huge_heap_after_a_small_burst_is_still_reclaimed() {
+        for (share, poll_cpu) in [(0.01, Duration::ZERO), (0.003, Duration::ZERO), (0.01, Duration::from_micros(2250))]
+        {
+            let t0 = Instant::now();
+            // 1 ms of CPU per MiB released: 1 GiB costs 1 s, ten times the cap at 1%.
+            let mut m = Model { rss: 20 * MIB, action_ns_per_mib: 1_000_000, poll_cpu, ..Model::default() };
+            let mut e = Engine::new(Settings { cpu_share: share, ..settings() }, t0);
+            // A burst of 200 MiB, then quiet: the first action (no cost known yet) teaches 1 ms/MiB.
+            run(&mut e, &mut m, t0, 0, 1000, true);
+            let first = paced(&mut e, &mut m, t0, Duration::from_secs(1), Duration::from_secs(600));
+            assert!(first.is_some(), "share {share}: the first action never ran");
+            // A burst of 1 GiB at 600 s, then quiet.
+            let start = 600_000;
+            run(&mut e, &mut m, t0, start, start + 5250, true);
+            assert!(m.reclaimable >= 1 << 30);
+            let quiet_from = Duration::from_millis(start + 5250);
+            let acted = paced(&mut e, &mut m, t0, quiet_from, quiet_from + Duration::from_secs(600));
+            let Some(acted) = acted else { panic!("share {share}, polls {poll_cpu:?}: stalled: {:?}", e.totals) };
+            let cost = Duration::from_secs(1);
+            let bound = settings().quiet + cost.div_f64(share);
+            assert!(acted - quiet_from <= bound, "share {share}: acted {:?} after the burst", acted - quiet_from);
+            assert_eq!(m.reclaimable, 0);
+            let wall = acted.as_secs_f64();
+            let slack = share * pacing::CREDIT_WINDOW.as_secs_f64() + cost.as_secs_f64();
+            assert!(m.cpu.as_secs_f64() <= share * wall + slack, "share {share}: {:?} of CPU in {wall} s", m.cpu);
+        }
     }
 }
