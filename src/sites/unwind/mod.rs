@@ -176,6 +176,7 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 #[cfg(frag_unwind = "tables")]
 mod tables {
     use super::modules::Reading;
+    use super::rows::{Rows, Rule};
     use super::walk::{self, Regs, Stack};
     use super::{Frames, MAX_FRAMES};
 
@@ -225,8 +226,20 @@ mod tables {
             return 0;
         }
         let stack = ThreadStack { lo: sp, hi: top };
-        let hint = core::cell::Cell::new(usize::MAX);
-        let n = walk::walk(&stack, |pc| set.rule(pc, &hint), Regs { pc, sp, bp: Some(bp) }, anchor, out);
+        // The module of the previous frame, usually the next one's too: its rows are looked at
+        // first, without going through the set.
+        let mut module: Option<&Rows> = None;
+        let rules = |pc: usize| {
+            let rows = match module {
+                Some(r) if r.contains(pc) => r,
+                _ => match set.rows_for(pc) {
+                    Some(r) => *module.insert(r),
+                    None => return Rule::UNKNOWN,
+                },
+            };
+            rows.rule(pc)
+        };
+        let n = walk::walk(&stack, rules, Regs { pc, sp, bp: Some(bp) }, anchor, out);
         debug_assert!(n <= MAX_FRAMES);
         n
     }

@@ -53,25 +53,19 @@ pub(crate) struct Set {
 }
 
 impl Set {
-    /// The rule for the instruction at `pc`, looking first in the module `hint` names (the previous
-    /// frame's, usually the same), and leaving the module found there. Allocation-free, lock-free.
+    /// The rows of the module holding `pc`. Allocation-free, lock-free.
     #[inline]
-    pub(crate) fn rule(&self, pc: usize, hint: &core::cell::Cell<usize>) -> Rule {
-        if let Some(m) = self.modules.get(hint.get()) {
-            let (start, end) = m.rows.range();
-            if start <= pc && pc < end {
-                return m.rows.rule(pc);
-            }
-        }
+    pub(crate) fn rows_for(&self, pc: usize) -> Option<&Rows> {
         // The last module starting at or below `pc`.
         let i = self.modules.partition_point(|m| m.rows.range().0 <= pc);
-        match i.checked_sub(1).and_then(|i| self.modules.get(i).map(|m| (i, m))) {
-            Some((i, m)) => {
-                hint.set(i);
-                m.rows.rule(pc)
-            }
-            None => Rule::UNKNOWN,
-        }
+        let rows = &self.modules.get(i.checked_sub(1)?)?.rows;
+        rows.contains(pc).then_some(rows)
+    }
+
+    /// The rule for the instruction at `pc`.
+    #[cfg(test)]
+    pub(crate) fn rule(&self, pc: usize) -> Rule {
+        self.rows_for(pc).map_or(Rule::UNKNOWN, |r| r.rule(pc))
     }
 }
 

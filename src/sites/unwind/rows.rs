@@ -233,6 +233,12 @@ impl Rows {
         (self.start, self.end)
     }
 
+    /// Whether `pc` is in that range.
+    #[inline(always)]
+    pub(crate) fn contains(&self, pc: usize) -> bool {
+        self.start <= pc && pc < self.end
+    }
+
     /// Rows kept.
     pub(crate) fn len(&self) -> usize {
         self.rows.len()

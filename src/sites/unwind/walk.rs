@@ -46,7 +46,7 @@ pub(crate) struct Regs {
 #[inline]
 pub(crate) fn walk<S: Stack>(
     stack: &S,
-    rules: impl Fn(usize) -> Rule,
+    mut rules: impl FnMut(usize) -> Rule,
     mut regs: Regs,
     anchor: usize,
     out: &mut Frames,
