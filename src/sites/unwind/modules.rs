@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use super::UnwindTables;
 use super::cfi::{self, Mapped};
-use super::rows::{Rows, Rule};
+use super::rows::Rows;
+#[cfg(test)]
+use super::rows::Rule;
 
 /// One module's rows.
 #[derive(Debug)]
