@@ -115,6 +115,11 @@ def build_workloads(backends):
     sys.exit("could not find the built instructions bench")
 
 
+# Pairs and churn guard the allocation path itself: they run with stack capture off (the bench's
+# `FRAG_NO_STACKS`), as they did when builds without frame pointers had no stacks; the walk has its
+# own guard below, on the service.
+PATH_ONLY = {"FRAG_NO_STACKS": "1"}
+
 # The stack walk of a sampled allocation, inclusive: its instructions per request are the unwinder's
 # cost, counted whatever the threads' interleaving (which moves a whole run's count by 0.3-0.5%).
 CAPTURE = "frag::sites::capture"
@@ -249,13 +254,14 @@ def main():
     failures = []
     exe = None if args.no_pairs else build_workloads(backends)
     print(f"Instructions added by Tracked (callgrind, difference of two run lengths; exact-tier budget "
-          f"+{args.pair_budget} per pair)\n")
+          f"+{args.pair_budget} per pair; stack capture off: the allocation path alone)\n")
     print("| backend | case | bare | sampled | added | exact | added |")
     print("|---|---|---|---|---|---|---|")
     for backend in backends if exe else []:
         for size in PAIR_SIZES:
             floors = ("floor", "floor-exact") if args.floor and backend in ("jemalloc", "system") else ()
-            r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS)["Ir"]
+            r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(size), str(n)], PAIR_ITERS,
+                              env=PATH_ONLY)["Ir"]
                  for kind in ("bare",) + TIERS + floors}
             print(f"| {backend} | pair {size} B | {r['bare']:.1f} | {r['sampled']:.1f} | "
                   f"{r['sampled'] - r['bare']:+.1f} | {r['exact']:.1f} | {r['exact'] - r['bare']:+.1f} |", flush=True)
@@ -266,7 +272,7 @@ def main():
             added = r["exact"] - r["bare"]
             if added > budget_of(backend):
                 failures.append(f"{backend} pair {size} B, exact: +{added:.1f} instructions > +{budget_of(backend):g}")
-        r = {kind: per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True)
+        r = {kind: per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True, env=PATH_ONLY)
              for kind in ("bare",) + TIERS}
         print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['sampled']['Ir']:.1f} | "
               f"{r['sampled']['Ir'] - r['bare']['Ir']:+.1f} | {r['exact']['Ir']:.1f} | "
@@ -276,7 +282,7 @@ def main():
         print(f"| {backend} | churn L1d read misses | {mb:.3f} | {r['sampled']['D1mr']:.3f} | "
               f"{100 * rel['sampled']:+.1f}% | {r['exact']['D1mr']:.3f} | {100 * rel['exact']:+.1f}% |", flush=True)
         if args.floor and backend in ("jemalloc", "system"):
-            f = per_op(lambda n: [exe, "churn", backend, "floor", str(n)], CHURN_STEPS, cache=True)
+            f = per_op(lambda n: [exe, "churn", backend, "floor", str(n)], CHURN_STEPS, cache=True, env=PATH_ONLY)
             print(f"| {backend} | churn, floor `SampleOnly` (instructions / L1d read misses) | | "
                   f"{f['Ir']:.1f} / {f['D1mr']:.3f} | {f['Ir'] - r['bare']['Ir']:+.1f} / "
                   f"{100 * (f['D1mr'] - mb) / mb:+.1f}% | | |", flush=True)
