@@ -33,12 +33,10 @@ pub(crate) enum Activity {
 
 impl Quiet {
     /// Takes the cumulative allocated bytes `total` at `now`; `share` is the share of the busiest
-    /// rate below which the heap is quiet. The first call has no rate yet: quiet for no time, so that
-    /// the quiet window starts there (it used to count as busy at "0 B/s", which read as a
-    /// contradiction in the first round's log line).
+    /// rate below which the heap is quiet. The first call has no rate and counts as busy.
     pub(crate) fn observe(&mut self, now: Instant, total: u64, share: f64) -> Activity {
         let Some((then, before)) = self.last.replace((now, total)) else {
-            return Activity::Quiet(Duration::ZERO);
+            return Activity::Busy { bytes_per_sec: 0.0, quiet_below: QUIET_FLOOR };
         };
         let dt = now.saturating_duration_since(then).as_secs_f64();
         // A slot reused by a new thread may restart its count: no activity rather than a negative one.
@@ -68,7 +66,7 @@ mod tests {
         let mut q = Quiet::default();
         let mut total = 0;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        assert_eq!(q.observe(at(0), total, 0.1), Activity::Quiet(Duration::ZERO), "no rate yet");
+        assert!(matches!(q.observe(at(0), total, 0.1), Activity::Busy { .. }));
         for ms in (250..=2000).step_by(250) {
             total += 256 * MIB;
             assert!(matches!(q.observe(at(ms), total, 0.1), Activity::Busy { .. }), "{ms}");
@@ -87,8 +85,7 @@ mod tests {
     fn a_steady_load_never_turns_quiet_and_a_restarted_count_is_no_activity() {
         let t0 = Instant::now();
         let mut q = Quiet::default();
-        q.observe(t0, 0, 0.1);
-        for i in 1..=40u64 {
+        for i in 0..=40u64 {
             let a = q.observe(t0 + Duration::from_millis(250 * i), i * 64 * MIB, 0.1);
             assert!(matches!(a, Activity::Busy { .. }), "{i}: {a:?}");
         }

@@ -17,10 +17,8 @@ use crate::stats::snapshot;
 /// wrapped allocator's statistics and `/proc/self/statm`, for a caller that polls (the reclaimer).
 /// `None` without `/proc`; allocator statistics that cannot be read leave the heap not split.
 pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
+    // No refresh of the unwind tables here: the reclaimer's rounds are paid from its CPU budget.
     let guard = ReportGuard::enter();
-    if guard.is_some() {
-        unwind::refresh();
-    }
     let tracked = counters::totals();
     let reg = registered();
     let allocator = match (reg, &guard) {

@@ -69,8 +69,8 @@ pub fn stacks() -> bool {
 /// when nothing was loaded or unloaded, or when the unwinder is not [`Unwinder::UnwindTables`].
 ///
 /// The tables of the executable and the libraries it starts with are built before `main`;
-/// [`report`](crate::report), the [`Publisher`](crate::Publisher)'s ticks and the reclaimer's rounds
-/// call this too. Call it yourself right after a `dlopen` whose code allocates, for stacks through
+/// `frag::report()` and the `frag::Publisher`'s ticks call this too (not the reclaimer's rounds,
+/// which are paid from its CPU budget). Call it yourself right after a `dlopen` whose code allocates, for stacks through
 /// that code from its first sample. Allocates and takes the dynamic loader's lock.
 ///
 /// ```no_run

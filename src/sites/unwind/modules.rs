@@ -2,9 +2,9 @@
 //! published for the walker without locks.
 //!
 //! **When.** At start-up, before `main` (a constructor in `.init_array`, see [`super`]), for the
-//! executable and the libraries loaded with it; then again by [`refresh`], which `report()`, the
-//! publisher's ticks and the reclaimer's rounds call, so that modules loaded later (`dlopen`) are
-//! picked up by a thread that is not allocating. A refresh that finds the loader's counts of loads
+//! executable and the libraries loaded with it; then again by [`refresh`], which `report()` and the
+//! publisher's ticks call, so that modules loaded later (`dlopen`) are picked up by a thread that
+//! is not allocating (not the reclaimer's rounds: they are paid from its CPU budget). A refresh that finds the loader's counts of loads
 //! and unloads (`dlpi_adds`, `dlpi_subs`) unchanged does nothing else.
 //!
 //! **Never a module's memory after `dlclose`.** The builder reads a library's `.eh_frame` only while
