@@ -193,9 +193,9 @@ mod tables {
         }
 
         #[inline(always)]
-        fn read_checked(&self, addr: usize) -> usize {
-            // SAFETY: `Stack::load` checked that the aligned word lies in `[lo, hi)`: between this
-            // walk's stack pointer and the top of this thread's stack, mapped memory that holds the
+        unsafe fn read_checked(&self, addr: usize) -> usize {
+            // SAFETY: the caller's guarantee puts the aligned word in `[lo, hi)`: between this walk's
+            // stack pointer and the top of this thread's stack, mapped memory that holds the
             // suspended frames of the walk's callers, which do not change while it runs.
             unsafe { (addr as *const usize).read() }
         }

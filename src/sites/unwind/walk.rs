@@ -18,16 +18,20 @@ pub(crate) trait Stack {
     /// The bounds.
     fn bounds(&self) -> (usize, usize);
 
-    /// The word at `addr`, which [`Stack::load`] has checked: 8-aligned, and `[addr, addr + 8)`
-    /// inside the bounds.
-    fn read_checked(&self, addr: usize) -> usize;
+    /// The word at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// `addr` is 8-aligned and `[addr, addr + 8)` lies inside the bounds ([`Stack::load`] checks it).
+    unsafe fn read_checked(&self, addr: usize) -> usize;
 
     /// The word at `addr` if it lies wholly inside the bounds.
     #[inline(always)]
     fn load(&self, addr: usize) -> Option<usize> {
         let (lo, hi) = self.bounds();
-        (addr >= lo && addr % 8 == 0 && addr.checked_add(8).is_some_and(|end| end <= hi))
-            .then(|| self.read_checked(addr))
+        let inside = addr >= lo && addr % 8 == 0 && addr.checked_add(8).is_some_and(|end| end <= hi);
+        // SAFETY: `inside` is the precondition.
+        inside.then(|| unsafe { self.read_checked(addr) })
     }
 }
 
@@ -115,7 +119,7 @@ mod tests {
         fn bounds(&self) -> (usize, usize) {
             (self.base, self.base + self.words.len() * 8)
         }
-        fn read_checked(&self, addr: usize) -> usize {
+        unsafe fn read_checked(&self, addr: usize) -> usize {
             assert!(addr >= self.base && addr % 8 == 0, "read at {addr:#x} below the stack");
             self.words[(addr - self.base) / 8]
         }
