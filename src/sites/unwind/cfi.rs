@@ -278,7 +278,7 @@ mod tests {
     /// This test binary's own `.eh_frame`: every function the test calls has a rule.
     #[test]
     fn this_binary_has_rows_for_its_own_code() {
-        let (tables, _) = super::super::modules::scan_for_test();
+        let tables = super::super::modules::scan_for_test();
         let here = this_binary_has_rows_for_its_own_code as *const () as usize;
         let rule = tables.rule(here);
         assert!(matches!(rule.cfa, Cfa::Sp | Cfa::Bp), "{rule:?}");

@@ -148,27 +148,29 @@ pub(crate) fn refresh() {
     {
         return;
     }
-    let Some(found) = loaded() else { return };
-    let started = Instant::now();
-    let mut modules = Vec::with_capacity(found.modules.len());
-    for f in &found.modules {
-        let reused =
-            current.and_then(|c| c.modules.iter().find(|m| m.base == f.base && m.hdr == f.hdr && m.name == f.name));
-        match reused {
-            Some(m) => modules.push(Arc::clone(m)),
-            None => {
-                if let Some(m) = build_pinned(f) {
-                    modules.push(Arc::new(m));
-                }
-            }
-        }
-    }
-    modules.sort_by_key(|m| m.rows.range().0);
-    let next = Box::new(Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed() });
+    let next = Box::new(build(&loaded(), current));
     let old = CURRENT.swap(Box::into_raw(next), SeqCst);
     if !old.is_null() {
         retire(old);
     }
+}
+
+/// The set of the modules `found`, reusing the rows of those `current` has already built.
+fn build(found: &Listing, current: Option<&Set>) -> Set {
+    let started = Instant::now();
+    let mut modules: Vec<Arc<Module>> = found
+        .modules
+        .iter()
+        .filter_map(|f| {
+            let same = |m: &&Arc<Module>| m.base == f.base && m.hdr == f.hdr && m.name == f.name();
+            match current.and_then(|c| c.modules.iter().find(same)) {
+                Some(m) => Some(Arc::clone(m)),
+                None => build_pinned(f).map(Arc::new),
+            }
+        })
+        .collect();
+    modules.sort_by_key(|m| m.rows.range().0);
+    Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed() }
 }
 
 /// Frees `old` (swapped out) once the walks that may read it have ended.
@@ -189,7 +191,6 @@ fn retire(old: *mut Set) {
 
 /// A loaded module as the loader lists it.
 struct Found {
-    name: String,
     cname: CString,
     base: usize,
     /// `.eh_frame_hdr`'s address, if the module has one.
@@ -225,8 +226,15 @@ fn counts() -> Option<(u64, u64)> {
     out
 }
 
+impl Found {
+    /// The path the loader gives (empty for the executable).
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        self.cname.to_string_lossy()
+    }
+}
+
 /// The loaded modules with an `.eh_frame_hdr`, and the loader's counts of loads and unloads.
-fn loaded() -> Option<Listing> {
+fn loaded() -> Listing {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
@@ -262,15 +270,14 @@ fn loaded() -> Option<Listing> {
                 // SAFETY: the loader's name is a NUL-terminated string valid for this call.
                 unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned()
             };
-            let name = cname.to_string_lossy().into_owned();
-            listing.modules.push(Found { name, cname, base, hdr, segments });
+            listing.modules.push(Found { cname, base, hdr, segments });
         }
         0
     }
     let mut listing = Listing { modules: Vec::new(), adds: 0, subs: 0 };
     // SAFETY: `each` matches the callback type and only uses `data` as the `Listing` given.
     unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut listing).cast()) };
-    Some(listing)
+    listing
 }
 
 /// The bytes of `f`'s segments from `addr` to the end of the segment holding it.
@@ -294,9 +301,9 @@ fn build_pinned(f: &Found) -> Option<Module> {
     let built = cfi::build(hdr, |addr| unsafe { mapped_from(f, addr) });
     drop(pin);
     match built {
-        Ok((rows, stats)) => Some(Module { name: f.name.clone(), base: f.base, hdr: f.hdr, rows, stats }),
+        Ok((rows, stats)) => Some(Module { name: f.name().into_owned(), base: f.base, hdr: f.hdr, rows, stats }),
         Err(e) => {
-            tracing::debug!(target: "frag", "unwind tables: {} left out: {e:?}", f.name);
+            tracing::debug!(target: "frag", "unwind tables: {} left out: {e:?}", f.name());
             None
         }
     }
@@ -337,11 +344,6 @@ impl Drop for Pin {
 
 /// For tests: builds every loaded module's rows into a set that is not published.
 #[cfg(test)]
-pub(crate) fn scan_for_test() -> (Set, Duration) {
-    let started = Instant::now();
-    let found = loaded().expect("modules");
-    let mut modules: Vec<Arc<Module>> = found.modules.iter().filter_map(build_pinned).map(Arc::new).collect();
-    modules.sort_by_key(|m| m.rows.range().0);
-    let t = started.elapsed();
-    (Set { modules, adds: found.adds, subs: found.subs, build_time: t }, t)
+pub(crate) fn scan_for_test() -> Set {
+    build(&loaded(), None)
 }
