@@ -21,8 +21,8 @@
 //! while a walk was under way in another thread never drains) leaks the old set instead.
 
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::UnwindTables;
@@ -74,8 +74,40 @@ impl Set {
 static CURRENT: AtomicPtr<Set> = AtomicPtr::new(core::ptr::null_mut());
 static EPOCH: AtomicUsize = AtomicUsize::new(0);
 static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-/// Serialises writers. Never taken on the allocation path.
-static WRITER: Mutex<()> = Mutex::new(());
+/// Serialises writers: the process id of the one writing, 0 when none. Not a mutex: a child forked
+/// while a thread of its parent was writing must not wait for that thread, which it does not have;
+/// it takes over (the set it sees is whole either way: publication is one atomic swap). Never taken
+/// on the allocation path.
+static WRITER: AtomicU64 = AtomicU64::new(0);
+
+/// Holds [`WRITER`] for this process until dropped.
+struct Writing;
+
+impl Writing {
+    fn enter() -> Self {
+        let me = u64::from(std::process::id());
+        let mut seen = WRITER.load(SeqCst);
+        loop {
+            if seen == me {
+                // Another thread of this process is writing: it ends soon.
+                std::thread::yield_now();
+                seen = WRITER.load(SeqCst);
+                continue;
+            }
+            // Free, or held by a thread of the process this one was forked from.
+            match WRITER.compare_exchange(seen, me, SeqCst, SeqCst) {
+                Ok(_) => return Self,
+                Err(now) => seen = now,
+            }
+        }
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        WRITER.store(0, SeqCst);
+    }
+}
 
 /// A registered walk: the set it reads stays alive until it is dropped.
 pub(crate) struct Reading {
@@ -140,7 +172,7 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 /// Brings the published set up to date with the loaded modules; builds rows only for modules not
 /// seen before. Allocates and takes the loader's lock: never call it on the allocation path.
 pub(crate) fn refresh() {
-    let _writer = WRITER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _writer = Writing::enter();
     // SAFETY: only writers free sets, and this thread is the only writer (`WRITER`).
     let current = unsafe { CURRENT.load(SeqCst).as_ref() };
     if let Some(c) = current
