@@ -5,8 +5,8 @@
 //! - **Unwind tables** (x86-64 Linux with glibc, any build): the call-frame information that every
 //!   such build carries (`.eh_frame`, the same information a panic unwinds with) is turned, off the
 //!   allocation path, into compact rows of "where is the caller's frame" ([`rows`], built by [`cfi`]
-//!   for each loaded module, published by [`modules`]); the walk ([`walk`]) looks up the row of each
-//!   return address and reads at most three words of stack per frame. It takes no lock (not even the
+//!   for each loaded module, published by [`modules`]); the walk ([`walk`]) looks up the rule of each
+//!   return address (in [`recent`] rules first) and reads at most three words of stack per frame. It takes no lock (not even the
 //!   loader's: the rows are ours) and allocates nothing.
 //! - **Frame pointers** (builds with `-C force-frame-pointers=yes`, x86-64 or AArch64 Linux with
 //!   glibc): the chain of frame records ([`fp`]), about 2-3x faster per frame, but it stops at the
@@ -39,6 +39,8 @@ mod fp;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod modules;
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod recent;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod rows;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
@@ -193,6 +195,13 @@ mod tables {
         }
 
         #[inline(always)]
+        fn prefetch(&self, addr: usize) {
+            // SAFETY: SSE is part of x86-64; a prefetch is a hint that reads nothing and never faults,
+            // whatever the address.
+            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8) };
+        }
+
+        #[inline(always)]
         unsafe fn read_checked(&self, addr: usize) -> usize {
             // SAFETY: the caller's guarantee puts the aligned word in `[lo, hi)`: between this walk's
             // stack pointer and the top of this thread's stack, mapped memory that holds the
@@ -226,10 +235,14 @@ mod tables {
             return 0;
         }
         let stack = ThreadStack { lo: sp, hi: top };
-        // The module of the previous frame, usually the next one's too: its rows are looked at
-        // first, without going through the set.
+        // A recent rule first; else the rows of the previous frame's module (usually the next
+        // one's too), without going through the set.
+        let recent = set.recent();
         let mut module: Option<&Rows> = None;
         let rules = |pc: usize| {
+            if let Some(rule) = recent.get(pc) {
+                return rule;
+            }
             let rows = match module {
                 Some(r) if r.contains(pc) => r,
                 _ => match set.rows_for(pc) {
@@ -237,7 +250,9 @@ mod tables {
                     None => return Rule::UNKNOWN,
                 },
             };
-            rows.rule(pc)
+            let rule = rows.rule(pc);
+            recent.put(pc, rule);
+            rule
         };
         let n = walk::walk(&stack, rules, Regs { pc, sp, bp: Some(bp) }, anchor, out);
         debug_assert!(n <= MAX_FRAMES);

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use super::UnwindTables;
 use super::cfi::{self, Mapped};
+use super::recent::Recent;
 use super::rows::Rows;
 #[cfg(test)]
 use super::rows::Rule;
@@ -52,9 +53,17 @@ pub(crate) struct Set {
     subs: u64,
     /// How long building it took (modules reused from the previous set cost nothing).
     pub(crate) build_time: Duration,
+    /// The rules walks looked up in this set's rows lately.
+    recent: Recent,
 }
 
 impl Set {
+    /// The rules walks looked up lately.
+    #[inline]
+    pub(crate) fn recent(&self) -> &Recent {
+        &self.recent
+    }
+
     /// The rows of the module holding `pc`. Allocation-free, lock-free.
     #[inline]
     pub(crate) fn rows_for(&self, pc: usize) -> Option<&Rows> {
@@ -202,7 +211,7 @@ fn build(found: &Listing, current: Option<&Set>) -> Set {
         })
         .collect();
     modules.sort_by_key(|m| m.rows.range().0);
-    Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed() }
+    Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed(), recent: Recent::new() }
 }
 
 /// Frees `old` (swapped out) once the walks that may read it have ended.

@@ -25,6 +25,13 @@ pub(crate) trait Stack {
     /// `addr` is 8-aligned and `[addr, addr + 8)` lies inside the bounds ([`Stack::load`] checks it).
     unsafe fn read_checked(&self, addr: usize) -> usize;
 
+    /// A hint that the words from `addr` on will be read soon (nothing by default). A hint reads
+    /// nothing: an address outside the bounds is harmless.
+    #[inline(always)]
+    fn prefetch(&self, addr: usize) {
+        let _ = addr;
+    }
+
     /// The word at `addr` if it lies wholly inside the bounds.
     #[inline(always)]
     fn load(&self, addr: usize) -> Option<usize> {
@@ -92,6 +99,10 @@ fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> {
     if cfa <= regs.sp {
         return None;
     }
+    // The caller's frame starts at the CFA: its words are what the next steps read, and on a stack
+    // not in cache a miss each (the rules' look-ups wait on them).
+    stack.prefetch(cfa.wrapping_add(64));
+    stack.prefetch(cfa.wrapping_add(128));
     let pc = stack.load(cfa.checked_sub(8)?)?;
     if pc == 0 {
         return None;

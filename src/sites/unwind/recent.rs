@@ -1,0 +1,213 @@
+//! Recent rules: a small direct-mapped cache from a return address to its [`Rule`], one per published
+//! set of tables (so it never outlives the rows it copies).
+//!
+//! A sampled allocation's stack mostly repeats one seen before, and a look-up in the rows (the
+//! module's range, its bucket index, a scan or bisection of the bucket) is most of a frame's cost.
+//! One cache entry is one `u64`, read and written with relaxed atomics by any walking thread: an
+//! entry is whole or absent, never torn, and a lost race only costs a look-up. A hit is one load
+//! and a compare. 4,096 entries, 32 KiB, in a mapping of their own (not the heap frag measures),
+//! touched only as entries are filled.
+//!
+//! **An entry**: bits 29..64 hold the address's bits 12..47 (a user-space address on x86-64 has
+//! 47 bits), bits 0..29 the rule, packed; the slot is the address's low 12 bits mixed with the
+//! next 12, so the slot and the stored bits give back the whole address: a hit is exact. A rule
+//! that does not fit the packing (a CFA offset beyond ±32 KiB, a saved `rbp` more than ±1 KiB
+//! from the CFA or not 8-aligned there) is not cached. 0 is an empty slot: no packed rule is 0.
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::rows::{Bp, Cfa, Rule};
+
+/// log2 of the slots.
+const SLOT_BITS: u32 = 12;
+const SLOTS: usize = 1 << SLOT_BITS;
+/// Bits of an entry that hold the rule.
+const RULE_BITS: u32 = 29;
+/// Addresses at or above this are not cached (they have more than 47 bits).
+const ADDRESS_LIMIT: usize = 1 << 47;
+
+/// The cache: [`SLOTS`] entries in an anonymous mapping, or none if the mapping failed (every
+/// look-up then goes to the rows).
+pub(crate) struct Recent {
+    slots: Option<core::ptr::NonNull<AtomicU64>>,
+}
+
+// SAFETY: the slots are atomics, shared by design; the mapping lives until drop.
+unsafe impl Send for Recent {}
+// SAFETY: as above.
+unsafe impl Sync for Recent {}
+
+impl core::fmt::Debug for Recent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Recent({} slots)", if self.slots.is_some() { SLOTS } else { 0 })
+    }
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recent {
+    /// An empty cache. Maps its slots: off the allocation path.
+    pub(crate) fn new() -> Self {
+        // SAFETY: a private anonymous mapping; no existing memory is touched. Its pages are zero, an
+        // empty slot.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                SLOTS * size_of::<AtomicU64>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        let slots = if p == libc::MAP_FAILED { None } else { core::ptr::NonNull::new(p.cast::<AtomicU64>()) };
+        Self { slots }
+    }
+
+    #[inline(always)]
+    fn slot(&self, pc: usize) -> Option<&AtomicU64> {
+        let slots = self.slots?;
+        let i = (pc ^ (pc >> SLOT_BITS)) & (SLOTS - 1);
+        // SAFETY: `i < SLOTS`, inside the mapping, which lives as long as `self`; zeroed memory is a
+        // valid `AtomicU64`.
+        Some(unsafe { &*slots.as_ptr().add(i) })
+    }
+
+    /// The cached rule of `pc`, if any.
+    #[inline(always)]
+    pub(crate) fn get(&self, pc: usize) -> Option<Rule> {
+        let entry = self.slot(pc)?.load(Relaxed);
+        if pc >= ADDRESS_LIMIT || entry >> RULE_BITS != (pc >> SLOT_BITS) as u64 {
+            return None;
+        }
+        unpack(entry as u32 & ((1 << RULE_BITS) - 1))
+    }
+
+    /// Remembers `rule` for `pc` (nothing if it does not fit an entry).
+    #[inline(always)]
+    pub(crate) fn put(&self, pc: usize, rule: Rule) {
+        if pc >= ADDRESS_LIMIT {
+            return;
+        }
+        if let (Some(slot), Some(packed)) = (self.slot(pc), pack(rule)) {
+            slot.store(((pc >> SLOT_BITS) as u64) << RULE_BITS | u64::from(packed), Relaxed);
+        }
+    }
+}
+
+impl Drop for Recent {
+    fn drop(&mut self) {
+        if let Some(p) = self.slots {
+            // SAFETY: the mapping `new` made, of this size, unmapped once.
+            unsafe { libc::munmap(p.as_ptr().cast(), SLOTS * size_of::<AtomicU64>()) };
+        }
+    }
+}
+
+/// `rule` in 29 bits, never 0: CFA kind + 1 (3 bits), `rbp` kind (2), the CFA offset (16, signed),
+/// the saved `rbp`'s offset in words (8, signed).
+fn pack(rule: Rule) -> Option<u32> {
+    let cfa = rule.cfa as u32 + 1;
+    let offset = i16::try_from(rule.cfa_offset).ok()?;
+    let bp_words = if rule.bp_offset % 8 == 0 { i8::try_from(rule.bp_offset / 8).ok()? } else { return None };
+    Some(cfa | (rule.bp as u32) << 3 | u32::from(offset as u16) << 5 | u32::from(bp_words as u8) << 21)
+}
+
+#[inline(always)]
+fn unpack(packed: u32) -> Option<Rule> {
+    let cfa = match packed & 7 {
+        1 => Cfa::Sp,
+        2 => Cfa::Bp,
+        3 => Cfa::DerefBp,
+        4 => Cfa::End,
+        5 => Cfa::Unknown,
+        _ => return None,
+    };
+    let bp = match (packed >> 3) & 3 {
+        0 => Bp::Same,
+        1 => Bp::Saved,
+        2 => Bp::Lost,
+        _ => return None,
+    };
+    let cfa_offset = i32::from((packed >> 5) as u16 as i16);
+    let bp_offset = i16::from((packed >> 21) as u8 as i8) * 8;
+    Some(Rule { cfa_offset, bp_offset, cfa, bp })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Rules as compilers emit them (CFA offsets of a few words, `rbp` saved a few words below the
+    /// CFA), and now and then one outside the packing.
+    fn arb_rule() -> impl Strategy<Value = Rule> {
+        let cfa_offset = prop_oneof![4 => -40_000i32..40_000, 1 => any::<i32>()];
+        let bp_offset = prop_oneof![4 => (-130i16..130).prop_map(|w| w * 8), 1 => any::<i16>()];
+        (0u8..5, cfa_offset, 0u8..3, bp_offset).prop_map(|(c, cfa_offset, b, bp_offset)| Rule {
+            cfa_offset,
+            bp_offset,
+            cfa: [Cfa::Sp, Cfa::Bp, Cfa::DerefBp, Cfa::End, Cfa::Unknown][c as usize],
+            bp: [Bp::Same, Bp::Saved, Bp::Lost][b as usize],
+        })
+    }
+
+    proptest! {
+        /// A rule that packs comes back unchanged; one that does not is not cached.
+        #[test]
+        fn packing_round_trips(rule in arb_rule()) {
+            match pack(rule) {
+                Some(p) => {
+                    prop_assert!(p != 0 && p < 1 << RULE_BITS);
+                    prop_assert_eq!(unpack(p), Some(rule));
+                }
+                None => prop_assert!(
+                    i16::try_from(rule.cfa_offset).is_err() || rule.bp_offset % 8 != 0
+                        || i8::try_from(rule.bp_offset / 8).is_err()
+                ),
+            }
+        }
+
+        /// The cache against a model (a map of the last rule put for each address): a hit is always
+        /// the rule last put for that very address; addresses that share a slot evict each other.
+        #[test]
+        fn a_hit_is_exact(ops in proptest::collection::vec((0usize..64, 0usize..4, arb_rule()), 1..200)) {
+            let recent = Recent::new();
+            let mut model = std::collections::HashMap::new();
+            // Addresses that collide in pairs: the same slot, different stored bits.
+            let pc = |k: usize, v: usize| (0x5555_0000_0040 + k * 0x1_0000) ^ (v * 0x1001);
+            for (k, v, rule) in ops {
+                let pc = pc(k, v);
+                if let Some(hit) = recent.get(pc) {
+                    prop_assert_eq!(Some(&hit), model.get(&pc));
+                }
+                recent.put(pc, rule);
+                if pack(rule).is_some() {
+                    prop_assert_eq!(recent.get(pc), Some(rule));
+                    model.insert(pc, rule);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_and_out_of_range_addresses_miss() {
+        let recent = Recent::new();
+        let rule = Rule { cfa_offset: 16, bp_offset: -16, cfa: Cfa::Sp, bp: Bp::Saved };
+        assert_eq!(recent.get(0x40_1000), None);
+        recent.put(0x40_1000, rule);
+        assert_eq!(recent.get(0x40_1000), Some(rule));
+        let other = 0x40_1000 ^ 0x1001;
+        assert_eq!(recent.slot(other).map(core::ptr::from_ref), recent.slot(0x40_1000).map(core::ptr::from_ref));
+        assert_eq!(recent.get(other), None, "same slot, another address");
+        recent.put(other, Rule::END);
+        assert_eq!((recent.get(other), recent.get(0x40_1000)), (Some(Rule::END), None), "evicted");
+        recent.put(1 << 47, rule);
+        assert_eq!(recent.get(1 << 47), None);
+        assert_eq!(recent.get(0), None);
+    }
+}
