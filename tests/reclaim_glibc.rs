@@ -1,35 +1,102 @@
 //! The reclaimer on glibc, against `/proc`: a brk heap held by a live top block, whose interior
-//! pages only `malloc_trim` returns. No action while the heap is busy; once it is quiet, one trim
-//! whose release matches the diagnosis's prediction, paced within its CPU share.
+//! pages only `malloc_trim` returns. Rounds on a clock the test sets (`common::reclaim::Driven`):
+//! no action while the heap is busy; once it is quiet, one trim whose release matches the
+//! diagnosis's prediction, paced within its CPU share; a gibibyte after a small burst is still
+//! trimmed, at a tiny share and at the default.
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::reclaim::{check_action, first_action, reclaimer, stay_busy};
-use frag::reclaim::Method;
+use common::reclaim::{Driven, check_pacing, check_release, reclaimer};
+use common::rss_bytes;
+use frag::reclaim::{Method, Reclaimer, Round};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
-#[test]
-fn a_pinned_heap_is_trimmed_once_quiet() {
-    // glibc would return a heap's top on free above 128 KiB; here only the reclaimer returns memory.
+const MIB: u64 = 1 << 20;
+
+/// The quiet window of `common::reclaim::reclaimer()`.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// A burst of `bytes` in 1,000 B blocks on the main heap, then one block above them (returned),
+/// the rest freed: the heap's top cannot shrink past the live block, and glibc would return a
+/// heap's top on free above 128 KiB, so here only a trim returns the pages.
+fn pinned_hole(rounds: &mut Driven, bytes: u64) -> Vec<u8> {
     frag::tune::glibc::set(frag::tune::glibc::Mallopt::TrimThreshold(1 << 30)).unwrap();
-    let started = Instant::now();
-    let handle = reclaimer().spawn().expect("the reclaimer starts on glibc");
-    // 96 MiB of 1,000 B blocks on the main heap, then one block above them, the rest freed: the
-    // heap's top cannot shrink past the live block.
-    let blocks: Vec<Vec<u8>> = (0..96 * 1024).map(|i| vec![i as u8 | 1; 1000]).collect();
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    rounds.burst(bytes, |n| blocks.extend((0..n / 1000).map(|i| vec![i as u8 | 1; 1000])));
     let pin = vec![7u8; 1000];
     drop(blocks);
-    stay_busy(&handle, Duration::from_millis(1500));
-    let rss_quiet = common::rss_bytes();
-    let action = first_action(&handle);
+    pin
+}
+
+/// What a `malloc_trim(0)` called by hand releases now, by `/proc`.
+fn hand_trim_releases() -> u64 {
+    let before = rss_bytes();
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
+    before.saturating_sub(rss_bytes())
+}
+
+#[test]
+fn a_pinned_heap_is_trimmed_once_quiet() {
+    let mut rounds = Driven::new(reclaimer());
+    let pin = pinned_hole(&mut rounds, 96 * MIB);
+    rounds.busy(20);
+    let rss_quiet = rss_bytes();
+    let action = rounds.until_action(QUIET, Duration::from_secs(10));
     assert!(matches!(action.method, Method::Trim { pad: 0 }), "{action}");
-    check_action(&handle, &action, rss_quiet, started);
+    check_release(&action, rss_quiet);
+    // Nothing left to release: no second action.
+    for _ in 0..20 {
+        let round = rounds.round();
+        assert!(!matches!(round, Round::Acted(_)), "{round:?}");
+    }
+    check_pacing(rounds, Reclaimer::DEFAULT_CPU_SHARE);
+    assert!(hand_trim_releases() < 8 * MIB);
     assert_eq!(pin[0], 7);
+}
+
+/// A small burst first (its trim sets the cost per byte), then a gibibyte: the trim it needs is
+/// expected to cost more than the credit can hold at a small share, and still runs, within the quiet
+/// window plus a full credit's wait; afterwards a trim called by hand finds next to nothing.
+fn a_gibibyte_after_a_small_burst(share: f64) {
+    let mut rounds = Driven::new(reclaimer().cpu_share(share));
+    let small = pinned_hole(&mut rounds, 40 * MIB);
+    rounds.busy(4);
+    let first = rounds.until_action(QUIET, Duration::from_secs(20));
+    let big = pinned_hole(&mut rounds, 1 << 30);
+    rounds.busy(4);
+    let rss_quiet = rss_bytes();
+    let action = rounds.until_action(QUIET, Duration::from_secs(60));
+    // The pacing's promise (docs/RECLAIM.md): the quiet window (doubled up to 8 times after
+    // refaults), then at most a credit window of earnings for the credit (two, with polls taking
+    // up to half the share), after the first action's debt.
+    let delay = rounds.now - rounds.last_busy;
+    let bound = QUIET * 8 + Duration::from_secs(20) + first.cpu.div_f64(share) + Duration::from_secs(1);
+    eprintln!(
+        "acted {delay:?} after the burst on the clock (bound {bound:?}), {:?} of CPU at a share of {share}",
+        action.cpu
+    );
+    assert!(delay <= bound, "{delay:?} > {bound:?}");
+    check_release(&action, rss_quiet);
+    let left = hand_trim_releases();
+    assert!(left < 32 * MIB, "a trim by hand still released {} MiB", left / MIB);
+    check_pacing(rounds, share);
+    assert_eq!((small[0], big[0]), (7, 7));
+}
+
+#[test]
+fn a_gibibyte_after_a_small_burst_at_a_tiny_share() {
+    a_gibibyte_after_a_small_burst(0.003);
+}
+
+#[test]
+fn a_gibibyte_after_a_small_burst_at_the_default_share() {
+    a_gibibyte_after_a_small_burst(Reclaimer::DEFAULT_CPU_SHARE);
 }
 
 /// A second reclaimer in the same process is refused with a typed error.

@@ -1,23 +1,66 @@
 //! The reclaimer on jemalloc, against `/proc` and jemalloc's own counters: freed pages stay dirty
 //! (resident) until their decay time passes, which jemalloc applies only when something ticks it.
-//! No action while the heap is busy; once it is quiet, a purge whose release matches the
-//! diagnosis's prediction, paced within its CPU share.
+//! Rounds on a clock the test sets (`common::reclaim::Driven`): no action while the heap is busy;
+//! once it is quiet, a purge whose release matches the diagnosis's prediction, paced within its CPU
+//! share; a gibibyte after a small burst is still purged, at a tiny share and at the default.
 #![cfg(feature = "jemalloc")]
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::reclaim::{check_action, first_action, reclaimer, stay_busy};
-use frag::reclaim::Method;
+use common::reclaim::{Driven, check_pacing, check_release, first_action, reclaimer};
+use common::rss_bytes;
+use frag::reclaim::{Method, Reclaimer};
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
+const MIB: u64 = 1 << 20;
+
+/// The quiet window of `common::reclaim::reclaimer()`.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// jemalloc's own count of dirty pages, in bytes, every arena.
 fn dirty_bytes() -> u64 {
     tikv_jemalloc_ctl::epoch::advance().unwrap();
-    let a = frag::report().allocator.unwrap();
-    a.dirty.unwrap()
+    let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
+    // SAFETY: `arenas.page` is a `size_t`.
+    let page = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"arenas.page\0") }.unwrap() as u64;
+    (0..arenas)
+        .filter_map(|i| {
+            let key = format!("stats.arenas.{i}.pdirty\0");
+            // SAFETY: the key names a `size_t` statistic, read into a `usize`.
+            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key.as_bytes()) }.ok()
+        })
+        .sum::<usize>() as u64
+        * page
+}
+
+/// A burst of `bytes` in 16 KiB blocks, touched, then freed: dirty pages jemalloc keeps for 10 s.
+fn freed_pages(rounds: &mut Driven, bytes: u64) {
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    rounds.burst(bytes, |n| blocks.extend((0..n / (16 << 10)).map(|i| vec![i as u8 | 1; 16 << 10])));
+    drop(blocks);
+}
+
+/// What a purge of every arena called by hand releases now, by `/proc`.
+fn hand_purge_releases() -> u64 {
+    let before = rss_bytes();
+    let name = c"arena.4096.purge"; // 4096: MALLCTL_ARENAS_ALL
+    // SAFETY: a NUL-terminated name of a control that neither reads nor writes a value: every
+    // pointer null, length 0.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0, "arena.<all>.purge");
+    before.saturating_sub(rss_bytes())
 }
 
 #[test]
@@ -25,21 +68,58 @@ fn dirty_pages_are_purged_once_quiet() {
     // The scenario's own unused pages only: what the process left before it (the unwind tables'
     // build before `main` frees its working memory into the main thread's arena, where it stays
     // until it decays) would be a second arena to purge, and the budget may stop between the two.
-    frag::tune::jemalloc::purge_all().unwrap();
-    let started = Instant::now();
-    let handle = reclaimer().spawn().expect("the reclaimer starts on jemalloc");
-    // 128 MiB of 16 KiB blocks, touched, freed: dirty pages jemalloc keeps for 10 s.
-    let blocks: Vec<Vec<u8>> = (0..8 * 1024).map(|i| vec![i as u8 | 1; 16 << 10]).collect();
-    drop(blocks);
+    hand_purge_releases();
+    let mut rounds = Driven::new(reclaimer());
+    freed_pages(&mut rounds, 128 * MIB);
     let dirty = dirty_bytes();
-    assert!(dirty >= 64 << 20, "{dirty}");
-    stay_busy(&handle, Duration::from_millis(1500));
-    let rss_quiet = common::rss_bytes();
-    let action = first_action(&handle);
+    assert!(dirty >= 64 * MIB, "{dirty}");
+    rounds.busy(20);
+    let rss_quiet = rss_bytes();
+    let action = rounds.until_action(QUIET, Duration::from_secs(10));
     assert!(matches!(action.method, Method::Jemalloc { decayed: false, purged: 1.., stopped: false, .. }), "{action}");
-    check_action(&handle, &action, rss_quiet, started);
+    check_release(&action, rss_quiet);
     // jemalloc's own view: the dirty pages are gone.
     assert!(dirty_bytes() < action.predicted_bytes / 4, "{}", dirty_bytes());
+    check_pacing(rounds, Reclaimer::DEFAULT_CPU_SHARE);
+}
+
+/// A small burst first (its purge sets the cost per byte), then a gibibyte: the purge it needs is
+/// expected to cost more than the credit can hold at a small share, and still runs, within the quiet
+/// window plus a full credit's wait; afterwards a purge called by hand finds next to nothing.
+fn a_gibibyte_after_a_small_burst(share: f64) {
+    hand_purge_releases();
+    let mut rounds = Driven::new(reclaimer().cpu_share(share));
+    freed_pages(&mut rounds, 40 * MIB);
+    rounds.busy(4);
+    let first = rounds.until_action(QUIET, Duration::from_secs(20));
+    freed_pages(&mut rounds, 1 << 30);
+    rounds.busy(4);
+    let rss_quiet = rss_bytes();
+    let action = rounds.until_action(QUIET, Duration::from_secs(60));
+    // The pacing's promise (docs/RECLAIM.md): the quiet window (doubled up to 8 times after
+    // refaults), then at most a credit window of earnings for the credit (two, with polls taking
+    // up to half the share), after the first action's debt.
+    let delay = rounds.now - rounds.last_busy;
+    let bound = QUIET * 8 + Duration::from_secs(20) + first.cpu.div_f64(share) + Duration::from_secs(1);
+    eprintln!(
+        "acted {delay:?} after the burst on the clock (bound {bound:?}), {:?} of CPU at a share of {share}",
+        action.cpu
+    );
+    assert!(delay <= bound, "{delay:?} > {bound:?}");
+    check_release(&action, rss_quiet);
+    let left = hand_purge_releases();
+    assert!(left < 32 * MIB, "a purge by hand still released {} MiB", left / MIB);
+    check_pacing(rounds, share);
+}
+
+#[test]
+fn a_gibibyte_after_a_small_burst_at_a_tiny_share() {
+    a_gibibyte_after_a_small_burst(0.003);
+}
+
+#[test]
+fn a_gibibyte_after_a_small_burst_at_the_default_share() {
+    a_gibibyte_after_a_small_burst(Reclaimer::DEFAULT_CPU_SHARE);
 }
 
 /// With bytes to keep, the action decays first and leaves about that much unused.

@@ -69,7 +69,7 @@ metrics_table! {
     ReclaimPredicted: Counter, "reclaim_predicted_bytes_total", Unit::Bytes, "Bytes the diagnosis predicted the reclaimer's actions would release (estimated)";
     ReclaimSeconds: Total, "reclaim_seconds_total", Unit::Seconds, "CPU seconds the reclaimer's thread spent, polls and actions (a gauge that only grows)";
     ReclaimActions: Counter, "reclaim_actions_total", Unit::Count, "Reclaimer actions (label method: trim, purge, decay, decay+purge, collect)";
-    ReclaimSkipped: Counter, "reclaim_skipped_total", Unit::Count, "Reclaimer rounds without an action (label reason: busy, settling, small, interval, budget, not_split, failed)";
+    ReclaimSkipped: Counter, "reclaim_skipped_total", Unit::Count, "Reclaimer rounds without an action (label reason: first_round, busy, settling, small, interval, budget, not_split, failed)";
     ReclaimReleaseRatio: Histogram, "reclaim_release_ratio", Unit::Count, "Per action: bytes released over bytes predicted (1 is a perfect prediction)";
     ReclaimRefaultBytes: Counter, "reclaim_refault_bytes_total", Unit::Bytes, "RSS regained within the refault window after actions, up to what each released (estimated)";
     ReclaimRefaultFaults: Counter, "reclaim_refault_minor_faults_total", Unit::Count, "Minor page faults of the process within the refault window after actions";

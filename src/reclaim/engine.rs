@@ -94,6 +94,8 @@ impl Engine {
 
     /// One round at `now`.
     pub(crate) fn round(&mut self, now: Instant, heap: &mut impl Heap) -> Step {
+        // Time never goes back: an earlier `now` (a caller's clock) is the previous round's time.
+        let now = self.last_round.map_or(now, |last| now.max(last));
         let cpu = heap.cpu();
         if let Some(then) = self.last_round.replace(now) {
             self.budget.earn(now.saturating_duration_since(then));
@@ -147,6 +149,7 @@ impl Engine {
         let s = &self.settings;
         let window = s.quiet * self.totals.backoff;
         match self.quiet.observe(now, heap.allocated_total(), s.quiet_share) {
+            Activity::First => return Round::Skipped(Skip::FirstRound),
             Activity::Busy { bytes_per_sec, quiet_below } => {
                 return Round::Skipped(Skip::Busy { bytes_per_sec, quiet_below });
             }
@@ -337,7 +340,8 @@ mod tests {
         // The last busy round ends at +1750 ms; quiet counts from there, so the action is at the
         // first round at least 1 s later.
         assert_eq!(actions, [2750, 8750, 14750, 20750, 26750]);
-        assert_eq!(e.totals.skipped.busy, 5 * 8);
+        // Eight busy rounds per burst, but the very first round has no rate yet.
+        assert_eq!((e.totals.skipped.first_round, e.totals.skipped.busy), (1, 5 * 8 - 1));
         assert_eq!(e.totals.actions, 5);
     }
 

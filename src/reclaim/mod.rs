@@ -285,12 +285,40 @@ impl Reclaimer {
     ///
     /// As [`check`](Self::check), on the first round.
     pub fn round(&mut self) -> Result<Round, ReclaimError> {
+        self.round_at(Instant::now())
+    }
+
+    /// [`round`](Self::round) at the time `now`, for rounds driven by a clock of your own (a test
+    /// that sets the workload's phases, a simulation): the allocation rate, the quiet window, the
+    /// minimum interval, the refault window and the credit the CPU budget earns are all measured
+    /// on the times given. What the round reads and spends is real: the heap, `/proc`, the
+    /// thread's CPU time. A time before the previous round's counts as that time. Use one clock
+    /// for all rounds of a reclaimer.
+    ///
+    /// ```no_run
+    /// # #[global_allocator]
+    /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+    /// use std::time::Instant;
+    ///
+    /// let mut reclaimer = frag::reclaim::Reclaimer::new();
+    /// let mut clock = Instant::now();
+    /// for _ in 0..100 {
+    ///     // ... one step of the workload ...
+    ///     clock += reclaimer.next_round_in();
+    ///     println!("{:?}", reclaimer.round_at(clock).expect("a Tracked allocator that can release"));
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check), on the first round.
+    pub fn round_at(&mut self, now: Instant) -> Result<Round, ReclaimError> {
         let mut live = Live::new().map_err(ReclaimError::Backend)?;
         if self.engine.is_none() {
             check(&self.settings)?;
         }
-        let engine = self.engine.get_or_insert_with(|| Engine::new(self.settings.clone(), Instant::now()));
-        let step = engine.round(Instant::now(), &mut live);
+        let engine = self.engine.get_or_insert_with(|| Engine::new(self.settings.clone(), now));
+        let step = engine.round(now, &mut live);
         let totals = engine.totals;
         self.publish(&step.round, step.refault.as_ref(), &totals);
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -307,6 +335,14 @@ impl Reclaimer {
             shared.actions.push_back(a.clone());
         }
         Ok(step.round)
+    }
+
+    /// How long to wait before the next round, as a spawned reclaimer does: the poll interval, or
+    /// longer while the CPU budget is in debt or polls would use more than half of it. For rounds
+    /// run from a task of your own.
+    #[must_use]
+    pub fn next_round_in(&self) -> Duration {
+        self.engine.as_ref().map_or(self.settings.poll, Engine::wait)
     }
 
     /// Everything done so far.
@@ -338,7 +374,7 @@ impl Reclaimer {
         }
         let shared = Arc::clone(&self.shared);
         let worker = Worker::spawn("frag-reclaimer", move || match self.round() {
-            Ok(_) => Some(self.engine.as_ref().map_or(Reclaimer::DEFAULT_POLL, Engine::wait)),
+            Ok(_) => Some(self.next_round_in()),
             Err(e) => {
                 tracing::warn!(target: "frag", error = %e, "frag reclaimer stopped");
                 None

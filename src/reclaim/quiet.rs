@@ -25,6 +25,8 @@ pub(crate) struct Quiet {
 /// What the rate says now.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Activity {
+    /// The first observation: no rate yet.
+    First,
     /// Above the quiet rate.
     Busy { bytes_per_sec: f64, quiet_below: f64 },
     /// Quiet for this long (zero at the first quiet round).
@@ -33,10 +35,10 @@ pub(crate) enum Activity {
 
 impl Quiet {
     /// Takes the cumulative allocated bytes `total` at `now`; `share` is the share of the busiest
-    /// rate below which the heap is quiet. The first call has no rate and counts as busy.
+    /// rate below which the heap is quiet. The first call has no rate: [`Activity::First`].
     pub(crate) fn observe(&mut self, now: Instant, total: u64, share: f64) -> Activity {
         let Some((then, before)) = self.last.replace((now, total)) else {
-            return Activity::Busy { bytes_per_sec: 0.0, quiet_below: QUIET_FLOOR };
+            return Activity::First;
         };
         let dt = now.saturating_duration_since(then).as_secs_f64();
         // A slot reused by a new thread may restart its count: no activity rather than a negative one.
@@ -66,7 +68,7 @@ mod tests {
         let mut q = Quiet::default();
         let mut total = 0;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        assert!(matches!(q.observe(at(0), total, 0.1), Activity::Busy { .. }));
+        assert_eq!(q.observe(at(0), total, 0.1), Activity::First);
         for ms in (250..=2000).step_by(250) {
             total += 256 * MIB;
             assert!(matches!(q.observe(at(ms), total, 0.1), Activity::Busy { .. }), "{ms}");
@@ -85,7 +87,8 @@ mod tests {
     fn a_steady_load_never_turns_quiet_and_a_restarted_count_is_no_activity() {
         let t0 = Instant::now();
         let mut q = Quiet::default();
-        for i in 0..=40u64 {
+        assert_eq!(q.observe(t0, 0, 0.1), Activity::First);
+        for i in 1..=40u64 {
             let a = q.observe(t0 + Duration::from_millis(250 * i), i * 64 * MIB, 0.1);
             assert!(matches!(a, Activity::Busy { .. }), "{i}: {a:?}");
         }

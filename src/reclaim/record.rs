@@ -22,6 +22,8 @@ pub enum Round {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Skip {
+    /// The first round: an allocation rate takes two rounds, so nothing is decided yet.
+    FirstRound,
     /// The heap is busy: it handed out more bytes per second than the quiet rate.
     Busy {
         /// Bytes allocated per second since the previous round (estimated in the sampled tier).
@@ -62,11 +64,12 @@ pub enum Skip {
 }
 
 impl Skip {
-    /// A short name for labels: `busy`, `settling`, `interval`, `small`, `budget`, `not_split`,
-    /// `failed`.
+    /// A short name for labels: `first_round`, `busy`, `settling`, `interval`, `small`, `budget`,
+    /// `not_split`, `failed`.
     #[must_use]
     pub fn name(&self) -> &'static str {
         match self {
+            Self::FirstRound => "first_round",
             Self::Busy { .. } => "busy",
             Self::Settling { .. } => "settling",
             Self::Interval { .. } => "interval",
@@ -81,6 +84,7 @@ impl Skip {
 impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::FirstRound => f.write_str("first round: the allocation rate is known from the second on"),
             Self::Busy { bytes_per_sec, quiet_below } => write!(
                 f,
                 "heap busy: {}/s allocated, quiet below {}/s",
@@ -192,6 +196,8 @@ impl fmt::Display for Refault {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Skips {
+    /// [`Skip::FirstRound`].
+    pub first_round: u64,
     /// [`Skip::Busy`].
     pub busy: u64,
     /// [`Skip::Settling`].
@@ -211,6 +217,7 @@ pub struct Skips {
 impl Skips {
     pub(crate) fn count(&mut self, skip: &Skip) {
         *match skip {
+            Skip::FirstRound => &mut self.first_round,
             Skip::Busy { .. } => &mut self.busy,
             Skip::Settling { .. } => &mut self.settling,
             Skip::Interval { .. } => &mut self.interval,
