@@ -2,7 +2,8 @@
 //! 1 KiB and 32 KiB, on 1 and 2 threads, for every backend compiled in; `Tracked` runs with origin
 //! sampling at its default rate, and once more at one sample per 64 KiB (the densest the sampled tier
 //! takes). A
-//! producer/consumer case measures blocks allocated on one thread and freed on another.
+//! producer/consumer case measures blocks allocated on one thread and freed on another. One more:
+//! `frag::reclaim::idle` when the reclaimer has asked nothing.
 //!
 //! `cargo bench --bench overhead --all-features` prints two tables at the end:
 //! - criterion's median per benchmark, as ratios of tracked to bare;
@@ -323,6 +324,9 @@ fn main() {
     #[cfg(feature = "snmalloc")]
     compare(&mut c, "snmalloc", &snmalloc_rs::SnMalloc, &SNMALLOC);
     compare_select(&mut c);
+    // The reclaimer's hook for idle threads when no request is open, as every tokio worker pays it
+    // each time it parks.
+    c.bench_function("reclaim_idle/no_request", |b| b.iter(frag::reclaim::idle));
     c.final_summary();
     summary();
     // The paired table runs only when benchmarking for real (not under `cargo test --benches`).

@@ -99,6 +99,19 @@ fn a_gibibyte_after_a_small_burst_at_the_default_share() {
     a_gibibyte_after_a_small_burst(Reclaimer::DEFAULT_CPU_SHARE);
 }
 
+/// glibc has no call that empties a thread's cache: with the reclaimer asking, an idle thread's
+/// hook releases nothing (and glibc's holes finding names the tunable that turns the caches off).
+#[test]
+fn idle_threads_have_nothing_to_release_on_glibc() {
+    let mut rounds = Driven::new(reclaimer());
+    rounds.busy(2);
+    let round = rounds.round();
+    assert!(matches!(round, Round::Skipped(frag::reclaim::Skip::Settling { .. })), "{round:?}");
+    std::thread::spawn(frag::reclaim::idle).join().unwrap();
+    frag::reclaim::idle();
+    assert_eq!(frag::reclaim::thread_releases().total(), 0);
+}
+
 /// A second reclaimer in the same process is refused with a typed error.
 #[test]
 fn one_reclaimer_per_process() {

@@ -21,6 +21,19 @@ const MIB: u64 = 1 << 20;
 /// The quiet window of `common::reclaim::reclaimer()`.
 const QUIET: Duration = Duration::from_millis(300);
 
+/// jemalloc's own sum over every arena of the `u64`-sized statistic `stats.arenas.<i>.<name>`.
+fn arena_sum(name: &str) -> u64 {
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
+    (0..arenas)
+        .filter_map(|i| {
+            let key = format!("stats.arenas.{i}.{name}\0");
+            // SAFETY: the key names a `size_t` statistic, read into a `usize`.
+            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key.as_bytes()) }.ok()
+        })
+        .sum::<usize>() as u64
+}
+
 /// jemalloc's own count of dirty pages, in bytes, every arena.
 fn dirty_bytes() -> u64 {
     tikv_jemalloc_ctl::epoch::advance().unwrap();
@@ -136,4 +149,59 @@ fn keep_leaves_unused_pages_for_reuse() {
     // too, so the release exceeds the prediction by up to `keep` (here within the range).
     let ratio = action.release_ratio().expect("a prediction");
     assert!((0.5..=1.6).contains(&ratio), "{action}");
+}
+
+/// Blocks in worker threads' caches are out of every arena purge's reach; the workers flush them
+/// when they pass `frag::reclaim::idle` after the reclaimer asked (jemalloc's `thread.idle`), and
+/// not before. Ground truth: jemalloc's own `tcache_bytes`.
+#[test]
+fn idle_workers_flush_their_thread_caches_when_asked() {
+    const WORKERS: usize = 4;
+    let mut rounds = Driven::new(reclaimer());
+    let (tell, done) = std::sync::mpsc::channel::<()>();
+    let mut orders = Vec::new();
+    let mut threads = Vec::new();
+    for w in 0..WORKERS {
+        let (order, orders_in) = std::sync::mpsc::channel::<()>();
+        let tell = tell.clone();
+        orders.push(order);
+        threads.push(std::thread::spawn(move || {
+            // Blocks of every small class up to 14 KiB, freed by this thread: its cache keeps some of
+            // each class.
+            for round in 0..4 {
+                let blocks: Vec<Vec<u8>> =
+                    (0..20_000).map(|i| vec![(w + round) as u8; 8 + (i * 56) % (14 << 10)]).collect();
+                drop(blocks);
+            }
+            tell.send(()).unwrap();
+            for () in orders_in {
+                frag::reclaim::idle();
+                tell.send(()).unwrap();
+            }
+        }));
+    }
+    (0..WORKERS).for_each(|_| done.recv().unwrap());
+    let idle = |orders: &[std::sync::mpsc::Sender<()>]| {
+        orders.iter().for_each(|o| o.send(()).unwrap());
+        (0..WORKERS).for_each(|_| done.recv().unwrap());
+    };
+    let cached = arena_sum("tcache_bytes");
+    assert!(cached >= WORKERS as u64 * (512 << 10), "{cached} B in thread caches");
+    // Not asked: the hook does nothing.
+    idle(&orders);
+    assert_eq!(frag::reclaim::thread_releases().idle, 0);
+    assert!(arena_sum("tcache_bytes") >= cached * 9 / 10, "{} B cached", arena_sum("tcache_bytes"));
+    // A round that sees the burst busy, then a quiet one: the reclaimer asks.
+    let round = rounds.round();
+    assert!(matches!(round, frag::reclaim::Round::Skipped(frag::reclaim::Skip::Busy { .. })), "{round:?}");
+    let round = rounds.round();
+    assert!(matches!(round, frag::reclaim::Round::Skipped(frag::reclaim::Skip::Settling { .. })), "{round:?}");
+    idle(&orders);
+    let left = arena_sum("tcache_bytes");
+    let releases = frag::reclaim::thread_releases();
+    eprintln!("thread caches: {cached} B before, {left} B after; {releases:?}");
+    assert_eq!(releases.idle, WORKERS as u64);
+    assert!(left <= cached / 8, "{left} B still cached of {cached} B");
+    drop(orders);
+    threads.into_iter().for_each(|t| t.join().unwrap());
 }

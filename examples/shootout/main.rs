@@ -21,7 +21,8 @@
 //! jemalloc's `tcache_max` at 16384 and 4096 too; (6) jemalloc's dirty-decay sweep; (7) glibc's
 //! heap pinned by its top block, then trimmed; (8) the server pattern in bursts with idle gaps, without
 //! and with the reclaimer (timelines pictured); (9) what a released page costs when it is touched
-//! again.
+//! again; (10) four workers handing blocks to each other in bursts, without and with the reclaimer,
+//! and with its hook for idle threads.
 
 #[path = "../support/measure.rs"]
 mod measure;
@@ -72,6 +73,9 @@ fn plans(quick: bool) -> Vec<Plan> {
         add("channel", "", b);
         add("bursts", "without", b);
         add("bursts", "with reclaimer", b);
+        for variant in ["without", "with reclaimer", "with reclaimer and idle hook"] {
+            add("handoff", variant, b);
+        }
     }
     #[cfg(feature = "jemalloc")]
     {

@@ -541,6 +541,122 @@ pub fn bursts(scale: Scale, variant: &str) -> Outcome {
     Outcome { rows, timeline }
 }
 
+/// One worker of [`handoff`]: what it is told.
+enum Work {
+    /// Allocate this many blocks, free half itself, keep 1% for good, hand the rest on.
+    Burst(usize),
+    /// Free blocks another worker allocated.
+    Free(Vec<Vec<u8>>),
+}
+
+/// 10. Memory that only its owning thread can release: four workers, bursts of the hand-off pattern
+///     (20,000 blocks of 64 B–4 KiB per worker, about 160 MiB in all, half freed by their own worker,
+///     the rest by the next one, 1% kept for good) with gaps of light activity, in which the workers wait for work as a pool's do. Variants:
+///     "without" a reclaimer, "with reclaimer", and "with reclaimer and idle hook" (the workers call
+///     `frag::reclaim::idle` each time they are about to wait). Per burst: RSS at its end and 4 s
+///     after it, live bytes, and what idle threads released.
+pub fn handoff(scale: Scale, variant: &str) -> Outcome {
+    const WORKERS: usize = 4;
+    let reclaimer = (variant != "without").then(|| frag::reclaim::Reclaimer::new().spawn());
+    let hook = variant == "with reclaimer and idle hook";
+    let mut rows = Vec::new();
+    if let Some(Err(e)) = &reclaimer {
+        rows.push(Row { case: format!("no reclaimer: {e}"), figures: Vec::new() });
+    }
+    let (bursts, blocks, gap) = scale.pick((4, 20_000, 7_000), (2, 20_000, 5_000));
+    let (done_tx, done) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+    let mut orders = Vec::new();
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (tx, rx) = std::sync::mpsc::channel::<Work>();
+        orders.push(tx);
+        let done_tx = done_tx.clone();
+        workers.push(std::thread::spawn(move || {
+            let mut rng = 0x51ab_u64 + w as u64;
+            let mut kept: Vec<Vec<u8>> = Vec::new();
+            loop {
+                if hook {
+                    frag::reclaim::idle();
+                }
+                // Wait for work, with a light trickle every 10 ms meanwhile.
+                let work = match rx.recv_timeout(Duration::from_millis(10)) {
+                    Ok(work) => work,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        for _ in 0..20 {
+                            std::hint::black_box(vec![0u8; 64 + (next(&mut rng) % 512) as usize]);
+                        }
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                };
+                match work {
+                    Work::Burst(n) => {
+                        let mut handed = Vec::with_capacity(n / 2);
+                        let mut own = Vec::with_capacity(n / 2);
+                        for i in 0..n {
+                            let block = vec![i as u8 | 1; 64 + (next(&mut rng) % 4032) as usize];
+                            match next(&mut rng) % 100 {
+                                0 => kept.push(block),
+                                1..50 => own.push(block),
+                                _ => handed.push(block),
+                            }
+                        }
+                        drop(own);
+                        done_tx.send(handed).unwrap();
+                    }
+                    Work::Free(blocks) => {
+                        drop(blocks);
+                        done_tx.send(Vec::new()).unwrap();
+                    }
+                }
+            }
+            drop(kept);
+        }));
+    }
+    let live = tracked_mib();
+    for k in 1..=bursts {
+        let started = Instant::now();
+        orders.iter().for_each(|o| o.send(Work::Burst(blocks)).unwrap());
+        let mut handed: Vec<Vec<Vec<u8>>> = (0..WORKERS).map(|_| done.recv().unwrap()).collect();
+        let rss_end = statm_rss_mib();
+        for (i, o) in orders.iter().enumerate() {
+            o.send(Work::Free(core::mem::take(&mut handed[(i + 1) % WORKERS]))).unwrap();
+        }
+        (0..WORKERS).for_each(|_| drop(done.recv().unwrap()));
+        let ended = Instant::now();
+        std::thread::sleep(Duration::from_secs(4).saturating_sub(ended.elapsed()));
+        let threads = frag::reclaim::thread_releases();
+        rows.push(Row {
+            case: format!("burst {k}"),
+            figures: vec![
+                ("seconds", ended.duration_since(started).as_secs_f64()),
+                ("rss_end_mib", rss_end),
+                ("rss_4s_mib", statm_rss_mib()),
+                ("live_mib", tracked_mib() - live),
+                ("thread_releases", threads.total() as f64),
+                ("thread_released_mib", threads.released_bytes as f64 / MIB),
+            ],
+        });
+        std::thread::sleep(Duration::from_millis(gap).saturating_sub(started.elapsed()));
+    }
+    drop(orders);
+    workers.into_iter().for_each(|w| drop(w.join()));
+    if let Some(Ok(h)) = reclaimer {
+        let t = h.totals();
+        eprintln!("  reclaimer: {t}");
+        rows.push(Row {
+            case: "reclaimer".to_owned(),
+            figures: vec![
+                ("actions", t.actions as f64),
+                ("released_mib", t.released_bytes as f64 / MIB),
+                ("cpu_pct_of_core", t.cpu_share() * 100.0),
+                ("thread_cpu_ms", t.threads.cpu.as_secs_f64() * 1e3),
+            ],
+        });
+    }
+    Outcome { rows, timeline: Vec::new() }
+}
+
 /// 9. What a released page costs when it is used again: 190 MiB (what one burst holds) mapped and
 ///    touched, returned with `MADV_DONTNEED` as the allocators do, then touched again, page by page,
 ///    timed; five rounds. This is the floor under what any reclaimer that returns a burst's memory
@@ -609,6 +725,7 @@ pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
         "decay" => decay(scale, variant),
         "brk" => brk(scale),
         "bursts" => bursts(scale, variant),
+        "handoff" => handoff(scale, variant),
         "refault" => refault(scale),
         _ => return None,
     })

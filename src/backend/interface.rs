@@ -10,7 +10,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 
 use super::AllocatorStats;
-use super::knob::{Decay, Method, Released, Trap, TuneError, unsupported};
+use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::HeapSplit;
 use super::usable::{Rule, Usable};
@@ -75,6 +75,16 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     fn reclaim(keep: u64, more: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
         let _ = (keep, more);
         Err(unsupported(Self::BACKEND, "reclaim", "it returns memory to the OS on its own schedule"))
+    }
+
+    /// What only the calling thread can return: its cache, or the pages other threads freed into
+    /// its heap. Called by `frag::reclaim::idle` on an idle thread, never on the allocation path.
+    fn release_thread() -> Result<ThreadMethod, TuneError> {
+        Err(unsupported(
+            Self::BACKEND,
+            "release_thread",
+            "it keeps no per-thread memory that a call on the thread returns",
+        ))
     }
 
     /// Sets how long freed pages stay resident before the backend returns them.

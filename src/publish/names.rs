@@ -73,6 +73,8 @@ metrics_table! {
     ReclaimReleaseRatio: Histogram, "reclaim_release_ratio", Unit::Count, "Per action: bytes released over bytes predicted (1 is a perfect prediction)";
     ReclaimRefaultBytes: Counter, "reclaim_refault_bytes_total", Unit::Bytes, "RSS regained within the refault window after actions, up to what each released (estimated)";
     ReclaimRefaultFaults: Counter, "reclaim_refault_minor_faults_total", Unit::Count, "Minor page faults of the process within the refault window after actions";
+    ReclaimThreadReleases: Counter, "reclaim_thread_releases_total", Unit::Count, "Releases idle threads made when asked through frag::reclaim::idle (label method: idle, collect)";
+    ReclaimThreadReleasedBytes: Counter, "reclaim_thread_released_bytes_total", Unit::Bytes, "RSS before minus after the idle threads' releases (estimated)";
 }
 
 /// The full names for one prefix, built once and shared (cloning a name is a reference count).

@@ -27,6 +27,8 @@ pub(crate) trait Heap {
     fn reclaim(&mut self, keep: u64, cpu_limit: Duration) -> Result<Method, TuneError>;
     /// CPU time of the calling thread so far.
     fn cpu(&mut self) -> Duration;
+    /// Asks idle threads to return what only they can (`open`), or stops asking.
+    fn ask_threads(&mut self, open: bool);
 }
 
 /// The settings, checked by `Reclaimer::check`.
@@ -70,6 +72,10 @@ pub(crate) struct Engine {
     last_round: Option<Instant>,
     last_action: Option<Instant>,
     pending: Option<Pending>,
+    /// Whether idle threads are being asked now, and whether the heap was busy since they were
+    /// last asked.
+    asking: bool,
+    busy_since_asked: bool,
     pub(crate) totals: Totals,
 }
 
@@ -83,6 +89,8 @@ impl Engine {
             last_round: None,
             last_action: None,
             pending: None,
+            asking: false,
+            busy_since_asked: false,
             totals: Totals { backoff: 1, ..Totals::default() },
         }
     }
@@ -148,7 +156,23 @@ impl Engine {
     fn decide(&mut self, now: Instant, heap: &mut impl Heap) -> Round {
         let s = &self.settings;
         let window = s.quiet * self.totals.backoff;
-        match self.quiet.observe(now, heap.allocated_total(), s.quiet_share) {
+        let activity = self.quiet.observe(now, heap.allocated_total(), s.quiet_share);
+        // Idle threads are asked from the first quiet round after a busy one (they go idle as the
+        // burst ends, before the quiet window has passed) until the heap is busy again.
+        match activity {
+            Activity::Busy { .. } => {
+                self.busy_since_asked = true;
+                if core::mem::take(&mut self.asking) {
+                    heap.ask_threads(false);
+                }
+            }
+            Activity::Quiet(_) if self.busy_since_asked && !self.asking => {
+                (self.asking, self.busy_since_asked) = (true, false);
+                heap.ask_threads(true);
+            }
+            _ => {}
+        }
+        match activity {
             Activity::First => return Round::Skipped(Skip::FirstRound),
             Activity::Busy { bytes_per_sec, quiet_below } => {
                 return Round::Skipped(Skip::Busy { bytes_per_sec, quiet_below });
@@ -244,6 +268,8 @@ mod tests {
         action_ns_per_mib: u64,
         poll_cpu: Duration,
         cpu: Duration,
+        /// Each request to idle threads opened (`true`) or closed, with the model's allocated bytes.
+        asked: Vec<(bool, u64)>,
     }
 
     impl Heap for Model {
@@ -287,6 +313,9 @@ mod tests {
         }
         fn cpu(&mut self) -> Duration {
             self.cpu
+        }
+        fn ask_threads(&mut self, open: bool) {
+            self.asked.push((open, self.allocated));
         }
     }
 
@@ -343,6 +372,33 @@ mod tests {
         // Eight busy rounds per burst, but the very first round has no rate yet.
         assert_eq!((e.totals.skipped.first_round, e.totals.skipped.busy), (1, 5 * 8 - 1));
         assert_eq!(e.totals.actions, 5);
+    }
+
+    /// Idle threads are asked from the first quiet round after each burst (before the action, which
+    /// waits for the quiet window) to the first busy round of the next: once per gap, never during a
+    /// burst, never before the first burst.
+    #[test]
+    fn idle_threads_are_asked_once_per_gap() {
+        let t0 = Instant::now();
+        let mut m = Model { rss: 20 * MIB, ..Model::default() };
+        let mut e = Engine::new(settings(), t0);
+        assert!(run(&mut e, &mut m, t0, 0, 2000, false).is_empty());
+        assert!(m.asked.is_empty(), "no burst yet: {:?}", m.asked);
+        let mut expected = Vec::new();
+        for cycle in 0..3u64 {
+            let start = 2000 + cycle * 6000;
+            assert!(run(&mut e, &mut m, t0, start, start + 2000, true).is_empty());
+            if cycle > 0 {
+                // Closed at the burst's first round.
+                expected.push((false, m.allocated - 7 * 512 * MIB));
+            }
+            let before = m.allocated;
+            let acted = run(&mut e, &mut m, t0, start + 2000, start + 6000, false);
+            assert_eq!(acted, [start + 2750]);
+            // Opened at the gap's first round, 750 ms before the action.
+            expected.push((true, before + MIB / 8));
+        }
+        assert_eq!(m.asked, expected);
     }
 
     /// Bursts of 1 s every 4 s: each gap's heap is quiet enough 1.75 s into the cycle, but the 5 s

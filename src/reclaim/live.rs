@@ -67,4 +67,8 @@ impl Heap for Live {
     fn cpu(&mut self) -> Duration {
         process::thread_cpu_time()
     }
+
+    fn ask_threads(&mut self, open: bool) {
+        if open { super::threads::open() } else { super::threads::close() }
+    }
 }

@@ -20,8 +20,12 @@
 //! in that time, the quiet window doubles (up to 8×), so that memory the program is about to reuse is
 //! not released again and again. The rules in full, with their reasons: `docs/RECLAIM.md`.
 //!
+//! Some memory only its owning thread can return (mimalloc's pages that other threads freed into,
+//! jemalloc's thread caches): when the heap turns quiet after a busy period, the reclaimer asks, and
+//! worker threads that call [`idle`] as they go idle (tokio's `on_thread_park`) return it.
+//!
 //! The reclaimer runs on a thread of its own ([`Reclaimer::spawn`]) or from a task you run
-//! ([`Reclaimer::round`]); never on the allocation path. It only calls the allocator `Tracked`
+//! ([`Reclaimer::round`], or [`Reclaimer::round_at`] on a clock of your own); never on the allocation path. It only calls the allocator `Tracked`
 //! wraps, so it never starts a second one. A child of `fork` starts without it.
 
 mod engine;
@@ -29,6 +33,7 @@ mod live;
 mod pacing;
 mod quiet;
 mod record;
+mod threads;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,8 +45,9 @@ use metrics::{Label, SharedString};
 use self::engine::{Engine, Settings};
 use self::live::Live;
 pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
-pub use crate::backend::knob::Method;
+pub use self::threads::{ThreadReleases, idle, thread_releases};
 use crate::backend::knob::TuneError;
+pub use crate::backend::knob::{Method, ThreadMethod};
 use crate::publish::names::{self, Metric, Series};
 use crate::publish::worker::Worker;
 
@@ -129,6 +135,8 @@ pub struct Reclaimer {
     engine: Option<Engine>,
     shared: Arc<Mutex<Shared>>,
     last_skip: Option<&'static str>,
+    /// The idle threads' releases already published.
+    published_threads: ThreadReleases,
 }
 
 impl Default for Reclaimer {
@@ -184,6 +192,7 @@ impl Reclaimer {
             engine: None,
             shared: Arc::default(),
             last_skip: None,
+            published_threads: ThreadReleases::default(),
         }
     }
 
@@ -319,6 +328,7 @@ impl Reclaimer {
         }
         let engine = self.engine.get_or_insert_with(|| Engine::new(self.settings.clone(), now));
         let step = engine.round(now, &mut live);
+        engine.totals.threads = thread_releases();
         let totals = engine.totals;
         self.publish(&step.round, step.refault.as_ref(), &totals);
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -399,6 +409,18 @@ impl Reclaimer {
             l
         };
         metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
+        let (now, before) = (totals.threads, core::mem::replace(&mut self.published_threads, totals.threads));
+        for method in [ThreadMethod::Idle, ThreadMethod::Collect] {
+            let new = now.count(method).saturating_sub(before.count(method));
+            if new > 0 {
+                metrics::counter!(names.get(Metric::ReclaimThreadReleases), labels(Some(("method", method.name()))))
+                    .increment(new);
+            }
+        }
+        let bytes = now.released_bytes.saturating_sub(before.released_bytes);
+        if bytes > 0 {
+            metrics::counter!(names.get(Metric::ReclaimThreadReleasedBytes), labels(None)).increment(bytes);
+        }
         if let Some(r) = refault {
             metrics::counter!(names.get(Metric::ReclaimRefaultBytes), labels(None)).increment(r.regained_bytes);
             metrics::counter!(names.get(Metric::ReclaimRefaultFaults), labels(None)).increment(r.minor_faults);

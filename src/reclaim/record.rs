@@ -255,6 +255,8 @@ pub struct Totals {
     pub refault_minor_faults: u64,
     /// The quiet window's current multiple of the configured one (1 unless releases were refaulted).
     pub backoff: u32,
+    /// What idle threads released through [`idle`](super::idle) (process-wide, as of the last round).
+    pub threads: super::ThreadReleases,
 }
 
 impl Totals {
@@ -270,7 +272,7 @@ impl fmt::Display for Totals {
         write!(
             f,
             "{} actions in {:.1?}: released {} of {} predicted (estimated), CPU {:.1?} ({:.3}% of a core), \
-             {} regained after releases (estimated), {} rounds skipped",
+             {} regained after releases (estimated), {} rounds skipped, {} releases by idle threads",
             self.actions,
             self.elapsed,
             Bytes(self.released_bytes),
@@ -278,7 +280,8 @@ impl fmt::Display for Totals {
             self.cpu,
             self.cpu_share() * 100.0,
             Bytes(self.refault_bytes),
-            self.rounds - self.actions
+            self.rounds - self.actions,
+            self.threads.total()
         )
     }
 }

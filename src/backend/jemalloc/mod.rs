@@ -7,7 +7,7 @@ use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Method, Released, Trap, TuneError};
+use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
@@ -156,6 +156,10 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
 
     fn reclaim(keep: u64, more: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
         knobs::reclaim(keep, more)
+    }
+
+    fn release_thread() -> Result<ThreadMethod, TuneError> {
+        knobs::thread_idle().map(|()| ThreadMethod::Idle)
     }
 
     fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {

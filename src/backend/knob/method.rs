@@ -62,3 +62,37 @@ impl fmt::Display for Method {
         }
     }
 }
+
+/// What an idle thread did for the reclaimer in `frag::reclaim::idle`: the release only the thread
+/// itself can make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum ThreadMethod {
+    /// jemalloc: `thread.idle`, which flushes the thread's cache into its arena (the blocks become
+    /// free space the next purge can return) and may purge that arena.
+    Idle,
+    /// mimalloc: `mi_collect(true)` on the thread: its own heap, including the blocks other threads
+    /// freed into its pages, collected and purged.
+    Collect,
+}
+
+impl ThreadMethod {
+    /// A short name for labels: `idle` or `collect`.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Collect => "collect",
+        }
+    }
+}
+
+impl fmt::Display for ThreadMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Idle => "thread.idle",
+            Self::Collect => "mi_collect(true) on the thread",
+        })
+    }
+}

@@ -11,7 +11,7 @@ mod trap;
 pub(crate) use decay::DECAY_EXPECTED;
 pub use decay::Decay;
 pub use error::TuneError;
-pub use method::Method;
+pub use method::{Method, ThreadMethod};
 pub(crate) use trap::GLIBC_VARS;
 pub use trap::{EnvReader, Trap};
 

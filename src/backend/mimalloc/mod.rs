@@ -8,7 +8,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, Method, Released, Trap, TuneError};
+use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
@@ -83,6 +83,12 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
     /// mimalloc has nothing to keep by: `mi_collect` returns what it can.
     fn reclaim(_: u64, _: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
         knobs::collect_now().map(|()| Method::Collect)
+    }
+
+    /// On the thread itself, `mi_collect(true)` reaches what it alone can: the blocks other
+    /// threads freed into its pages, and its pages that became free.
+    fn release_thread() -> Result<ThreadMethod, TuneError> {
+        knobs::collect_now().map(|()| ThreadMethod::Collect)
     }
 
     fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {

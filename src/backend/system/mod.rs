@@ -6,7 +6,7 @@ use core::alloc::Layout;
 
 use super::AllocatorStats;
 use super::interface::{KnownAllocator, Remedy, StatsError};
-use super::knob::{Decay, EnvReader, Method, Released, Trap, TuneError, unsupported};
+use super::knob::{Decay, EnvReader, Method, Released, ThreadMethod, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, Usable};
@@ -247,7 +247,10 @@ impl KnownAllocator for std::alloc::System {
         Some(match topic {
             Remedy::Holes => {
                 "glibc's per-thread arenas fragment most: jemalloc or mimalloc usually keep far fewer holes, \
-                 or cap arenas with frag::tune::glibc::set(Mallopt::ArenaMax(..))"
+                 or cap arenas with frag::tune::glibc::set(Mallopt::ArenaMax(..)); each thread's cache \
+                 (tcache: up to 7 blocks of every size up to 1 KiB) also splits free chunks that a trim \
+                 cannot return, and nothing but the thread's exit empties it: \
+                 GLIBC_TUNABLES=glibc.malloc.tcache_count=0 turns the caches off"
             }
             Remedy::Reclaimable => {
                 "glibc returns the top of its heap only above M_TRIM_THRESHOLD: frag::tune::glibc::trim() \
@@ -270,6 +273,15 @@ impl KnownAllocator for std::alloc::System {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn reclaim(keep: u64, _: &mut dyn FnMut() -> bool) -> Result<Method, TuneError> {
         knobs::trim_keeping(keep)
+    }
+
+    fn release_thread() -> Result<ThreadMethod, TuneError> {
+        Err(unsupported(
+            Self::BACKEND,
+            "release_thread",
+            "glibc has no call that empties a thread's cache (tcache) before the thread exits; \
+             GLIBC_TUNABLES=glibc.malloc.tcache_count=0 turns the caches off",
+        ))
     }
 
     fn set_purge_delay(_: Decay) -> Result<(), TuneError> {

@@ -260,6 +260,14 @@ pub fn flush_thread_tcache() -> Result<(), TuneError> {
     mallctl::call(b"thread.tcache.flush\0")
 }
 
+/// Tells jemalloc the calling thread goes idle (`thread.idle`): it flushes the thread's cache into
+/// its arena and, by jemalloc's own heuristic, may purge that arena. What `frag::reclaim::idle` does
+/// on jemalloc.
+pub(crate) fn thread_idle() -> Result<(), TuneError> {
+    require()?;
+    mallctl::call(b"thread.idle\0")
+}
+
 /// jemalloc's resident and dirty figures around a purge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
