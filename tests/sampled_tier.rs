@@ -165,3 +165,32 @@ fn unmarked_sampling_needs_the_exact_tier() {
     // (and the other tests' threads of this process) hold meanwhile.
     assert!(live(&after) <= live(&before) + 3, "{} live samples after, {} before", live(&after), live(&before));
 }
+
+/// Live bytes are estimates in the sampled tier, and every place that shows them says so: the
+/// breakdown's sources, the `live_data` finding, the text report's `≈`, and the JSON.
+#[test]
+fn live_bytes_are_labelled_estimated_everywhere() {
+    let held: Vec<Vec<u8>> = (0..scaled(4096)).map(|i| vec![i as u8 | 1; 16 << 10]).collect();
+    let r = frag::report();
+    let d = r.diagnosis.as_ref().expect("a diagnosis on glibc");
+    assert_eq!(d.breakdown.sources.live, frag::diagnosis::Source::Estimated);
+    assert_eq!(d.breakdown.sources.rounding, frag::diagnosis::Source::Estimated);
+    let live = d.findings.iter().find(|f| f.kind == frag::diagnosis::FindingKind::LiveData);
+    if let Some(f) = live {
+        assert!(f.estimated, "{f:?}");
+    }
+    let text = r.to_string();
+    let resident = text.lines().find(|l| l.starts_with("resident")).expect("a resident line");
+    assert!(resident.contains("live ≈"), "{resident}");
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["diagnosis"]["breakdown"]["sources"]["live"], "estimated", "{}", json["diagnosis"]);
+        for f in json["diagnosis"]["findings"].as_array().unwrap() {
+            if f["kind"] == "live_data" {
+                assert_eq!(f["estimated"], true, "{f}");
+            }
+        }
+    }
+    drop(held);
+}

@@ -234,4 +234,9 @@ fn conf_traps_child() {
     assert!(ignored.remedy.contains("_RJEM_MALLOC_CONF"), "{}", ignored.remedy);
     let misspelt = trap_findings.iter().find(|f| f.summary.contains("\"dirty_decay\"")).expect("dirty_decay");
     assert!(misspelt.remedy.contains("dirty_decay_ms"), "{}", misspelt.remedy);
+    // A trap has no bytes: the text report prints none for it.
+    let text = reports.0.to_string();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(" config_trap")).collect();
+    assert_eq!(lines.len(), traps, "{text}");
+    assert!(lines.iter().all(|l| l.contains("config_trap: ")), "{lines:#?}");
 }

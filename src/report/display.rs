@@ -5,7 +5,7 @@ use core::fmt::{self, Display, Formatter};
 use super::{Origin, Report, RowKind, Sites, ThreadRow};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
-use crate::report::diagnosis::{Diagnosis, Part, Severity, Source};
+use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
 use crate::sampler::Sampling;
 use crate::sites::Unwinder;
 
@@ -44,7 +44,12 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
             Severity::Warn => "WARN",
             Severity::Info => "info",
         };
-        writeln!(f, "{severity:<10} {} {}: {}", x.kind.name(), Approx(Bytes(x.bytes), x.estimated), x.summary)?;
+        if x.kind == FindingKind::ConfigTrap {
+            // A configuration trap has no bytes of its own.
+            writeln!(f, "{severity:<10} {}: {}", x.kind.name(), x.summary)?;
+        } else {
+            writeln!(f, "{severity:<10} {} {}: {}", x.kind.name(), Approx(Bytes(x.bytes), x.estimated), x.summary)?;
+        }
         writeln!(f, "           -> {}", x.remedy)?;
     }
     Ok(())

@@ -134,8 +134,8 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
     fn remedy(topic: Remedy) -> Option<&'static str> {
         match topic {
             Remedy::Holes => Some(
-                "blocks parked in thread caches count here too: frag::tune::jemalloc::flush_thread_tcache on \
-                 idle threads, or a lower tcache_max",
+                "blocks parked in thread caches count here too: workers calling frag::reclaim::idle as they go \
+                 idle (with the reclaimer running) flush them, or set a lower tcache_max",
             ),
             Remedy::Reclaimable => Some(
                 "jemalloc keeps dirty pages until they decay: frag::tune::jemalloc::purge_all() releases them \

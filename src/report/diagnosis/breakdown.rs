@@ -144,8 +144,9 @@ pub(crate) fn split(
         outside_heap_bytes: outside,
         unexplained_bytes: unexplained,
         sources: Sources {
-            live: Source::Measured,
-            rounding: Source::Measured,
+            // The sampled tier's live bytes (and so their rounding) are estimates from the samples.
+            live: if tracked.estimated { Source::Estimated } else { Source::Measured },
+            rounding: if tracked.estimated { Source::Estimated } else { Source::Measured },
             holes: holes.1,
             reclaimable: reclaimable.1,
             metadata: metadata.1,

@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::backend::interface::{KnownAllocator, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
-use crate::format::{Bytes, ClassRange, Percent};
+use crate::format::{Approx, Bytes, ClassRange, Percent};
 use crate::report::{Origin, SizeClassRow};
 use crate::tune::Trap;
 
@@ -49,12 +49,15 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             kind: FindingKind::LiveData,
             severity,
             bytes: usable,
-            estimated: false,
+            estimated: estimated(Part::Live) || estimated(Part::Rounding),
             summary: format!(
-                "{} of {} resident ({}) is live data: growth here is the program's, not fragmentation",
-                Bytes(usable),
+                "{} of {} resident ({}) is held by live blocks ({} live, {} of size-class rounding): growth \
+                 here is the program's, not fragmentation",
+                Approx(Bytes(usable), estimated(Part::Live)),
                 Bytes(b.rss_bytes),
-                Percent(usable as f64 / rss, 0)
+                Percent(usable as f64 / rss, 0),
+                Approx(Bytes(b.live_bytes), estimated(Part::Live)),
+                Approx(Bytes(b.rounding_bytes), estimated(Part::Rounding)),
             ),
             remedy: format!(
                 "look at what holds it: most live bytes in {}",
@@ -69,7 +72,7 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
             kind: FindingKind::Rounding,
             severity,
             bytes: b.rounding_bytes,
-            estimated: false,
+            estimated: estimated(Part::Rounding),
             summary: format!(
                 "size-class rounding wastes {} ({} of live usable bytes)",
                 Bytes(b.rounding_bytes),
@@ -209,9 +212,11 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
         estimated: true,
         summary: format!(
             "about {} of freed bytes were freed on another thread than the allocating one{classes} \
-             ({} sampled frees)",
+             ({} sampled frees); {} is that share of the heap's free space (holes and reclaimable \
+             pages), what such frees may keep resident",
             Percent(ratio, 0),
-            o.sampled_frees
+            o.sampled_frees,
+            Approx(Bytes(bytes), true),
         ),
         remedy: format!(
             "keep a buffer's allocation and free on one thread (thread-per-core, or return buffers to their \
