@@ -103,6 +103,7 @@
 mod backend;
 mod estimate;
 mod format;
+mod loader;
 mod origin;
 mod process;
 pub mod profile;

@@ -119,3 +119,44 @@ fn children_of_a_busy_process_allocate_report_and_exit() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// glibc holds the loader's lock through a `dl_iterate_phdr` and does not reset it in a child: a fork
+/// while one of frag's walks of the loader's list is under way (the unwind tables' refresh, which
+/// `report()` runs) would leave the child's first walk waiting forever. Two threads walk it without
+/// pause while the main thread forks; each child walks it too, and must exit.
+#[test]
+fn children_of_a_process_walking_the_loaders_list_do_not_hang() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let walkers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    frag::refresh_unwind_tables();
+                }
+            })
+        })
+        .collect();
+    let (mut hung, mut lost) = (Vec::new(), Vec::new());
+    for round in 0..common::scaled(200) {
+        // SAFETY: the child only walks the loader's list and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            frag::refresh_unwind_tables();
+            // Whatever it could list, the child keeps unwind tables (those it inherited at least).
+            let kept = frag::unwind_tables().is_none_or(|t| t.modules > 0);
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(if kept { 0 } else { 1 }) };
+        }
+        match wait_for(pid, Duration::from_secs(20)) {
+            None => hung.push(round),
+            Some(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {}
+            Some(_) => lost.push(round),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    walkers.into_iter().for_each(|w| w.join().unwrap());
+    assert!(hung.is_empty(), "children that hung in the loader's walk: rounds {hung:?}");
+    assert!(lost.is_empty(), "children left without unwind tables: rounds {lost:?}");
+}

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// before it, never from those after it.
 const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate.
-    "sync", "format", "estimate", "process", "reentry",
+    "sync", "format", "estimate", "process", "loader", "reentry",
     // The counters (with the size classes) and the sampler, with what it feeds.
     "stats", "sampler", "origin", "sites", // The allocators, then the allocation path that wraps them.
     "backend", "tracked",

@@ -19,7 +19,7 @@ pub(crate) fn executable() -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     // SAFETY: the callback only reads the loader's description of each object (valid during the
     // call) and pushes to the vector passed through `data`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut out).cast()) };
+    unsafe { crate::loader::iterate(each, (&raw mut out).cast()) };
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     for m in &mut out {
         if m.file.is_empty() {

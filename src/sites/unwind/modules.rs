@@ -181,6 +181,11 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 /// Brings the published set up to date with the loaded modules; builds rows only for modules not
 /// seen before. Allocates and takes the loader's lock: never call it on the allocation path.
 pub(crate) fn refresh() {
+    // A child forked during a walk of the loader's list cannot list modules: it keeps the tables it
+    // inherited (`crate::loader`).
+    if crate::loader::stuck() {
+        return;
+    }
     let _writer = Writing::enter();
     // SAFETY: only writers free sets, and this thread is the only writer (`WRITER`).
     let current = unsafe { CURRENT.load(SeqCst).as_ref() };
@@ -263,7 +268,7 @@ fn counts() -> Option<(u64, u64)> {
     }
     let mut out: Option<(u64, u64)> = None;
     // SAFETY: `first` matches the callback type and only writes `out` through `data`.
-    unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut out).cast()) };
+    unsafe { crate::loader::iterate(first, (&raw mut out).cast()) };
     out
 }
 
@@ -317,7 +322,7 @@ fn loaded() -> Listing {
     }
     let mut listing = Listing { modules: Vec::new(), adds: 0, subs: 0 };
     // SAFETY: `each` matches the callback type and only uses `data` as the `Listing` given.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut listing).cast()) };
+    unsafe { crate::loader::iterate(each, (&raw mut listing).cast()) };
     listing
 }
 
