@@ -205,3 +205,31 @@ fn idle_workers_flush_their_thread_caches_when_asked() {
     drop(orders);
     threads.into_iter().for_each(|t| t.join().unwrap());
 }
+
+/// A child of `fork` starts with no request open, even when its parent was asking idle threads
+/// (the child has no reclaimer): its hook releases nothing and returns.
+#[test]
+fn a_forked_child_is_not_asked() {
+    let mut rounds = Driven::new(reclaimer());
+    rounds.busy(2);
+    let round = rounds.round();
+    assert!(matches!(round, frag::reclaim::Round::Skipped(frag::reclaim::Skip::Settling { .. })), "{round:?}");
+    let before = frag::reclaim::thread_releases();
+    // SAFETY: the child only passes the hook, reads two atomics' worth of figures and leaves with
+    // `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        frag::reclaim::idle();
+        let served = frag::reclaim::thread_releases() != before;
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(i32::from(served)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child served a request: {status:#x}");
+    // The parent is still asking.
+    std::thread::spawn(frag::reclaim::idle).join().unwrap();
+    assert_eq!(frag::reclaim::thread_releases().idle, before.idle + 1);
+}

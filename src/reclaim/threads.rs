@@ -10,12 +10,13 @@
 //! **The hook** ([`idle`]), called by a thread about to go idle (tokio's `on_thread_park`, or a pool's
 //! own loop), reads [`REQUEST`] with one relaxed load and returns when none is open. While one is,
 //! each thread serves it once: it makes the backend's own per-thread release (jemalloc's
-//! `thread.idle`, mimalloc's `mi_collect(true)`), timed and with RSS read around it. glibc has no such
+//! `thread.idle`, mimalloc's `mi_collect(true)`), timed and with RSS read around it; releases take
+//! turns. A child of `fork` starts with no request open and no release under way. glibc has no such
 //! call (its thread caches empty only when the thread exits): there the hook does nothing, and says
 //! so once in the log.
 
 use core::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use crate::backend::interface::KnownAllocator;
 use crate::backend::knob::{ThreadMethod, TuneError};
@@ -40,8 +41,11 @@ static RELEASES: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// CPU time of the releases, in nanoseconds.
 static RELEASE_NANOS: AtomicU64 = AtomicU64::new(0);
-/// Serialises the releases (see `serve`).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Set while a thread releases: releases take turns (see `serve`). A flag rather than a mutex, so
+/// that a child of `fork` can reset it (a thread of its parent may have held it at the fork).
+static RELEASING: AtomicBool = AtomicBool::new(false);
+/// Registers [`after_fork_in_child`] once.
+static FORK_HOOK: std::sync::Once = std::sync::Once::new();
 /// Whether the backend's refusal was logged already.
 static REFUSAL_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -94,7 +98,7 @@ fn serve(request: u64) {
     }
     let Some(backend) = registered().and_then(|r| r.backend) else { return };
     // One release at a time, so that the RSS read around one does not count another's.
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = Turn::take();
     let (rss, cpu) = (process::rss(), process::thread_cpu_time());
     let done = with_backend!(backend, A => A::release_thread());
     let spent = process::thread_cpu_time().saturating_sub(cpu);
@@ -116,8 +120,39 @@ fn refused(e: &TuneError) {
     }
 }
 
+/// This thread's turn to release (see [`RELEASING`]); waits while another thread releases (a few
+/// milliseconds: an idle thread may wait).
+struct Turn;
+
+impl Turn {
+    fn take() -> Self {
+        while RELEASING.compare_exchange(false, true, Acquire, Relaxed).is_err() {
+            std::thread::sleep(core::time::Duration::from_micros(200));
+        }
+        Self
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        RELEASING.store(false, Release);
+    }
+}
+
+/// In a child of `fork`: no request is open (the child has no reclaimer), and no release is under
+/// way (the thread that was releasing stayed in the parent).
+extern "C" fn after_fork_in_child() {
+    REQUEST.store(0, Relaxed);
+    RELEASING.store(false, Relaxed);
+}
+
 /// Opens a request: every thread that passes [`idle`] from now on serves it once.
 pub(crate) fn open() {
+    FORK_HOOK.call_once(|| {
+        // SAFETY: the handler has the C ABI, touches only atomics and stays valid for the life of
+        // the process. A failure (ENOMEM) leaves a forked child with the parent's request open.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
     let generation = GENERATION.fetch_add(1, Relaxed) + 1;
     REQUEST.store(generation, Relaxed);
 }
