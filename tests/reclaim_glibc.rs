@@ -60,33 +60,9 @@ fn a_pinned_heap_is_trimmed_once_quiet() {
     assert_eq!(pin[0], 7);
 }
 
-/// A small burst first (its trim sets the cost per byte), then a gibibyte: the trim it needs is
-/// expected to cost more than the credit can hold at a small share, and still runs, within the quiet
-/// window plus a full credit's wait; afterwards a trim called by hand finds next to nothing.
 fn a_gibibyte_after_a_small_burst(share: f64) {
-    let mut rounds = Driven::new(reclaimer().cpu_share(share));
-    let small = pinned_hole(&mut rounds, 40 * MIB);
-    rounds.busy(4);
-    let first = rounds.until_action(QUIET, Duration::from_secs(20));
-    let big = pinned_hole(&mut rounds, 1 << 30);
-    rounds.busy(4);
-    let rss_quiet = rss_bytes();
-    let action = rounds.until_action(QUIET, Duration::from_secs(60));
-    // The pacing's promise (docs/RECLAIM.md): the quiet window (doubled up to 8 times after
-    // refaults), then at most a credit window of earnings for the credit (two, with polls taking
-    // up to half the share), after the first action's debt.
-    let delay = rounds.now - rounds.last_busy;
-    let bound = QUIET * 8 + Duration::from_secs(20) + first.cpu.div_f64(share) + Duration::from_secs(1);
-    eprintln!(
-        "acted {delay:?} after the burst on the clock (bound {bound:?}), {:?} of CPU at a share of {share}",
-        action.cpu
-    );
-    assert!(delay <= bound, "{delay:?} > {bound:?}");
-    check_release(&action, rss_quiet);
-    let left = hand_trim_releases();
-    assert!(left < 32 * MIB, "a trim by hand still released {} MiB", left / MIB);
-    check_pacing(rounds, share);
-    assert_eq!((small[0], big[0]), (7, 7));
+    let pins = common::reclaim::a_gibibyte_after_a_small_burst(share, pinned_hole, hand_trim_releases);
+    assert!(pins.iter().all(|p| p[0] == 7));
 }
 
 #[test]

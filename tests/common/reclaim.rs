@@ -235,3 +235,38 @@ pub fn check_pacing(driven: Driven, share: f64) -> Reclaimer {
     }
     reclaimer
 }
+
+/// A small burst first (its release sets the cost per byte), then a gibibyte, both made by `burst`
+/// (which returns what must stay live): the release the gibibyte needs is expected to cost more than
+/// the credit can hold at a small share, and still runs, within the pacing's promise
+/// (docs/RECLAIM.md: the quiet window, doubled up to 8 times after refaults, then at most a credit
+/// window of earnings, two with polls taking up to half the share, after the first action's debt).
+/// Afterwards the backend's own call made by hand (`by_hand`, returning what `/proc` saw it release)
+/// finds next to nothing.
+pub fn a_gibibyte_after_a_small_burst<K>(
+    share: f64,
+    mut burst: impl FnMut(&mut Driven, u64) -> K,
+    by_hand: fn() -> u64,
+) -> [K; 2] {
+    const QUIET: Duration = Duration::from_millis(300);
+    let mut rounds = Driven::new(reclaimer().cpu_share(share));
+    let small = burst(&mut rounds, 40 * MIB);
+    rounds.busy(4);
+    let first = rounds.until_action(QUIET, Duration::from_secs(20));
+    let big = burst(&mut rounds, 1 << 30);
+    rounds.busy(4);
+    let rss_quiet = rss_bytes();
+    let action = rounds.until_action(QUIET, Duration::from_secs(60));
+    let delay = rounds.now - rounds.last_busy;
+    let bound = QUIET * 8 + Duration::from_secs(20) + first.cpu.div_f64(share) + Duration::from_secs(1);
+    eprintln!(
+        "acted {delay:?} after the burst on the clock (bound {bound:?}), {:?} of CPU at a share of {share}",
+        action.cpu
+    );
+    assert!(delay <= bound, "{delay:?} > {bound:?}");
+    check_release(&action, rss_quiet);
+    let left = by_hand();
+    assert!(left < 32 * MIB, "the backend's own call by hand still released {} MiB", left / MIB);
+    check_pacing(rounds, share);
+    [small, big]
+}
