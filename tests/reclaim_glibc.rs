@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::reclaim::{Driven, check_pacing, check_release, reclaimer};
+use common::reclaim::{Driven, QUIET, check_pacing, check_release, reclaimer};
 use common::rss_bytes;
 use frag::reclaim::{Method, Reclaimer, Round};
 
@@ -17,9 +17,6 @@ use frag::reclaim::{Method, Reclaimer, Round};
 static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 
 const MIB: u64 = 1 << 20;
-
-/// The quiet window of `common::reclaim::reclaimer()`.
-const QUIET: Duration = Duration::from_millis(300);
 
 /// A burst of `bytes` in 1,000 B blocks on the main heap, then one block above them (returned),
 /// the rest freed: the heap's top cannot shrink past the live block, and glibc would return a

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::reclaim::{Driven, check_pacing, check_release, first_action, reclaimer};
+use common::reclaim::{Driven, QUIET, check_pacing, check_release, first_action, reclaimer};
 use common::rss_bytes;
 use frag::reclaim::{Method, Reclaimer};
 
@@ -18,10 +18,7 @@ static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_j
 
 const MIB: u64 = 1 << 20;
 
-/// The quiet window of `common::reclaim::reclaimer()`.
-const QUIET: Duration = Duration::from_millis(300);
-
-/// jemalloc's own sum over every arena of the `u64`-sized statistic `stats.arenas.<i>.<name>`.
+/// jemalloc's own sum over every arena of the `size_t` statistic `stats.arenas.<i>.<name>`.
 fn arena_sum(name: &str) -> u64 {
     tikv_jemalloc_ctl::epoch::advance().unwrap();
     let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
@@ -36,18 +33,9 @@ fn arena_sum(name: &str) -> u64 {
 
 /// jemalloc's own count of dirty pages, in bytes, every arena.
 fn dirty_bytes() -> u64 {
-    tikv_jemalloc_ctl::epoch::advance().unwrap();
-    let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
     // SAFETY: `arenas.page` is a `size_t`.
     let page = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"arenas.page\0") }.unwrap() as u64;
-    (0..arenas)
-        .filter_map(|i| {
-            let key = format!("stats.arenas.{i}.pdirty\0");
-            // SAFETY: the key names a `size_t` statistic, read into a `usize`.
-            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key.as_bytes()) }.ok()
-        })
-        .sum::<usize>() as u64
-        * page
+    arena_sum("pdirty") * page
 }
 
 /// A burst of `bytes` in 16 KiB blocks, touched, then freed: dirty pages jemalloc keeps for 10 s.

@@ -15,11 +15,14 @@ use super::rss_bytes;
 
 const MIB: u64 = 1 << 20;
 
+/// The quiet window of [`reclaimer`].
+pub const QUIET: Duration = Duration::from_millis(300);
+
 /// Short windows so the test runs in seconds; the rules are the defaults'.
 pub fn reclaimer() -> Reclaimer {
     Reclaimer::new()
         .poll(Duration::from_millis(50))
-        .quiet(Duration::from_millis(300))
+        .quiet(QUIET)
         .min_interval(Duration::from_secs(1))
         .refault_window(Duration::from_millis(500))
 }
@@ -248,7 +251,6 @@ pub fn a_gibibyte_after_a_small_burst<K>(
     mut burst: impl FnMut(&mut Driven, u64) -> K,
     by_hand: fn() -> u64,
 ) -> [K; 2] {
-    const QUIET: Duration = Duration::from_millis(300);
     let mut rounds = Driven::new(reclaimer().cpu_share(share));
     let small = burst(&mut rounds, 40 * MIB);
     rounds.busy(4);
