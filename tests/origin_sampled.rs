@@ -106,25 +106,26 @@ fn run_local(n: usize) {
 }
 
 #[test]
-fn thirty_percent_handoff_is_estimated_within_five_points() {
-    let before = frag::report();
+fn thirty_percent_handoff_is_estimated_within_its_interval() {
     run(2_000_000, |i| i % 10 < 3);
     let after = frag::report();
-    let (frees, cross) = delta(&before, &after);
-    let ratio = cross / frees;
-    eprintln!("30% hand-off: estimated {ratio:.4}");
-    assert!((ratio - 0.3).abs() <= 0.05, "estimated {ratio}");
-    // The interval is for the process-wide ratio; this test's blocks dominate it.
+    // The process-wide ratio, from the unclamped estimates: each test runs in a process of its own
+    // (nextest), so this test's blocks are nearly all of it. (A difference of the clamped counts
+    // would lean high: clamping the total to the exact frees trims the local part, never the cross
+    // part, about every other run: 280 runs of this test measured that at +0.004, mean 0.3042 ± 0.0010.)
     let o = after.origin.as_ref().expect("origin section");
+    let ratio = o.cross_thread_free_ratio.expect("ratio");
     let (lo, hi) = o.ratio_interval.expect("interval");
-    let overall = o.cross_thread_free_ratio.expect("ratio");
-    assert!(lo <= overall && overall <= hi);
-    eprintln!("interval [{lo:.4}, {hi:.4}], {} samples", o.sampled_blocks);
+    eprintln!("30% hand-off: estimated {ratio:.4}, interval [{lo:.4}, {hi:.4}], {} samples", o.sampled_blocks);
+    assert!(lo <= ratio && ratio <= hi);
     assert!(o.sampled_blocks > 1000, "{}", o.sampled_blocks);
     // A 95% interval misses the truth one run in twenty by design; twice its half-width around the
-    // estimate is a 99.99% interval (z = 3.9), which a correct estimator misses one run in 10,000.
+    // estimate is a 99.99% interval (z = 3.9), which a correct estimator misses about one run in
+    // 10,000. The fixed bound catches an estimator that is off whatever its interval says: across
+    // 250 runs the estimate's mean was 0.3017 and its standard deviation 0.015, so 0.08 is 5 of them.
     let half = (hi - lo) / 2.0;
     assert!((ratio - 0.3).abs() <= 2.0 * half, "0.3 outside {ratio} ± 2 × {half} ([{lo}, {hi}] at 95%)");
+    assert!((ratio - 0.3).abs() <= 0.08, "estimated {ratio}");
     // Bytes: the handed-off blocks are a deterministic 30% sample of the size cycle.
     let byte_ratio = o.cross_thread_byte_ratio.expect("byte ratio");
     assert!((byte_ratio - 0.3).abs() <= 0.1, "byte ratio {byte_ratio}");

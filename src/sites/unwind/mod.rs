@@ -15,15 +15,17 @@
 //! Elsewhere (AArch64 without frame pointers, other systems) nothing is captured: sampled blocks are
 //! still followed, their site is "no stack", and the report says which unwinder is in use.
 //!
-//! **Why a walk is safe.** Every read is a word between the walk's own stack pointer and the top of
-//! the current thread's stack, checked before it is read: a range that is mapped. glibc places a
-//! thread's descriptor (what `pthread_self()` points to) at the top of the stack it allocated, and the
-//! main thread's frames all lie below `__libc_stack_end`. A thread whose stack the program supplied
-//! itself (its descriptor is elsewhere) gets no stacks. Each step must move the stack pointer up, so a
-//! wrong rule or a corrupt stack ends the walk early instead of looping or faulting.
+//! **Why a walk is safe.** Every read is a word between the stack pointer of the frame where the walk
+//! starts (frag's outermost one, still live: the walk runs below it) and the top of the current
+//! thread's stack, checked before it is read: a range that is mapped. glibc places a thread's
+//! descriptor (what `pthread_self()` points to) at the top of the stack it allocated, and the main
+//! thread's frames all lie below `__libc_stack_end`. A thread whose stack the program supplied itself
+//! (its descriptor is elsewhere) gets no stacks. Each step must move the stack pointer up, so a wrong
+//! rule or a corrupt stack ends the walk early instead of looping or faulting.
 //!
 //! **Where it starts.** frag's one out-of-line function on a sampled allocation's path records an
-//! anchor ([`ColdFrame::here`]): its frame pointer, or its stack pointer for the tables. The frames
+//! anchor ([`ColdFrame::here`]): its frame pointer, or for the tables its registers, where the walk
+//! starts (frag's frames below it, the walk's own included, are never stepped through). The frames
 //! recorded are those above the anchor: the first is the return address into the allocating code
 //! (the `GlobalAlloc` methods are inlined there), which may also have reached frag's function by a
 //! tail call (then the allocating function itself has no frame left, as in any unwinder); so frag's
@@ -96,12 +98,21 @@ pub(crate) const UNWINDER: Unwinder = if cfg!(frag_unwind = "tables") {
     Unwinder::None
 };
 
-/// The anchor of frag's outermost out-of-line function on the allocation path (see the module
-/// docs): the frames recorded are those of its callers. Reading it costs one register move; it is
-/// used only when a sample is taken, while that function's frame is still live.
+/// Where a walk starts: frag's outermost out-of-line function on the allocation path (see the module
+/// docs), whose callers are the frames recorded. For the frame-pointer walk, its frame pointer; for
+/// the tables, its registers (instruction, stack pointer, `rbp`), so that the walk starts in that
+/// frame and never steps through frag's own frames below it. Reading it costs a few register moves;
+/// it is used only when a sample is taken, while that function's frame is still live.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ColdFrame {
+    /// The stack pointer (frame pointer for that walk) of the function: frames whose CFA lies above
+    /// it are its callers'.
     anchor: usize,
+    /// The instruction and `rbp` where `anchor` was read (the tables' walk starts there).
+    #[cfg(frag_unwind = "tables")]
+    pc: usize,
+    #[cfg(frag_unwind = "tables")]
+    bp: usize,
 }
 
 impl ColdFrame {
@@ -111,10 +122,29 @@ impl ColdFrame {
     #[inline(always)]
     pub(crate) fn here() -> Self {
         #[cfg(frag_unwind = "frame_pointers")]
-        let anchor = fp::frame_pointer();
-        #[cfg(not(frag_unwind = "frame_pointers"))]
-        let anchor = stack_pointer();
-        Self { anchor }
+        return Self { anchor: fp::frame_pointer() };
+        #[cfg(frag_unwind = "tables")]
+        {
+            let (pc, sp, bp): (usize, usize, usize);
+            // SAFETY: reads three registers; no memory is touched. The instruction pointer is that of
+            // the next instruction, where the stack pointer read is the one the function's rule
+            // (looked up at that instruction) applies to; `rbp` is the caller's there or saved as that
+            // rule says (call-frame information tracks it whenever a function changes it).
+            unsafe {
+                core::arch::asm!(
+                    "lea {pc}, [rip]",
+                    "mov {sp}, rsp",
+                    "mov {bp}, rbp",
+                    pc = out(reg) pc,
+                    sp = out(reg) sp,
+                    bp = out(reg) bp,
+                    options(nomem, nostack, preserves_flags)
+                );
+            }
+            Self { anchor: sp, pc, bp }
+        }
+        #[cfg(not(any(frag_unwind = "frame_pointers", frag_unwind = "tables")))]
+        Self { anchor: stack_pointer() }
     }
 }
 
@@ -131,7 +161,7 @@ pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
     #[cfg(frag_unwind = "frame_pointers")]
     return fp::walk(entry.anchor, top, out);
     #[cfg(frag_unwind = "tables")]
-    return tables::walk_from_here(entry.anchor, top, out);
+    return tables::walk_from(entry, top, out);
     #[cfg(not(any(frag_unwind = "frame_pointers", frag_unwind = "tables")))]
     {
         let _ = out;
@@ -182,7 +212,8 @@ mod tables {
     use super::walk::{self, Regs, Stack};
     use super::{Frames, MAX_FRAMES};
 
-    /// The calling thread's live stack, from the walk's own stack pointer to the top.
+    /// The calling thread's live stack, from the stack pointer of the frame the walk starts in to the
+    /// top.
     struct ThreadStack {
         lo: usize,
         hi: usize,
@@ -203,34 +234,22 @@ mod tables {
 
         #[inline(always)]
         unsafe fn read_checked(&self, addr: usize) -> usize {
-            // SAFETY: the caller's guarantee puts the aligned word in `[lo, hi)`: between this walk's
-            // stack pointer and the top of this thread's stack, mapped memory that holds the
-            // suspended frames of the walk's callers, which do not change while it runs.
+            // SAFETY: the caller's guarantee puts the aligned word in `[lo, hi)`: between the stack
+            // pointer of a frame that is still live (the walk runs below it, called from it) and the
+            // top of this thread's stack, mapped memory that holds the suspended frames of the walk's
+            // callers, which do not change while it runs.
             unsafe { (addr as *const usize).read() }
         }
     }
 
-    /// Walks from this function's own registers (never inlined, so its rows are its own).
+    /// Walks from `entry`'s registers: its own frame first, then its callers'.
     #[inline(never)]
-    pub(super) fn walk_from_here(anchor: usize, top: usize, out: &mut Frames) -> usize {
+    pub(super) fn walk_from(entry: super::ColdFrame, top: usize, out: &mut Frames) -> usize {
         // Keeps the start-up constructor linked in whenever stacks can be captured.
         core::hint::black_box(&super::PREPARE_AT_START);
         let reading = Reading::enter();
         let Some(set) = reading.set() else { return 0 };
-        let (pc, sp, bp): (usize, usize, usize);
-        // SAFETY: reads three registers; no memory is touched. The instruction pointer is that of the
-        // next instruction, in this function, where the stack pointer is the one read.
-        unsafe {
-            core::arch::asm!(
-                "lea {pc}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                pc = out(reg) pc,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags)
-            );
-        }
+        let (pc, sp, bp) = (entry.pc, entry.anchor, entry.bp);
         if sp >= top {
             return 0;
         }
@@ -254,7 +273,7 @@ mod tables {
             recent.put(pc, rule);
             rule
         };
-        let n = walk::walk(&stack, rules, Regs { pc, sp, bp: Some(bp) }, anchor, out);
+        let n = walk::walk(&stack, rules, Regs { pc, sp, bp: Some(bp) }, sp, out);
         debug_assert!(n <= MAX_FRAMES);
         n
     }
