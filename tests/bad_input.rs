@@ -17,6 +17,10 @@ proptest! {
     fn every_sampling_mean_is_accepted_or_a_typed_error(n in prop_oneof![any::<u64>(), 0u64..=8192, 60_000u64..=70_000, Just(u64::MAX)]) {
         let before = frag::sampling();
         match frag::set_sampling(frag::Sampling::MeanBytes(n)) {
+            // Every refusal names the range this tier accepts.
+            Err(e) if !e.to_string().contains("65536..=18446744073709551614") => {
+                prop_assert!(false, "{e} does not name the sampled tier's range");
+            }
             Err(frag::SamplingError::TooSmall { mean }) => {
                 prop_assert!(n < 4096 || n == u64::MAX, "{n} refused");
                 prop_assert_eq!(mean, n);
@@ -37,6 +41,17 @@ proptest! {
             }
         }
     }
+}
+
+/// `EveryBlock` needs the exact tier; the refusal says so and names what this tier accepts.
+#[test]
+fn every_block_in_the_sampled_tier_names_the_accepted_means() {
+    let before = frag::sampling();
+    let e = frag::set_sampling(frag::Sampling::EveryBlock).unwrap_err();
+    assert_eq!(e, frag::SamplingError::NeedsExactTier { mean: 0 });
+    let text = e.to_string();
+    assert!(text.contains("frag::Exact") && text.contains("MeanBytes(65536..=18446744073709551614)"), "{text}");
+    assert_eq!(frag::sampling(), before);
 }
 
 #[cfg(feature = "jemalloc")]

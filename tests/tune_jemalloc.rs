@@ -6,8 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use frag::tune::jemalloc::{self, DecayKind};
+use frag::tune::jemalloc::{self, DecayKind, JemallocConfig};
 use frag::tune::{Decay, TuneError};
+use proptest::prelude::*;
 use tikv_jemalloc_ctl::raw;
 
 #[global_allocator]
@@ -71,8 +72,97 @@ fn purge_returns_freed_pages_that_decay_would_keep() {
     assert!(purged.released() > 48 << 20, "{purged:?}");
 }
 
+/// A decay from parts that cover every kind of value: the two special ones, whole milliseconds,
+/// fractions of one, zero, and durations beyond what jemalloc's clock holds.
+fn any_decay() -> impl Strategy<Value = Decay> {
+    let after =
+        (prop_oneof![0u64..=20, 0u64..=20_000_000_000, any::<u64>()], prop_oneof![Just(0u32), 0u32..1_000_000_000])
+            .prop_map(|(secs, nanos)| Decay::After(Duration::new(secs, nanos / 1_000_000 * 1_000_000 + nanos % 2)));
+    prop_oneof![Just(Decay::Disabled), Just(Decay::Immediate), after]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// One policy, at run time and at compile time alike: a value out of range is refused with an
+    /// error that names the range; any other value is what jemalloc holds afterwards (read here
+    /// through tikv-jemalloc-ctl), except that a thread-cache limit may be rounded up to a size
+    /// class, never lowered. `JemallocConfig::render` (what `jemalloc_conf!` runs at compile time)
+    /// accepts exactly what the run-time call accepts.
+    #[test]
+    fn no_knob_takes_a_value_silently(
+        decay in any_decay(),
+        bytes in prop_oneof![0usize..=40_000, 32_760usize..=32_800, any::<usize>()],
+        threads in prop_oneof![0usize..=4, any::<usize>()],
+    ) {
+        let conf = |c: JemallocConfig| c.render().map(drop);
+        // Decays.
+        let run_time = jemalloc::set_decay(DecayKind::Dirty, decay);
+        match &run_time {
+            Ok(change) => {
+                prop_assert_eq!(change.decay, decay);
+                prop_assert_eq!(arena_decay(0, "dirty_decay_ms").map(|ms| ms as i64), decay.as_millis());
+            }
+            Err(TuneError::InvalidValue { expected, .. }) => {
+                prop_assert!(decay.as_millis().is_none(), "{decay:?} refused");
+                prop_assert!(expected.contains("1 ms") && expected.contains("18446744072000 ms"), "{expected}");
+            }
+            Err(e) => prop_assert!(false, "{decay:?}: {e}"),
+        }
+        let at_compile_time = conf(JemallocConfig::new().dirty_decay(decay));
+        prop_assert_eq!(at_compile_time.is_ok(), run_time.is_ok(), "{:?}", at_compile_time);
+        if let Err(why) = at_compile_time {
+            prop_assert!(why.contains("18446744072000 ms"), "{why}");
+        }
+        prop_assert_eq!(conf(JemallocConfig::new().muzzy_decay(decay)).is_ok(), run_time.is_ok());
+
+        // The calling thread's cache limit.
+        // SAFETY: `arenas.page` is a size_t key.
+        let limit = 8 * unsafe { raw::read::<usize>(b"arenas.page\0") }.unwrap();
+        let run_time = jemalloc::set_thread_tcache_max(bytes);
+        match &run_time {
+            Ok(t) => {
+                prop_assert!(bytes <= limit, "{bytes} accepted");
+                prop_assert_eq!(t.requested, bytes);
+                // SAFETY: `thread.tcache.max` is a size_t key.
+                let held = unsafe { raw::read::<usize>(b"thread.tcache.max\0") }.unwrap();
+                prop_assert_eq!(held, t.effective);
+                prop_assert!(bytes <= held && held <= limit, "{bytes} became {held}");
+            }
+            Err(e @ TuneError::InvalidValue { .. }) => {
+                prop_assert!(bytes > limit, "{bytes} refused");
+                prop_assert!(e.to_string().contains(&format!("0 to {limit}")), "{e}");
+            }
+            Err(e) => prop_assert!(false, "{bytes}: {e}"),
+        }
+        prop_assert_eq!(jemalloc::tcache_max_on_thread_start(bytes).is_ok(), run_time.is_ok());
+        let at_compile_time = conf(JemallocConfig::new().tcache_max(bytes));
+        prop_assert_eq!(at_compile_time.is_ok(), run_time.is_ok(), "{:?}", at_compile_time);
+        if let Err(why) = at_compile_time {
+            prop_assert!(why.contains("32768"), "{why}");
+        }
+
+        // The number of background threads (never started here: only the limit changes).
+        // SAFETY: `opt.max_background_threads` is a size_t key.
+        let ceiling = unsafe { raw::read::<usize>(b"opt.max_background_threads\0") }.unwrap();
+        match jemalloc::set_max_background_threads(threads) {
+            Ok(before) => {
+                prop_assert!((1..=ceiling).contains(&threads), "{threads} accepted");
+                prop_assert_eq!(tikv_jemalloc_ctl::max_background_threads::read().unwrap(), threads);
+                jemalloc::set_max_background_threads(before).unwrap();
+            }
+            Err(e @ TuneError::InvalidValue { .. }) => {
+                prop_assert!(threads == 0 || threads > ceiling, "{threads} refused");
+                prop_assert!(e.to_string().contains(&format!("1 to {ceiling}")), "{e}");
+            }
+            Err(e) => prop_assert!(false, "{threads}: {e}"),
+        }
+        prop_assert_eq!(conf(JemallocConfig::new().max_background_threads(threads)).is_ok(), threads >= 1);
+    }
+}
+
 #[test]
-fn thread_tcache_max_is_rounded_clamped_and_per_thread() {
+fn thread_tcache_max_is_rounded_refused_above_its_limit_and_per_thread() {
     // SAFETY: `arenas.page` is a size_t key.
     let page = unsafe { raw::read::<usize>(b"arenas.page\0") }.unwrap();
     let limit = page * 8;
@@ -84,13 +174,19 @@ fn thread_tcache_max_is_rounded_clamped_and_per_thread() {
 
     let t = jemalloc::set_thread_tcache_max(5000).unwrap();
     assert_eq!((t.requested, t.effective), (5000, 5120));
-    assert!(t.rounded_up() && !t.clamped());
+    assert!(t.rounded_up());
     assert_eq!(read(), 5120);
 
-    let t = jemalloc::set_thread_tcache_max(1 << 20).unwrap();
-    assert_eq!(t.effective, limit);
-    assert!(t.clamped());
-    assert_eq!(jemalloc::thread_tcache_max().unwrap(), limit);
+    // Above the limit jemalloc would clip the value: refused, and the limit in force is unchanged.
+    for bytes in [limit + 1, 1 << 20, 1 << 40, usize::MAX] {
+        let e = jemalloc::set_thread_tcache_max(bytes).unwrap_err();
+        assert!(matches!(e, TuneError::InvalidValue { knob: "thread.tcache.max", .. }), "{e}");
+        assert!(e.to_string().contains(&format!("this build allows 0 to {limit}")), "{e}");
+        assert_eq!(read(), 5120);
+        assert!(jemalloc::tcache_max_on_thread_start(bytes).is_err());
+    }
+    let t = jemalloc::set_thread_tcache_max(limit).unwrap();
+    assert_eq!((t.effective, read()), (limit, limit));
 
     assert_eq!(std::thread::spawn(read).join().unwrap(), other_before, "another thread's limit changed");
 

@@ -147,16 +147,20 @@ impl fmt::Display for SamplingError {
         match self {
             Self::TooSmall { mean } => write!(
                 f,
-                "Sampling::MeanBytes({mean}) is outside 4096..u64::MAX: use Sampling::EveryBlock for exact figures"
+                "Sampling::MeanBytes({mean}) is outside 4096..=18446744073709551614 (the exact tier's; the sampled \
+                 tier's is {}..=18446744073709551614): use Sampling::EveryBlock (exact tier) for exact figures",
+                mark::MIN_MARKING_MEAN
             ),
             Self::NeedsExactTier { mean: 0 } => write!(
                 f,
-                "Sampling::EveryBlock needs Tracked<_, frag::Exact>: the sampled tier only follows marked blocks"
+                "Sampling::EveryBlock needs Tracked<_, frag::Exact>: the sampled tier accepts \
+                 Sampling::MeanBytes({}..=18446744073709551614) only (it follows marked blocks alone)",
+                mark::MIN_MARKING_MEAN
             ),
             Self::NeedsExactTier { mean } => write!(
                 f,
-                "Sampling::MeanBytes({mean}) is below {} in the sampled tier, which only follows marked blocks: \
-                 use Tracked<_, frag::Exact> or a larger mean",
+                "Sampling::MeanBytes({mean}) is outside the sampled tier's {}..=18446744073709551614 (it follows \
+                 marked blocks alone): use Tracked<_, frag::Exact> or a larger mean",
                 mark::MIN_MARKING_MEAN
             ),
         }

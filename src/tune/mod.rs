@@ -12,6 +12,14 @@
 //! second allocator. snmalloc has no run-time knobs: every call for it returns
 //! [`TuneError::Unsupported`].
 //!
+//! **Validation.** One rule for every knob, at compile time (`jemalloc_conf!`) and at run time
+//! alike: a value the allocator would not take as it is (out of its range, or one it would clip
+//! without saying so, as jemalloc clips a thread-cache limit above 8 pages) is refused with
+//! [`TuneError::InvalidValue`], whose message names the accepted range, and nothing changes; a value
+//! in range that the allocator rounds (a thread-cache limit between two size classes) is taken, and
+//! the call returns what is in force. The sampling mean follows the same rule
+//! ([`SamplingError`](crate::SamplingError)).
+//!
 //! Start-up configuration (read before `main`) is separate: `jemalloc::JemallocConfig` and the
 //! `jemalloc_conf!` macro for jemalloc (feature `jemalloc`), environment variables for the others.
 //! [`check`] finds environment variables the wrapped allocator ignores.

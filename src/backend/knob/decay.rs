@@ -73,4 +73,6 @@ impl fmt::Display for Decay {
     }
 }
 
-pub(crate) const DECAY_EXPECTED: &str = "Disabled, Immediate, or After(whole milliseconds, at least 1 ms)";
+/// The accepted decays, in words: every refusal of one names them.
+pub(crate) const DECAY_EXPECTED: &str =
+    "Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";

@@ -204,20 +204,20 @@ impl JemallocConfig {
         }
         if let Some(v) = self.max_background_threads {
             if v == 0 {
-                return Err("max_background_threads must be at least 1");
+                return Err("max_background_threads: 1 or more");
             }
             out = out.key("max_background_threads").unsigned(v as u64);
         }
         if let Some(d) = self.dirty_decay {
             match d.as_millis() {
                 Some(ms) => out = out.key("dirty_decay_ms").signed(ms),
-                None => return Err("dirty_decay: After needs a whole, non-zero number of milliseconds"),
+                None => return Err(DIRTY_DECAY_REFUSED),
             }
         }
         if let Some(d) = self.muzzy_decay {
             match d.as_millis() {
                 Some(ms) => out = out.key("muzzy_decay_ms").signed(ms),
-                None => return Err("muzzy_decay: After needs a whole, non-zero number of milliseconds"),
+                None => return Err(MUZZY_DECAY_REFUSED),
             }
         }
         if let Some(v) = self.tcache {
@@ -226,14 +226,14 @@ impl JemallocConfig {
         if let Some(v) = self.tcache_max {
             if let Some(limit) = TCACHE_MAX_LIMIT {
                 if v > limit {
-                    return Err("tcache_max: jemalloc clips it to 32768 (8 pages of 4 KiB): ask for at most that");
+                    return Err(TCACHE_MAX_REFUSED);
                 }
             }
             out = out.key("tcache_max").unsigned(v as u64);
         }
         if let Some(v) = self.narenas {
             if v == 0 {
-                return Err("narenas must be at least 1");
+                return Err("narenas: 1 to u32::MAX");
             }
             out = out.key("narenas").unsigned(v as u64);
         }
@@ -269,6 +269,15 @@ impl fmt::Display for JemallocConfig {
         }
     }
 }
+
+/// `render`'s refusals of a decay, naming the accepted range (as the run-time calls do).
+const DIRTY_DECAY_REFUSED: &str =
+    "dirty_decay: Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";
+const MUZZY_DECAY_REFUSED: &str =
+    "muzzy_decay: Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";
+/// `render`'s refusal of a thread-cache limit jemalloc would clip.
+const TCACHE_MAX_REFUSED: &str =
+    "tcache_max: 0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that";
 
 /// The largest `tcache_max` jemalloc keeps, where it is known at compile time: 8 pages
 /// (`TCACHE_MAXCLASS_LIMIT`), and x86-64 jemalloc builds use 4 KiB pages. Elsewhere (page sizes vary

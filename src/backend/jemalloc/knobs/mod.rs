@@ -168,17 +168,11 @@ pub fn set_decay(kind: DecayKind, decay: Decay) -> Result<DecayChange, TuneError
 pub struct TcacheMax {
     /// What was asked for, in bytes.
     pub requested: usize,
-    /// What jemalloc uses: `requested` rounded up to a size class and clipped to its limit.
+    /// What jemalloc uses: `requested` rounded up to a size class.
     pub effective: usize,
 }
 
 impl TcacheMax {
-    /// jemalloc lowered the value to its limit (8 pages, 32 KiB on 4 KiB pages).
-    #[must_use]
-    pub fn clamped(&self) -> bool {
-        self.effective < self.requested
-    }
-
     /// jemalloc raised the value to the next size class.
     #[must_use]
     pub fn rounded_up(&self) -> bool {
@@ -188,6 +182,24 @@ impl TcacheMax {
 
 const THREAD_TCACHE_MAX: Key<usize> = Key::new(b"thread.tcache.max\0");
 const THREAD_TCACHE_ENABLED: Key<bool> = Key::new(b"thread.tcache.enabled\0");
+const PAGE: Key<usize> = Key::new(b"arenas.page\0");
+
+/// The accepted range of a thread-cache limit, at run time as in [`JemallocConfig::tcache_max`].
+pub(crate) const TCACHE_MAX_EXPECTED: &str =
+    "0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that";
+
+/// Refuses a thread-cache limit jemalloc would clip (above 8 pages, `TCACHE_MAXCLASS_LIMIT`).
+fn check_tcache_max(knob: &'static str, bytes: usize) -> Result<(), TuneError> {
+    let limit = PAGE.read()?.saturating_mul(8);
+    if bytes > limit {
+        return Err(TuneError::InvalidValue {
+            knob,
+            value: format!("{bytes} (this build allows 0 to {limit})"),
+            expected: TCACHE_MAX_EXPECTED,
+        });
+    }
+    Ok(())
+}
 
 /// Sets the largest size the **calling thread's** cache holds (`thread.tcache.max`).
 ///
@@ -197,11 +209,17 @@ const THREAD_TCACHE_ENABLED: Key<bool> = Key::new(b"thread.tcache.enabled\0");
 /// [`tcache_max_on_thread_start`] for a runtime's workers. `opt.tcache_max` (the start-up default)
 /// is read-only here; set it with [`JemallocConfig::tcache_max`].
 ///
+/// A limit above 8 pages is refused, as [`JemallocConfig::tcache_max`] refuses it at compile time
+/// (jemalloc would clip it); one between size classes is rounded up by jemalloc, and
+/// [`TcacheMax::effective`] says to what.
+///
 /// # Errors
 ///
-/// [`TuneError::WrongBackend`] unless jemalloc is wrapped, or a `mallctl` failure.
+/// [`TuneError::InvalidValue`] above 8 pages (32 KiB); [`TuneError::WrongBackend`] unless jemalloc
+/// is wrapped, or a `mallctl` failure.
 pub fn set_thread_tcache_max(bytes: usize) -> Result<TcacheMax, TuneError> {
     require()?;
+    check_tcache_max("thread.tcache.max", bytes)?;
     THREAD_TCACHE_MAX.write(bytes)?;
     Ok(TcacheMax { requested: bytes, effective: THREAD_TCACHE_MAX.read()? })
 }
@@ -219,14 +237,17 @@ pub fn thread_tcache_max() -> Result<usize, TuneError> {
 /// A closure for `tokio::runtime::Builder::on_thread_start` (or any thread-spawn hook) that sets
 /// `thread.tcache.max` on the thread it runs on.
 ///
-/// The backend is checked now, so a misconfiguration fails at start-up. A failure inside a worker
-/// (not expected) is logged once as a `tracing` warning.
+/// The backend and the value are checked now, as [`set_thread_tcache_max`] checks them, so a
+/// misconfiguration fails at start-up. A failure inside a worker (not expected) is logged once as a
+/// `tracing` warning.
 ///
 /// # Errors
 ///
-/// [`TuneError::WrongBackend`] unless jemalloc is wrapped.
+/// [`TuneError::InvalidValue`] above 8 pages (32 KiB); [`TuneError::WrongBackend`] unless jemalloc
+/// is wrapped.
 pub fn tcache_max_on_thread_start(bytes: usize) -> Result<impl Fn() + Send + Sync + 'static, TuneError> {
     require()?;
+    check_tcache_max("thread.tcache.max", bytes)?;
     static WARNED: AtomicBool = AtomicBool::new(false);
     Ok(move || {
         if let Err(e) = set_thread_tcache_max(bytes) {
