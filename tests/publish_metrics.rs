@@ -106,6 +106,56 @@ fn published_series_equal_the_report() {
     drop(keep);
 }
 
+/// A series appears with its first value: nothing is NaN in a first round, and no figure that this
+/// process cannot have (another backend's, PSS while it is off) is published. A series that had a
+/// value and has none in a later round is NaN, so that its gauge does not keep a stale value.
+#[test]
+fn series_appear_with_their_first_value_and_are_nan_when_it_goes() {
+    let keep: Vec<Vec<u8>> = (0..2000).map(|_| vec![0u8; 200]).collect();
+    let report = frag::report();
+    let series = record(|| frag::publish(&report));
+    for ((name, labels), (_, _, value)) in &series {
+        assert!(!value.is_nan(), "{name} {labels:?} is NaN in its first round");
+    }
+    let names: Vec<&str> = series.keys().map(|(n, _)| n.as_str()).collect();
+    // This file wraps the system allocator (glibc): jemalloc's, mimalloc's and snmalloc's figures
+    // cannot apply, nor PSS, which is read only after `set_pss(true)`.
+    for absent in [
+        "frag_allocator_active_bytes",
+        "frag_allocator_metadata_bytes",
+        "frag_allocator_resident_bytes",
+        "frag_allocator_mapped_bytes",
+        "frag_allocator_retained_bytes",
+        "frag_allocator_committed_bytes",
+        "frag_process_pss_bytes",
+    ] {
+        assert!(!names.contains(&absent), "{absent} published: {names:?}");
+    }
+    assert_eq!(report.process.pss_bytes, None);
+    // glibc's own figures, where glibc is the allocator (valgrind replaces it).
+    if report.allocator.is_some() {
+        assert!(names.contains(&"frag_allocator_free_bytes") && names.contains(&"frag_allocator_allocated_bytes"));
+    } else {
+        assert!(common::under_memcheck(), "{:?}", report.warnings);
+    }
+
+    // A ratio with a value, then a round without one: NaN. A publisher that never saw a value does
+    // not publish it at all.
+    let mut with = report.clone();
+    with.fragmentation.ratio = Some(0.25);
+    let mut without = report.clone();
+    without.fragmentation.ratio = None;
+    let mut publisher = frag::Publisher::new();
+    let first = record(|| drop(publisher.observe(&with)));
+    assert_eq!(get(&first, "frag_fragmentation_ratio", &[]).2, 0.25);
+    let second = record(|| drop(publisher.observe(&without)));
+    assert!(get(&second, "frag_fragmentation_ratio", &[]).2.is_nan());
+    let mut fresh = frag::Publisher::new();
+    let never = record(|| drop(fresh.observe(&without)));
+    assert!(!never.keys().any(|(n, _)| n == "frag_fragmentation_ratio"));
+    drop(keep);
+}
+
 #[test]
 fn publisher_prefix_labels_and_capped_thread_series() {
     let names = ["worker-a", "worker-b", "worker-c", "worker-d"];

@@ -24,13 +24,14 @@ fn publisher_metric(m: names::Metric) -> bool {
 
 fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) {
     for s in samples::samples(report, threads) {
+        let Some(value) = names.value(s.metric, s.value) else { continue };
         let name = names.get(s.metric);
         let mut labels = base.to_vec();
         labels.extend(s.labels.into_iter().map(|(k, v)| Label::new(k, v)));
         match names::kind_of(s.metric) {
-            MetricKind::Gauge | MetricKind::Total => metrics::gauge!(name, labels).set(s.value),
-            MetricKind::Counter => metrics::counter!(name, labels).absolute(s.value as u64),
-            MetricKind::Histogram => metrics::histogram!(name, labels).record(s.value),
+            MetricKind::Gauge | MetricKind::Total => metrics::gauge!(name, labels).set(value),
+            MetricKind::Counter => metrics::counter!(name, labels).absolute(value as u64),
+            MetricKind::Histogram => metrics::histogram!(name, labels).record(value),
         }
     }
 }
@@ -38,6 +39,23 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
 /// Publishes `report` through the `metrics` facade with the default prefix (`frag_`): gauges for
 /// sizes and ratios, absolute counters for totals, per size class `frag_size_class_*{class="64"}`.
 /// Every metric is described (with its unit) on the first call.
+///
+/// **Series without a value.** A series appears with its first value. A figure this process cannot
+/// have is therefore never published: the allocator figures of the other backends (below), PSS
+/// until `frag::set_pss(true)`, the cgroup figures outside a memory cgroup and its limit when none is
+/// set. A series that had a value and has none this round (a ratio over too little live data, a
+/// figure the allocator failed to give) is set to NaN, so that no gauge keeps showing a value that
+/// no longer holds.
+///
+/// The allocator's own figures (`frag_allocator_*_bytes`), by backend:
+///
+/// | backend | series |
+/// |---|---|
+/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained` |
+/// | glibc | `allocated`, `free` |
+/// | mimalloc | `committed` |
+/// | snmalloc | `mapped` |
+/// | others | none |
 ///
 /// With no recorder installed this only builds the sample list. For periodic publishing, per-thread
 /// series, custom prefixes or labels and `tracing` alerts, use [`Publisher`].
@@ -185,8 +203,8 @@ impl Publisher {
     }
 
     /// Every metric name this publisher can emit, with its prefix. Which ones appear depends on the
-    /// backend (jemalloc has `allocator_resident_bytes`, glibc `allocator_free_bytes`, ...) and on
-    /// [`per_thread`](Self::per_thread).
+    /// backend (the table in [`publish`](crate::publish)), on what the process has (PSS, a memory
+    /// cgroup) and on [`per_thread`](Self::per_thread).
     #[must_use]
     pub fn metric_names(&self) -> Vec<String> {
         self.series.metric_names()

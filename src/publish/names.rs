@@ -1,5 +1,7 @@
 //! Every metric `frag` publishes: name suffix, kind, unit and description, in one table.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use metrics::{Label, SharedString, Unit};
 
 /// Whether a metric is a gauge, a counter (set with `absolute`: the crate keeps the totals), a
@@ -77,9 +79,11 @@ metrics_table! {
     ReclaimThreadReleasedBytes: Counter, "reclaim_thread_released_bytes_total", Unit::Bytes, "RSS before minus after the idle threads' releases (estimated)";
 }
 
-/// The full names for one prefix, built once and shared (cloning a name is a reference count).
+/// The full names for one prefix, built once and shared (cloning a name is a reference count), and
+/// which of them had a value so far.
 pub(crate) struct Names {
     names: Vec<SharedString>,
+    had_a_value: Vec<AtomicBool>,
 }
 
 impl Names {
@@ -89,6 +93,22 @@ impl Names {
                 .iter()
                 .map(|(_, _, suffix, _, _)| SharedString::from_shared(format!("{prefix}{suffix}").into()))
                 .collect(),
+            had_a_value: TABLE.iter().map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// What to publish for `m` this round, given the report's value: the value; for a round without
+    /// one, nothing until the series first had a value (so a figure this process cannot have, such
+    /// as another allocator's, PSS while it is off, or a cgroup limit that is not set, is never
+    /// published), NaN after that (so a gauge does not keep showing a value that no longer holds).
+    pub(crate) fn value(&self, m: Metric, value: Option<f64>) -> Option<f64> {
+        let had = &self.had_a_value[m as usize];
+        match value {
+            Some(v) => {
+                had.store(true, Ordering::Relaxed);
+                Some(v)
+            }
+            None => had.load(Ordering::Relaxed).then_some(f64::NAN),
         }
     }
 

@@ -12,7 +12,8 @@ pub(crate) struct Sample {
     pub(crate) metric: Metric,
     /// Labels of this series (besides the publisher's own).
     pub(crate) labels: Vec<(&'static str, String)>,
-    pub(crate) value: f64,
+    /// `None`: the report has no value for it this round (see `Names::value` for what is published).
+    pub(crate) value: Option<f64>,
 }
 
 fn push(out: &mut Vec<Sample>, metric: Metric, value: u64) {
@@ -23,10 +24,8 @@ fn push_opt(out: &mut Vec<Sample>, metric: Metric, value: Option<u64>) {
     push_ratio(out, metric, value.map(|v| v as f64));
 }
 
-/// A ratio the report does not give (too little live data) is published as NaN, so that the gauge
-/// does not keep showing the last meaningful value.
 fn push_ratio(out: &mut Vec<Sample>, metric: Metric, value: Option<f64>) {
-    out.push(Sample { metric, labels: Vec::new(), value: value.unwrap_or(f64::NAN) });
+    out.push(Sample { metric, labels: Vec::new(), value });
 }
 
 /// The label of a size class: its upper bound in bytes, `+Inf` for the last.
@@ -59,10 +58,9 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
     push_opt(&mut out, Metric::ProcessRss, report.process.rss_bytes);
     push_opt(&mut out, Metric::ProcessPss, report.process.pss_bytes);
     push_opt(&mut out, Metric::ProcessAnon, report.process.anon_bytes);
-    if let Some(c) = &report.process.cgroup {
-        push(&mut out, Metric::CgroupCurrent, c.current_bytes);
-        push_opt(&mut out, Metric::CgroupMax, c.max_bytes);
-    }
+    let cgroup = report.process.cgroup.as_ref();
+    push_opt(&mut out, Metric::CgroupCurrent, cgroup.map(|c| c.current_bytes));
+    push_opt(&mut out, Metric::CgroupMax, cgroup.and_then(|c| c.max_bytes));
     let f = &report.fragmentation;
     push_ratio(&mut out, Metric::FragmentationRatio, f.ratio);
     push_ratio(&mut out, Metric::ProcessFragmentationRatio, f.process_ratio);
@@ -84,7 +82,7 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
             (Metric::ClassUsableBytes, c.usable_bytes),
             (Metric::ClassAllocations, c.allocations),
         ] {
-            out.push(Sample { metric, labels: labels.clone(), value: value as f64 });
+            out.push(Sample { metric, labels: labels.clone(), value: Some(value as f64) });
         }
     }
     if let Some(cap) = threads {
@@ -99,20 +97,20 @@ fn diagnosis_samples(d: &Diagnosis, out: &mut Vec<Sample>) {
     let b = &d.breakdown;
     for part in Part::ALL.into_iter().filter(|p| b.source(*p) != Source::NotSplit) {
         let labels = vec![("part", part.name().to_owned())];
-        out.push(Sample { metric: Metric::ResidentPart, labels, value: b.bytes(part) as f64 });
+        out.push(Sample { metric: Metric::ResidentPart, labels, value: Some(b.bytes(part) as f64) });
     }
     let labels = vec![("part", "unexplained".to_owned())];
-    out.push(Sample { metric: Metric::ResidentPart, labels, value: b.unexplained_bytes as f64 });
+    out.push(Sample { metric: Metric::ResidentPart, labels, value: Some(b.unexplained_bytes as f64) });
     for kind in FindingKind::ALL.into_iter().filter(|k| *k != FindingKind::ConfigTrap) {
         let bytes: u64 = d.findings.iter().filter(|f| f.kind == kind).map(|f| f.bytes).sum();
         out.push(Sample {
             metric: Metric::FindingBytes,
             labels: vec![("kind", kind.name().to_owned())],
-            value: bytes as f64,
+            value: Some(bytes as f64),
         });
     }
     let warn = d.findings.iter().filter(|f| f.severity == Severity::Warn).count();
-    out.push(Sample { metric: Metric::FindingsWarn, labels: Vec::new(), value: warn as f64 });
+    out.push(Sample { metric: Metric::FindingsWarn, labels: Vec::new(), value: Some(warn as f64) });
 }
 
 fn thread_samples(report: &Report, cap: usize, out: &mut Vec<Sample>) {
@@ -147,7 +145,7 @@ fn thread_samples(report: &Report, cap: usize, out: &mut Vec<Sample>) {
             (Metric::ThreadFreedBytes, s[2]),
             (Metric::ThreadFreedElsewhere, s[3]),
         ] {
-            out.push(Sample { metric, labels: vec![("thread", name.clone())], value: value as f64 });
+            out.push(Sample { metric, labels: vec![("thread", name.clone())], value: Some(value as f64) });
         }
     }
 }
