@@ -4,7 +4,8 @@
 //! within a few iterations, 30% live for hundreds (the async-server pattern of the reference
 //! write-ups). A quarter of the long-lived buffers are handed to another thread to be freed there, as
 //! a work-stealing runtime would. After a few seconds the report is printed under load, then once more
-//! after everything was dropped: resident memory that stays behind is the fragmentation.
+//! after everything was dropped: resident memory that stays behind is the fragmentation. Last, the
+//! sites that held the most bytes under load, with their frames named.
 //!
 //! `cargo run --release --example report` (jemalloc); `--no-default-features` for the system allocator,
 //! `--no-default-features --features mimalloc` (or `snmalloc`) for the others.
@@ -77,7 +78,7 @@ fn main() {
     let open: Vec<Vec<Vec<u8>>> = handlers.into_iter().map(|h| h.join().expect("handler")).collect();
     let reaped = reaper.join().expect("reaper");
 
-    let report = frag::report();
+    let mut report = frag::report();
     println!("{report}");
     println!("(reaper freed {} MiB handed over by the handlers)\n", reaped >> 20);
 
@@ -90,4 +91,15 @@ fn main() {
         mib(after.allocator.and_then(|a| a.resident)),
         mib(after.process.rss_bytes),
     );
+
+    // Named last: the first symbolization reads the program's debug information and keeps it (tens of
+    // MiB), which would have shown in the figures above.
+    if let Some(sites) = report.sites.as_mut() {
+        sites.symbolize();
+        println!("\nthe sites holding the most bytes under load, named:");
+        for row in sites.top.iter().take(3) {
+            println!("  ≈{} in use", mib(Some(row.inuse_bytes)));
+            row.frames.iter().for_each(|frame| println!("      {frame}"));
+        }
+    }
 }

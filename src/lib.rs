@@ -100,6 +100,11 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// The README's Rust blocks, compiled by `cargo test --doc` (what a reader copies must build).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod backend;
 mod estimate;
 mod format;

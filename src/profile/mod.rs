@@ -27,8 +27,8 @@ use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 ///
 /// Serve it as `GET /debug/pprof/heap` (the Go convention) and read it with
 /// `go tool pprof -top http://host/debug/pprof/heap`. The first call reads the debug information of
-/// the loaded objects and keeps it (see README for its cost); use [`heap_pprof_unsymbolized`] to
-/// avoid that and symbolize elsewhere.
+/// the loaded objects and keeps it (its cost is in `docs/PERFORMANCE.md`); use
+/// [`heap_pprof_unsymbolized`] to avoid that and symbolize elsewhere.
 ///
 /// # Example
 ///

@@ -81,6 +81,13 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     if s.top.is_empty() {
         return Ok(());
     }
+    if !s.symbolized {
+        writeln!(
+            f,
+            "           frames are addresses: Sites::symbolize() names them (it reads the program's debug \
+             information once and keeps it), or read frag::profile::heap_pprof() with pprof"
+        )?;
+    }
     writeln!(
         f,
         "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  leaf frames",

@@ -44,7 +44,7 @@ pub struct Sites {
 impl Sites {
     /// Names the leaf frames of every row, from the binary's own debug information (the `backtrace`
     /// crate). `report()` does not do this itself: the first call reads and keeps the debug
-    /// information of the program (its cost is in README), which a report published every few
+    /// information of the program (its cost is in `docs/PERFORMANCE.md`), which a report published every few
     /// seconds should not impose. Does nothing in a process forked while another thread was
     /// symbolizing (the symbolizer's lock may be held forever there).
     ///

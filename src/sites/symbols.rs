@@ -2,7 +2,8 @@
 //! and addr2line over the binary's own debug information), run only by `report()` and the profile.
 //!
 //! The first call parses the debug information of every loaded object it is asked about and keeps it
-//! for the life of the process (that is `backtrace`'s cache; see README for its measured cost).
+//! for the life of the process (that is `backtrace`'s cache; `docs/PERFORMANCE.md` has its measured
+//! cost).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -80,7 +80,7 @@ use crate::stats::shard::{Owner, Shard};
 /// - [`Exact`], for tests, allocation budgets and staging: every call is counted, per thread and per
 ///   size class, on top of the same sampler.
 ///
-/// README's "What it costs" gives both tiers' measured costs.
+/// `docs/PERFORMANCE.md` gives both tiers' measured costs.
 ///
 /// # Example
 ///
