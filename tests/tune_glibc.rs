@@ -6,6 +6,7 @@ mod common;
 
 use frag::tune::TuneError;
 use frag::tune::glibc::{self, MAX_MMAP_THRESHOLD, Mallopt};
+use proptest::prelude::*;
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
@@ -42,6 +43,38 @@ fn mallopt_values_are_range_checked_before_glibc_sees_them() {
     ] {
         let e = glibc::set(bad).unwrap_err();
         assert!(matches!(e, TuneError::InvalidValue { .. }), "{bad:?}: {e}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Every `mallopt` value is either refused before glibc sees it, with the accepted range named,
+    /// or taken by glibc's own `mallopt` (which returns failure, `TuneError::Refused`, for a value it
+    /// will not take: that never happens, so no range here is wider than glibc's). A top pad between
+    /// 64 MiB and `i32::MAX` is not applied in this process (every `brk` would then reserve that much).
+    #[test]
+    fn every_mallopt_value_is_taken_or_refused_with_its_range(
+        which in 0usize..5,
+        n in prop_oneof![0usize..=(64 << 20), (i32::MAX as usize - 2)..=(i32::MAX as usize + 2), any::<usize>()],
+    ) {
+        let n = if which == 3 && (64 << 20..=i32::MAX as usize).contains(&n) { n % (64 << 20) } else { n };
+        let small = u32::try_from(n).unwrap_or(u32::MAX);
+        let (option, in_range) = match which {
+            0 => (Mallopt::ArenaMax(small), small >= 1 && small <= i32::MAX as u32),
+            1 => (Mallopt::TrimThreshold(n), n <= i32::MAX as usize),
+            2 => (Mallopt::MmapThreshold(n), n <= MAX_MMAP_THRESHOLD),
+            3 => (Mallopt::TopPad(n), n <= i32::MAX as usize),
+            _ => (Mallopt::MmapMax(small), small <= i32::MAX as u32),
+        };
+        match glibc::set(option) {
+            Ok(()) => prop_assert!(in_range, "{option:?} taken"),
+            Err(TuneError::InvalidValue { expected, .. }) => {
+                prop_assert!(!in_range, "{option:?} refused");
+                prop_assert!(expected.contains(" to "), "{option:?}: {expected}");
+            }
+            Err(e) => prop_assert!(false, "{option:?}: {e}"),
+        }
     }
 }
 
