@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use frag::tune::mimalloc::{self, EagerCommit, MimallocOption};
 use frag::tune::{Decay, TuneError};
+use proptest::prelude::*;
 
 #[global_allocator]
 static A: frag::Tracked<::mimalloc::MiMalloc> = frag::Tracked::new(::mimalloc::MiMalloc);
@@ -35,6 +36,60 @@ fn options_land_under_the_linked_versions_numbers() {
     let current = mimalloc::current().unwrap();
     assert!(current.contains(&MimallocOption::PurgeDelay(Decay::After(Duration::from_millis(250)))));
     assert!(current.contains(&MimallocOption::GenericCollect(5000)));
+}
+
+/// Sets option `n` back to `v` (what it held before a case changed it).
+fn restore(n: libmimalloc_sys::mi_option_t, v: std::ffi::c_long) {
+    // SAFETY: mi_option_set has no preconditions.
+    unsafe { libmimalloc_sys::mi_option_set(n, v) }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Every value is what mimalloc holds afterwards (read with its own `mi_option_get`), or refused
+    /// with the accepted range named (a purge delay of 0 is refused for what it does, see
+    /// `bad_and_misbehaving_values_are_refused`). Each option is set back after each case.
+    #[test]
+    fn every_option_value_is_held_as_it_is_or_refused_with_its_range(
+        ms in prop_oneof![-1i64..=3, 0i64..=100_000, any::<i64>()],
+        nanos in prop_oneof![Just(0u32), 1u32..1_000_000],
+        bytes in prop_oneof![(0usize..=1 << 20).prop_map(|k| k * 1024), 0usize..=1 << 30, any::<usize>()],
+        count in any::<u32>(),
+    ) {
+        let decay = match ms {
+            -1 => Decay::Disabled,
+            0 => Decay::Immediate,
+            ms => Decay::After(Duration::from_millis(ms.unsigned_abs()) + Duration::from_nanos(u64::from(nanos))),
+        };
+        let before = raw_option(15);
+        match mimalloc::set(MimallocOption::PurgeDelay(decay)) {
+            Ok(_) => prop_assert_eq!(Some(i64::from(raw_option(15))), decay.as_millis()),
+            Err(TuneError::InvalidValue { expected, .. }) => {
+                prop_assert!(decay.as_millis().is_none(), "{decay:?} refused");
+                prop_assert!(expected.contains("1 ms") && expected.contains("18446744072000 ms"), "{expected}");
+            }
+            Err(TuneError::Refused { .. }) => prop_assert_eq!(decay, Decay::Immediate),
+            Err(e) => prop_assert!(false, "{decay:?}: {e}"),
+        }
+        restore(15, before);
+
+        let before = raw_option(23);
+        match mimalloc::set(MimallocOption::ArenaReserve(bytes)) {
+            Ok(_) => prop_assert_eq!(raw_option(23) as i128 * 1024, bytes as i128),
+            Err(TuneError::InvalidValue { expected, .. }) => {
+                prop_assert!(bytes % 1024 != 0 || bytes / 1024 > std::ffi::c_long::MAX as usize, "{bytes} refused");
+                prop_assert_eq!(expected, "whole KiB");
+            }
+            Err(e) => prop_assert!(false, "{bytes}: {e}"),
+        }
+        restore(23, before);
+
+        let before = raw_option(34);
+        mimalloc::set(MimallocOption::GenericCollect(count)).unwrap();
+        prop_assert_eq!(raw_option(34), std::ffi::c_long::from(count));
+        restore(34, before);
+    }
 }
 
 #[test]
