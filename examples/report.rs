@@ -96,10 +96,14 @@ fn main() {
     // MiB), which would have shown in the figures above.
     if let Some(sites) = report.sites.as_mut() {
         sites.symbolize();
-        println!("\nthe sites holding the most bytes under load, named:");
+        println!("\nthe sites holding the most bytes under load, named (two frames each):");
         for row in sites.top.iter().take(3) {
             println!("  ≈{} in use", mib(Some(row.inuse_bytes)));
-            row.frames.iter().for_each(|frame| println!("      {frame}"));
+            row.frames.iter().take(2).for_each(|frame| println!("      {frame}"));
         }
+        println!(
+            "(sites inside one function differ by line: a release build names lines with \
+             `debug = \"line-tables-only\"` in its profile)"
+        );
     }
 }
