@@ -73,6 +73,13 @@ impl fmt::Display for Decay {
     }
 }
 
+/// The accepted decays, in words, as a literal (so that `concat!` can prefix it at compile time).
+macro_rules! decay_range {
+    () => {
+        "Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)"
+    };
+}
+pub(crate) use decay_range;
+
 /// The accepted decays, in words: every refusal of one names them.
-pub(crate) const DECAY_EXPECTED: &str =
-    "Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";
+pub(crate) const DECAY_EXPECTED: &str = decay_range!();

@@ -10,6 +10,8 @@ mod trap;
 
 pub(crate) use decay::DECAY_EXPECTED;
 pub use decay::Decay;
+#[cfg_attr(not(feature = "jemalloc"), allow(unused_imports))]
+pub(crate) use decay::decay_range;
 pub use error::TuneError;
 pub use method::{Method, ThreadMethod};
 pub(crate) use trap::GLIBC_VARS;

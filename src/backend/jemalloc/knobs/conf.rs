@@ -271,13 +271,10 @@ impl fmt::Display for JemallocConfig {
 }
 
 /// `render`'s refusals of a decay, naming the accepted range (as the run-time calls do).
-const DIRTY_DECAY_REFUSED: &str =
-    "dirty_decay: Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";
-const MUZZY_DECAY_REFUSED: &str =
-    "muzzy_decay: Disabled, Immediate, or After(whole milliseconds from 1 ms to Decay::MAX_MILLIS = 18446744072000 ms)";
+const DIRTY_DECAY_REFUSED: &str = concat!("dirty_decay: ", crate::backend::knob::decay_range!());
+const MUZZY_DECAY_REFUSED: &str = concat!("muzzy_decay: ", crate::backend::knob::decay_range!());
 /// `render`'s refusal of a thread-cache limit jemalloc would clip.
-const TCACHE_MAX_REFUSED: &str =
-    "tcache_max: 0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that";
+const TCACHE_MAX_REFUSED: &str = concat!("tcache_max: ", super::tcache_max_range!());
 
 /// The largest `tcache_max` jemalloc keeps, where it is known at compile time: 8 pages
 /// (`TCACHE_MAXCLASS_LIMIT`), and x86-64 jemalloc builds use 4 KiB pages. Elsewhere (page sizes vary

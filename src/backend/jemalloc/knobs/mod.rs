@@ -184,9 +184,17 @@ const THREAD_TCACHE_MAX: Key<usize> = Key::new(b"thread.tcache.max\0");
 const THREAD_TCACHE_ENABLED: Key<bool> = Key::new(b"thread.tcache.enabled\0");
 const PAGE: Key<usize> = Key::new(b"arenas.page\0");
 
+/// The accepted range of a thread-cache limit, as a literal (`JemallocConfig::render` prefixes it with
+/// `concat!`).
+macro_rules! tcache_max_range {
+    () => {
+        "0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that"
+    };
+}
+use tcache_max_range;
+
 /// The accepted range of a thread-cache limit, at run time as in [`JemallocConfig::tcache_max`].
-pub(crate) const TCACHE_MAX_EXPECTED: &str =
-    "0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that";
+const TCACHE_MAX_EXPECTED: &str = tcache_max_range!();
 
 /// Refuses a thread-cache limit jemalloc would clip (above 8 pages, `TCACHE_MAXCLASS_LIMIT`).
 fn check_tcache_max(knob: &'static str, bytes: usize) -> Result<(), TuneError> {
