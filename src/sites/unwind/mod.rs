@@ -151,6 +151,8 @@ impl ColdFrame {
 /// Walks the stack from `entry` into `out`; returns the number of frames recorded. Must run while
 /// `entry`'s function is still on the stack (it is: capture runs below it).
 pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
+    #[cfg(frag_unwind = "tables")]
+    let started = tables::cycles();
     if entry.anchor == 0 {
         return 0;
     }
@@ -161,7 +163,7 @@ pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
     #[cfg(frag_unwind = "frame_pointers")]
     return fp::walk(entry.anchor, top, out);
     #[cfg(frag_unwind = "tables")]
-    return tables::walk_from(entry, top, out);
+    return tables::walk_from(entry, top, out, started);
     #[cfg(not(any(frag_unwind = "frame_pointers", frag_unwind = "tables")))]
     {
         let _ = out;
@@ -207,7 +209,7 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 
 #[cfg(frag_unwind = "tables")]
 mod tables {
-    use super::modules::Reading;
+    use super::modules::{Reading, Set};
     use super::rows::{Rows, Rule};
     use super::walk::{self, Regs, Stack};
     use super::{Frames, MAX_FRAMES};
@@ -242,18 +244,70 @@ mod tables {
         }
     }
 
-    /// Walks from `entry`'s registers: its own frame first, then its callers'.
+    /// The time-stamp counter: the cold test's clock (a few cycles to read, no system call).
+    #[inline(always)]
+    pub(super) fn cycles() -> u64 {
+        // SAFETY: `rdtsc` is part of x86-64, reads a counter and touches no memory.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    /// Above this many cycles from the capture's start to the published set (the thread's stack top
+    /// and three shared words: a few cycles when they are in cache, one miss to memory about 500 on
+    /// this machine's counter), the walk's words are taken to be out of cache: it scans the stack
+    /// first ([`prefetch_rules`]).
+    const COLD_CYCLES: u64 = 600;
+
+    /// Stack scanned by [`prefetch_rules`]: about 30 frames of a typical stack.
+    const SCAN_BYTES: usize = 4096;
+
+    /// Walks from `entry`'s registers: its own frame first, then its callers'. `started` is
+    /// [`cycles`] at the capture's start.
     #[inline(never)]
-    pub(super) fn walk_from(entry: super::ColdFrame, top: usize, out: &mut Frames) -> usize {
+    pub(super) fn walk_from(entry: super::ColdFrame, top: usize, out: &mut Frames, started: u64) -> usize {
         // Keeps the start-up constructor linked in whenever stacks can be captured.
         core::hint::black_box(&super::PREPARE_AT_START);
         let reading = Reading::enter();
         let Some(set) = reading.set() else { return 0 };
+        let cold = set.scan_when_cold() && cycles().wrapping_sub(started) > COLD_CYCLES;
+        walk_in(set, entry, top, out, cold)
+    }
+
+    /// Fetches, without waiting, the stack's first [`SCAN_BYTES`] and the recent-rule slots of every
+    /// word there that may be a return address. A cold walk otherwise waits for two misses in turn
+    /// per frame (the return address, then its rule); after the scan they are in flight together.
+    /// Reads only inside `stack`.
+    #[inline(never)]
+    #[cold]
+    fn prefetch_rules(stack: &ThreadStack, set: &Set) {
+        let (lo, hi) = stack.bounds();
+        let end = hi.min(lo.saturating_add(SCAN_BYTES));
+        let mut line = lo & !63;
+        while line < end {
+            stack.prefetch(line);
+            line += 64;
+        }
+        let recent = set.recent();
+        let mut at = lo;
+        while let Some(word) = if at < end { stack.load(at) } else { None } {
+            if set.may_be_code(word) {
+                // The walk looks up the call instruction, before the return address.
+                recent.prefetch(word.wrapping_sub(1));
+            }
+            at += 8;
+        }
+    }
+
+    /// The walk on `set`, after a scan of the stack if `cold`. The frames are the same either way.
+    #[inline(always)]
+    fn walk_in(set: &Set, entry: super::ColdFrame, top: usize, out: &mut Frames, cold: bool) -> usize {
         let (pc, sp, bp) = (entry.pc, entry.anchor, entry.bp);
         if sp >= top {
             return 0;
         }
         let stack = ThreadStack { lo: sp, hi: top };
+        if cold {
+            prefetch_rules(&stack, set);
+        }
         // A recent rule first; else the rows of the previous frame's module (usually the next
         // one's too), without going through the set.
         let recent = set.recent();
@@ -276,6 +330,44 @@ mod tables {
         let n = walk::walk(&stack, rules, Regs { pc, sp, bp: Some(bp) }, sp, out);
         debug_assert!(n <= MAX_FRAMES);
         n
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use core::hint::black_box;
+
+        /// Walks from `entry` twice on the published set, without and with the scan.
+        #[inline(never)]
+        fn walk_twice(entry: super::super::ColdFrame, top: usize) -> (Vec<usize>, Vec<usize>) {
+            let reading = Reading::enter();
+            let set = reading.set().expect("tables built before main");
+            let (mut plain, mut scanned) = ([0; MAX_FRAMES], [0; MAX_FRAMES]);
+            let n = walk_in(set, entry, top, &mut plain, false);
+            // Never on valgrind: the scan reads uninitialised words, which memcheck would report.
+            let m = walk_in(set, entry, top, &mut scanned, set.scan_when_cold());
+            (plain[..n].to_vec(), scanned[..m].to_vec())
+        }
+
+        #[inline(never)]
+        fn at_depth(depth: usize) -> (Vec<usize>, Vec<usize>) {
+            if depth > 0 {
+                return black_box(at_depth(black_box(depth - 1)));
+            }
+            walk_twice(super::super::ColdFrame::here(), super::super::stack_top())
+        }
+
+        /// The scan a cold walk starts with only fetches: the frames are the same with it, at
+        /// depths from a few frames to more than the scan covers.
+        #[test]
+        fn the_cold_scan_leaves_the_frames_as_they_are() {
+            super::super::refresh();
+            for depth in [0, 5, 40, 120] {
+                let (plain, scanned) = at_depth(depth);
+                assert!(plain.len() > depth.min(MAX_FRAMES - 8), "{depth}: {} frames", plain.len());
+                assert_eq!(plain, scanned, "depth {depth}");
+            }
+        }
     }
 }
 

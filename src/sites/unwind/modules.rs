@@ -55,6 +55,10 @@ pub(crate) struct Set {
     pub(crate) build_time: Duration,
     /// The rules walks looked up in this set's rows lately.
     recent: Recent,
+    /// Where the modules' code lies, in at most two spans (see [`code_spans`]).
+    code: [(usize, usize); 2],
+    /// Whether a cold walk may scan the stack first: not on valgrind (see [`on_valgrind`]).
+    scan_when_cold: bool,
 }
 
 impl Set {
@@ -62,6 +66,21 @@ impl Set {
     #[inline]
     pub(crate) fn recent(&self) -> &Recent {
         &self.recent
+    }
+
+    /// Whether a walk that starts cold may scan the stack for its rules first.
+    #[inline(always)]
+    pub(crate) fn scan_when_cold(&self) -> bool {
+        self.scan_when_cold
+    }
+
+    /// Whether `word` may be an address in some module's code: inside one of two spans that cover
+    /// every module (the executable's and the libraries'). Two compares per span; a word in a gap
+    /// between modules of one span passes too.
+    #[inline(always)]
+    pub(crate) fn may_be_code(&self, word: usize) -> bool {
+        let [(a, b), (c, d)] = self.code;
+        (word.wrapping_sub(a) < b - a) | (word.wrapping_sub(c) < d - c)
     }
 
     /// The rows of the module holding `pc`. Allocation-free, lock-free.
@@ -216,7 +235,55 @@ fn build(found: &Listing, current: Option<&Set>) -> Set {
         })
         .collect();
     modules.sort_by_key(|m| m.rows.range().0);
-    Set { modules, adds: found.adds, subs: found.subs, build_time: started.elapsed(), recent: Recent::new() }
+    let code = code_spans(modules.iter().map(|m| m.rows.range()));
+    let (adds, subs, build_time) = (found.adds, found.subs, started.elapsed());
+    Set { modules, adds, subs, build_time, recent: Recent::new(), code, scan_when_cold: !on_valgrind() }
+}
+
+/// Whether this process runs on valgrind's synthetic CPU, asked with valgrind's documented client
+/// request `RUNNING_ON_VALGRIND` (0x1001): a preamble of four rotations of `rdi` by 128 bits in all
+/// (no change on a real CPU) and `xchg rbx, rbx`, which valgrind recognises and answers in `rdx`; a
+/// real CPU leaves the default there, 0. On valgrind the clock runs slow, so every walk would look
+/// cold: the scan would read every word of the stack (uninitialised ones included, which memcheck
+/// reports) and callgrind would count it on every walk. There a walk never scans.
+fn on_valgrind() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let request: [u64; 6] = [0x1001, 0, 0, 0, 0, 0];
+        let answer: u64;
+        // SAFETY: on a real CPU, rotations that leave `rdi` as it was and an exchange of `rbx` with
+        // itself: only the flags change (not preserved here). On valgrind, it reads the six words
+        // `rax` points to, alive for the whole block, and writes `rdx` only.
+        unsafe {
+            core::arch::asm!(
+                "rol rdi, 3",
+                "rol rdi, 13",
+                "rol rdi, 61",
+                "rol rdi, 51",
+                "xchg rbx, rbx",
+                in("rax") request.as_ptr(),
+                inout("rdx") 0u64 => answer,
+                options(nostack, readonly)
+            );
+        }
+        answer != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Two spans that cover `ranges` (sorted by start): split at the widest gap between consecutive
+/// ranges, which on Linux separates the executable from the libraries near the stack. Empty spans
+/// (`(0, 0)`) where there is nothing to cover.
+fn code_spans(ranges: impl Iterator<Item = (usize, usize)>) -> [(usize, usize); 2] {
+    let ranges: Vec<(usize, usize)> = ranges.filter(|(a, b)| a < b).collect();
+    let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else { return [(0, 0); 2] };
+    let split = (1..ranges.len()).max_by_key(|&i| ranges[i].0.saturating_sub(ranges[i - 1].1));
+    let end = |r: &[(usize, usize)]| r.iter().map(|x| x.1).max().unwrap_or(0);
+    match split {
+        Some(i) => [(first.0, end(&ranges[..i]).max(first.0)), (ranges[i].0, end(&ranges[i..]).max(ranges[i].0))],
+        None => [(first.0, last.1), (0, 0)],
+    }
 }
 
 /// Frees `old` (swapped out) once the walks that may read it have ended.
@@ -392,4 +459,35 @@ impl Drop for Pin {
 #[cfg(test)]
 pub(crate) fn scan_for_test() -> Set {
     build(&loaded(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spans cover every range, split at the widest gap; words outside every span do not pass.
+    #[test]
+    fn code_spans_cover_every_module_and_split_at_the_widest_gap() {
+        let exe = (0x5555_0000_0000, 0x5555_0060_0000);
+        let libs = [(0x7f00_0000_0000, 0x7f00_0020_0000), (0x7f00_0040_0000, 0x7f00_0050_0000)];
+        let spans = code_spans([exe, libs[0], libs[1]].into_iter());
+        assert_eq!(spans, [exe, (libs[0].0, libs[1].1)]);
+        let set = Set { code: spans, ..Set::default() };
+        for (a, b) in [exe, libs[0], libs[1]] {
+            assert!(set.may_be_code(a) && set.may_be_code(b - 1));
+        }
+        for word in [0, 1, exe.0 - 1, exe.1, libs[0].0 - 1, libs[1].1, usize::MAX, 0x7ffd_0000_1000] {
+            assert!(!set.may_be_code(word), "{word:#x}");
+        }
+        assert_eq!(code_spans([exe].into_iter()), [exe, (0, 0)]);
+        let empty = Set::default();
+        assert!(!empty.may_be_code(0) && !empty.may_be_code(exe.0));
+    }
+
+    /// Valgrind's client request tells its synthetic CPU from a real one: CI runs the unit tests
+    /// natively and on memcheck (`FRAG_MEMCHECK`).
+    #[test]
+    fn valgrind_is_recognised() {
+        assert_eq!(on_valgrind(), std::env::var_os("FRAG_MEMCHECK").is_some());
+    }
 }

@@ -77,6 +77,22 @@ impl Recent {
         Some(unsafe { &*slots.as_ptr().add(i) })
     }
 
+    /// A hint that `pc`'s slot will be read soon: its cache line is fetched without waiting for it.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, pc: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(slot) = self.slot(pc) {
+            // SAFETY: SSE is part of x86-64; a prefetch reads nothing and never faults.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    core::ptr::from_ref(slot).cast(),
+                )
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = pc;
+    }
+
     /// The cached rule of `pc`, if any.
     #[inline(always)]
     pub(crate) fn get(&self, pc: usize) -> Option<Rule> {
