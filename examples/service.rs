@@ -3,8 +3,9 @@
 //!
 //! - `POST /echo`: parses the JSON body, sleeps `--delay-ms`, serialises it back;
 //! - `GET /debug/frag`: the `frag::report()` as JSON; `GET /debug/frag/text`: the table;
-//! - `GET /debug/pprof/heap`: the live heap by allocation site, as a pprof profile
-//!   (`go tool pprof -top http://127.0.0.1:3000/debug/pprof/heap`);
+//! - `GET /debug/pprof/heap` and `GET /debug/pprof/allocs`: Go's memory profiles by allocation site
+//!   (`frag::profile::http::handle`: `go tool pprof -top http://127.0.0.1:3000/debug/pprof/heap`;
+//!   `?seconds=N` for a delta, `?debug=1` for text, `?symbolize=1` for names resolved in process);
 //! - Prometheus metrics on `http://127.0.0.1:<metrics-port>/metrics` (metrics-exporter-prometheus),
 //!   published by a `frag::Publisher` thread every `--interval-ms`, with stair-step alerts as
 //!   `tracing` warnings on stderr.
@@ -101,10 +102,13 @@ async fn debug_text() -> String {
     tokio::task::spawn_blocking(|| named_report().to_string()).await.expect("report task")
 }
 
-/// The Go convention: `GET /debug/pprof/heap` answers a gzip-compressed pprof heap profile.
-async fn debug_pprof_heap() -> impl IntoResponse {
-    let profile = tokio::task::spawn_blocking(frag::profile::heap_pprof).await.expect("profile task");
-    ([(header::CONTENT_TYPE, "application/octet-stream")], profile)
+/// Go's `/debug/pprof/heap` and `/debug/pprof/allocs`, on a blocking thread (`?seconds=N` waits).
+async fn debug_pprof(request: axum::extract::Request) -> axum::response::Response {
+    let (parts, _body) = request.into_parts();
+    let request = axum::http::Request::from_parts(parts, ());
+    let response =
+        tokio::task::spawn_blocking(move || frag::profile::http::handle(&request)).await.expect("profile task");
+    response.map(axum::body::Body::from)
 }
 
 fn app(delay: Duration) -> Router {
@@ -112,7 +116,7 @@ fn app(delay: Duration) -> Router {
         .route("/echo", post(echo))
         .route("/debug/frag", get(debug_json))
         .route("/debug/frag/text", get(debug_text))
-        .route("/debug/pprof/heap", get(debug_pprof_heap))
+        .route("/debug/pprof/{profile}", get(debug_pprof))
         .with_state(delay)
 }
 
@@ -180,7 +184,7 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
             while next.load(std::sync::atomic::Ordering::Relaxed) < total / 2 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            request(addr, "GET", "/debug/pprof/heap", b"").await.map(|(_, profile)| profile)
+            request(addr, "GET", "/debug/pprof/heap?symbolize=1", b"").await.map(|(_, profile)| profile)
         })
     };
     let mut failures = 0;

@@ -63,7 +63,7 @@ SERVICE_LOAD = (300, 600)
 # symbolization whose cost grows with the number of distinct stacks, so that counted, a longer run
 # would seem to cost more per request where it only names more sites (with stacks off it names none).
 # (Both functions are `#[inline(never)]` for this; `check_excluded` fails the run if a name is gone.)
-EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::heap_pprof")
+EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::go::go_answer")
 PUBLISHER_EXCLUDED = tuple(f"--toggle-collect={f}" for f in EXCLUDED_FUNCTIONS) + ("--collect-atstart=yes",)
 
 
@@ -182,7 +182,7 @@ def build_service(backend, variant, salt=0):
     do not. The spread over salts is the build-to-build spread a service delta carries."""
     if variant == "sampled-nostacks":
         variant = "sampled"  # the same build, run with --no-stacks
-    feats = ["serde"] + ([FEATURES[backend]] if FEATURES[backend] else [])
+    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else [])
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
     env = {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]}

@@ -123,3 +123,192 @@ fn go_tool_pprof_symbolizes_the_unsymbolized_profile_from_the_binary() {
     }
     drop(held);
 }
+
+/// Allocates and frees `bytes` in blocks of `size`: allocation counts without live memory. Inlined
+/// into each site, so that the site is the leaf (a call here would be a tail call, leaving no frame).
+#[cfg(feature = "http")]
+#[inline(always)]
+fn churn(bytes: usize, size: usize) {
+    for i in 0..bytes / size {
+        black_box(vec![i as u8; size]);
+    }
+}
+
+#[cfg(feature = "http")]
+#[inline(never)]
+fn pprof_churn_chunks(bytes: usize) {
+    churn(bytes, 64 << 10);
+}
+
+#[cfg(feature = "http")]
+#[inline(never)]
+fn pprof_churn_pages(bytes: usize) {
+    churn(bytes, 4 << 10);
+}
+
+#[cfg(feature = "http")]
+#[inline(never)]
+fn pprof_churn_before(bytes: usize) {
+    churn(bytes, 16 << 10);
+}
+
+/// Go's endpoints on a bare `std` server: one request per connection, answered by
+/// `frag::profile::http::handle` (the way any stack on the `http` crate mounts it).
+#[cfg(feature = "http")]
+mod server {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    pub fn start() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || serve(stream));
+            }
+        });
+        addr
+    }
+
+    fn serve(mut stream: TcpStream) {
+        let mut line = String::new();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        reader.read_line(&mut line).unwrap();
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap() <= 2 {
+                break;
+            }
+        }
+        let mut parts = line.split_whitespace();
+        let (method, target) = (parts.next().unwrap(), parts.next().unwrap());
+        let request = http::Request::builder().method(method).uri(target).body(()).unwrap();
+        let response = frag::profile::http::handle(&request);
+        let mut head = format!(
+            "HTTP/1.1 {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            response.status(),
+            response.body().len()
+        );
+        for (name, value) in response.headers() {
+            head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(response.body()).unwrap();
+    }
+
+    /// Status code, lower-cased headers, body.
+    pub fn get(addr: SocketAddr, target: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(s, "GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+        let headers =
+            lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
+        (status, headers, raw[split + 4..].to_vec())
+    }
+}
+
+/// The sample type `go tool pprof` shows `profile` in when not told which.
+#[cfg(feature = "http")]
+fn default_type(profile: &[u8]) -> String {
+    let path = std::env::temp_dir().join(format!("frag-default-{}.pb.gz", std::process::id()));
+    std::fs::write(&path, profile).unwrap();
+    let out = Command::new("go").args(["tool", "pprof", "-top", "-nodecount=1"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.strip_prefix("Type: ")).unwrap_or_else(|| panic!("no type: {text}")).to_owned()
+}
+
+/// `go tool pprof -top -unit=B -sample_index=<index> [-diff_base=<base>] <profile>`: each site's
+/// cumulative bytes (the row naming its function; the sites inline `churn`, which `pprof` shows as
+/// the leaf below them).
+#[cfg(feature = "http")]
+fn cum_bytes(profile: &[u8], base: Option<&[u8]>, index: &str, functions: &[&str]) -> Vec<f64> {
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("frag-scrape-{}-{index}.pb.gz", std::process::id()));
+    std::fs::write(&path, profile).unwrap();
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof", "-top", "-nodecount=1000", "-unit=B", &format!("-sample_index={index}")]);
+    if let Some(base) = base {
+        let base_path = dir.join(format!("frag-scrape-{}-base.pb.gz", std::process::id()));
+        std::fs::write(&base_path, base).unwrap();
+        cmd.arg(format!("-diff_base={}", base_path.display()));
+    }
+    let out = cmd.arg(&path).output().expect("`go` on PATH (Debian: apt-get install golang-go)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    functions
+        .iter()
+        .map(|function| {
+            text.lines()
+                .filter_map(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    let cum: f64 = cols.get(3)?.strip_suffix('B')?.parse().ok()?;
+                    names(&cols.get(5..)?.join(" "), function).then_some(cum)
+                })
+                .next()
+                .unwrap_or(0.0)
+        })
+        .collect()
+}
+
+/// Go's `/debug/pprof/allocs` scraped twice across a known workload: `go tool pprof -diff_base`
+/// shows what each site allocated in between (within 15%: each site has over 500 samples, so about
+/// 4% is one standard error); `alloc_*` never decrease from one scrape to the next; Go's headers;
+/// `?seconds=N` answers what happened within its window only; `?debug=1` is Go's text; bad queries
+/// and other paths are refused.
+#[cfg(feature = "http")]
+#[test]
+#[ignore = "needs go (golang-go); run by .ci/run"]
+fn go_tool_pprof_diffs_two_scrapes_of_the_allocs_endpoint() {
+    let mib = 1 << 20;
+    let addr = server::start();
+    pprof_churn_chunks(200 * mib);
+    pprof_churn_pages(100 * mib);
+    let (status, headers, first) = server::get(addr, "/debug/pprof/allocs?symbolize=1");
+    assert_eq!(status, 200);
+    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    assert_eq!(header("content-type"), Some("application/octet-stream"));
+    assert_eq!(header("content-disposition"), Some("attachment; filename=\"allocs\""));
+    pprof_churn_chunks(300 * mib);
+    pprof_churn_pages(600 * mib);
+    let (_, _, second) = server::get(addr, "/debug/pprof/allocs?symbolize=1");
+
+    let sites = ["pprof_churn_chunks", "pprof_churn_pages"];
+    assert_eq!(default_type(&second), "alloc_space");
+    let between = cum_bytes(&second, Some(&first), "alloc_space", &sites);
+    for (site, (got, truth)) in sites.iter().zip(between.iter().zip([300.0 * mib as f64, 600.0 * mib as f64])) {
+        eprintln!("{site}: {got:.0} B allocated between the scrapes (truth {truth:.0})");
+        assert!((got / truth - 1.0).abs() <= 0.15, "{site}: {got} against {truth}");
+    }
+    for index in ["alloc_space", "alloc_objects"] {
+        let (a, b) = (cum_bytes(&first, None, index, &sites), cum_bytes(&second, None, index, &sites));
+        assert!(a.iter().zip(&b).all(|(a, b)| b >= a) && b.iter().all(|&v| v > 0.0), "{index}: {a:?} then {b:?}");
+    }
+
+    // What happened before the window is not in a delta.
+    pprof_churn_before(200 * mib);
+    let (status, headers, delta) = server::get(addr, "/debug/pprof/allocs?seconds=1&symbolize=1");
+    assert_eq!(status, 200);
+    assert!(headers.iter().any(|(k, v)| k == "content-disposition" && v.contains("allocs-delta")), "{headers:?}");
+    let before = cum_bytes(&delta, None, "alloc_space", &["pprof_churn_before"])[0];
+    assert!(before.abs() < 0.05 * (200 * mib) as f64, "{before} B of a workload that ended before the window");
+
+    assert_eq!(default_type(&server::get(addr, "/debug/pprof/heap?symbolize=1").2), "inuse_space");
+    let (status, headers, text) = server::get(addr, "/debug/pprof/heap?debug=1");
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(status, 200);
+    assert!(headers.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/plain")));
+    let first_line = text.lines().next().unwrap();
+    assert!(first_line.starts_with("heap profile: ") && first_line.ends_with("@ heap_v2/1"), "{first_line}");
+    assert!(text.contains("pprof_churn_pages"), "{text}");
+
+    assert_eq!(server::get(addr, "/debug/pprof/allocs?seconds=0").0, 400);
+    assert_eq!(server::get(addr, "/debug/pprof/heap?rate=1").0, 400);
+    assert_eq!(server::get(addr, "/debug/pprof/profile").0, 404);
+}

@@ -13,8 +13,13 @@
 //! that asked for the memory, as in Go's heap profiles; an unsymbolized profile asks `pprof` to do the
 //! same with its `drop_frames` pattern.
 
+mod go;
+#[cfg(feature = "http")]
+pub mod http;
 mod mappings;
 mod proto;
+
+pub use go::{Endpoint, GoAnswer, GoQuery, GoQueryError, go_answer, go_answer_to_query};
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -41,18 +46,15 @@ use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[must_use]
-// Never inlined: `scripts/instructions.py` leaves the service example's heap profile out of its
-// counts by this function's name.
-#[inline(never)]
 pub fn heap_pprof() -> Vec<u8> {
-    gzip(&build(true))
+    gzip(&build(&snapshot(), &Options::heap(true)))
 }
 
 /// [`heap_pprof`] without names: addresses and mappings (with build IDs) only, for `pprof` to
 /// symbolize against the binaries. Cheap: reads no debug information.
 #[must_use]
 pub fn heap_pprof_unsymbolized() -> Vec<u8> {
-    gzip(&build(false))
+    gzip(&build(&snapshot(), &Options::heap(false)))
 }
 
 fn gzip(p: &proto::Profile) -> Vec<u8> {
@@ -85,8 +87,23 @@ impl Strings {
     }
 }
 
-fn build(symbolize: bool) -> proto::Profile {
-    let sites = snapshot();
+/// How a profile is built from the sites' figures.
+struct Options {
+    symbolize: bool,
+    /// The sample type `pprof` shows unless told otherwise.
+    default_sample_type: &'static str,
+    /// For a delta profile: how long it spans.
+    duration_nanos: i64,
+}
+
+impl Options {
+    fn heap(symbolize: bool) -> Self {
+        Self { symbolize, default_sample_type: "inuse_space", duration_nanos: 0 }
+    }
+}
+
+fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
+    let symbolize = options.symbolize;
     // In a child forked mid-symbolization, the profile goes out unsymbolized (with `drop_frames`).
     let symbols = if symbolize { Symbols::new() } else { None };
     let symbolize = symbols.is_some();
@@ -133,7 +150,7 @@ fn build(symbolize: bool) -> proto::Profile {
     let mut location_ids: HashMap<(usize, usize), u64> = HashMap::new();
     let mut samples = Vec::with_capacity(sites.len());
 
-    for site in &sites {
+    for site in sites {
         let frames: Vec<(usize, usize)> = if site.stack.is_empty() {
             Vec::new()
         } else if symbolize {
@@ -186,7 +203,7 @@ fn build(symbolize: bool) -> proto::Profile {
         strings.id(&format!("sampling: {:?}; unwinder: {}", sampling(), crate::sites::unwinder())),
     ];
     let drop_frames = if symbolize { 0 } else { strings.id(PLUMBING_REGEX) };
-    let default_sample_type = strings.id("inuse_space");
+    let default_sample_type = strings.id(options.default_sample_type);
     let time_nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
     proto::Profile {
@@ -199,7 +216,7 @@ fn build(symbolize: bool) -> proto::Profile {
         drop_frames,
         keep_frames: 0,
         time_nanos,
-        duration_nanos: 0,
+        duration_nanos: options.duration_nanos,
         period_type,
         period,
         comment,

@@ -1,0 +1,358 @@
+//! Go's `/debug/pprof/heap` and `/debug/pprof/allocs`, independent of any HTTP stack: the query
+//! parameters Go's `net/http/pprof` takes, and the answer it gives (status, content type, file name,
+//! body). [`super::http`] puts it on the `http` crate's types.
+
+use core::fmt;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{Options, build, gzip};
+use crate::sampler::{Sampling, sampling};
+use crate::sites::read::{SiteFigures, snapshot};
+use crate::sites::symbols::{Symbols, trimmed};
+
+/// Which of Go's two memory profiles a scrape asks for. Both carry the same four sample types; they
+/// differ in the one `pprof` shows by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Endpoint {
+    /// `/debug/pprof/heap`: `inuse_space` by default (what is live now).
+    Heap,
+    /// `/debug/pprof/allocs`: `alloc_space` by default (everything allocated since the process
+    /// started), what Grafana Alloy's `pyroscope.scrape` and Parca scrape for memory.
+    Allocs,
+}
+
+impl Endpoint {
+    /// The endpoint a path ends in (`.../heap` or `.../allocs`), if any.
+    #[must_use]
+    pub fn from_path(path: &str) -> Option<Self> {
+        match path.trim_end_matches('/').rsplit('/').next()? {
+            "heap" => Some(Self::Heap),
+            "allocs" => Some(Self::Allocs),
+            _ => None,
+        }
+    }
+
+    /// `heap` or `allocs`: the file name Go gives the profile.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Heap => "heap",
+            Self::Allocs => "allocs",
+        }
+    }
+
+    fn default_sample_type(self) -> &'static str {
+        match self {
+            Self::Heap => "inuse_space",
+            Self::Allocs => "alloc_space",
+        }
+    }
+}
+
+/// A scrape's query parameters, as Go's handlers take them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GoQuery {
+    /// `seconds=N`: a delta profile, the difference of two snapshots `N` seconds apart (the handler
+    /// waits that long). Accepted: [`GoQuery::SECONDS`].
+    pub seconds: Option<u64>,
+    /// `debug=1`: Go's legacy text format instead of a gzip-compressed `profile.proto`.
+    pub debug: bool,
+    /// `symbolize=1` or `0`: names in the profile, read from the loaded objects' debug information
+    /// in process (27–34 MiB kept for it, `docs/PERFORMANCE.md`). By default a protobuf profile is
+    /// unsymbolized (addresses, mappings and build IDs, for the profiler to symbolize) and the text
+    /// is symbolized.
+    pub symbolize: Option<bool>,
+}
+
+impl GoQuery {
+    /// The accepted `seconds`.
+    pub const SECONDS: core::ops::RangeInclusive<u64> = 1..=3600;
+
+    /// Parses a query string (`seconds=30&debug=1`, without the `?`). `gc` is accepted and ignored,
+    /// as there is no collector to run; any other parameter is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`GoQueryError`], naming the parameter and what it accepts.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let q = frag::profile::GoQuery::parse("seconds=30&debug=1").unwrap();
+    /// assert_eq!((q.seconds, q.debug), (Some(30), true));
+    /// assert!(frag::profile::GoQuery::parse("seconds=0").is_err());
+    /// ```
+    pub fn parse(query: &str) -> Result<Self, GoQueryError> {
+        let mut q = Self::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let bad = || GoQueryError { parameter: key.to_owned(), value: value.to_owned() };
+            match key {
+                "seconds" => {
+                    let n: u64 = value.parse().map_err(|_| bad())?;
+                    q.seconds = Some(n).filter(|n| Self::SECONDS.contains(n)).ok_or_else(bad).map(Some)?;
+                }
+                "debug" => q.debug = parse_flag(value).ok_or_else(bad)?,
+                "symbolize" => q.symbolize = Some(parse_flag(value).ok_or_else(bad)?),
+                "gc" => {}
+                _ => return Err(bad()),
+            }
+        }
+        Ok(q)
+    }
+}
+
+fn parse_flag(value: &str) -> Option<bool> {
+    match value {
+        "0" | "false" => Some(false),
+        "1" | "true" | "" => Some(true),
+        _ => None,
+    }
+}
+
+/// A query parameter that is unknown or out of range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GoQueryError {
+    /// The parameter's name.
+    pub parameter: String,
+    /// The value given.
+    pub value: String,
+}
+
+impl fmt::Display for GoQueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (p, v) = (&self.parameter, &self.value);
+        match p.as_str() {
+            "seconds" => write!(f, "seconds={v}: expected whole seconds in 1..=3600"),
+            "debug" | "symbolize" => write!(f, "{p}={v}: expected 0 or 1"),
+            _ => write!(f, "unknown parameter {p:?}: expected seconds, debug, symbolize or gc"),
+        }
+    }
+}
+
+impl std::error::Error for GoQueryError {}
+
+/// What a Go memory-profile endpoint answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GoAnswer {
+    /// HTTP status: 200, or 400 for a bad query.
+    pub status: u16,
+    /// `application/octet-stream` for a profile, `text/plain; charset=utf-8` for text.
+    pub content_type: &'static str,
+    /// For a profile, Go's `Content-Disposition`: `attachment; filename="heap"` (`allocs`, and
+    /// `-delta` after it for a delta).
+    pub content_disposition: Option<String>,
+    /// The gzip-compressed `profile.proto`, the text, or the error.
+    pub body: Vec<u8>,
+}
+
+/// Answers a scrape of `endpoint` as Go does. Blocks for `query.seconds` if set, and while it reads
+/// debug information to symbolize: call it from a blocking thread (`tokio::task::spawn_blocking`).
+///
+/// The profile has Go's four sample types in Go's order (`alloc_objects/count`,
+/// `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes`), `period_type space/bytes` and
+/// `period` the sampling mean. `alloc_*` are cumulative since the process started (since the first
+/// sample), so they never decrease from one scrape to the next; `inuse_*` are what is live now.
+/// Every value is an estimate, weighted by the inverse sampling probability.
+///
+/// # Example
+///
+/// ```no_run
+/// use frag::profile::{Endpoint, GoQuery};
+///
+/// let answer = frag::profile::go_answer(Endpoint::Allocs, &GoQuery::default());
+/// assert_eq!(answer.status, 200);
+/// std::fs::write("allocs.pb.gz", answer.body)?;
+/// // go tool pprof -top allocs.pb.gz   (alloc_space by default)
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[must_use]
+// Never inlined: `scripts/instructions.py` leaves the service example's profiles out of its counts
+// by this function's name.
+#[inline(never)]
+pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
+    let (sites, duration) = match query.seconds {
+        Some(s) => {
+            let before = snapshot();
+            std::thread::sleep(Duration::from_secs(s));
+            (delta(before, snapshot()), Duration::from_secs(s))
+        }
+        None => (snapshot(), Duration::ZERO),
+    };
+    if query.debug {
+        let text = text(endpoint, &sites, query.symbolize.unwrap_or(true));
+        return GoAnswer {
+            status: 200,
+            content_type: "text/plain; charset=utf-8",
+            content_disposition: None,
+            body: text.into_bytes(),
+        };
+    }
+    let options = Options {
+        symbolize: query.symbolize.unwrap_or(false),
+        default_sample_type: endpoint.default_sample_type(),
+        duration_nanos: duration.as_nanos() as i64,
+    };
+    let suffix = if query.seconds.is_some() { "-delta" } else { "" };
+    GoAnswer {
+        status: 200,
+        content_type: "application/octet-stream",
+        content_disposition: Some(format!("attachment; filename=\"{}{suffix}\"", endpoint.name())),
+        body: gzip(&build(&sites, &options)),
+    }
+}
+
+/// [`go_answer`] for a raw query string (without the `?`): a bad query gets status 400 and the
+/// reason ([`GoQueryError`]) as text. For an HTTP stack not built on the `http` crate.
+#[must_use]
+pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
+    match GoQuery::parse(query) {
+        Ok(q) => go_answer(endpoint, &q),
+        Err(error) => GoAnswer {
+            status: 400,
+            content_type: "text/plain; charset=utf-8",
+            content_disposition: None,
+            body: format!("{error}\n").into_bytes(),
+        },
+    }
+}
+
+/// `after − before`, site by site (by stack), every value: what happened in between, as Go's delta
+/// profiles give it (`inuse_*` may be negative where more was freed than allocated).
+fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> {
+    let mut base: HashMap<Vec<usize>, SiteFigures> = before.into_iter().map(|s| (s.stack.clone(), s)).collect();
+    let mut out: Vec<SiteFigures> = after
+        .into_iter()
+        .map(|mut s| {
+            if let Some(b) = base.remove(&s.stack) {
+                s.alloc_blocks -= b.alloc_blocks;
+                s.alloc_bytes -= b.alloc_bytes;
+                s.inuse_blocks -= b.inuse_blocks;
+                s.inuse_bytes -= b.inuse_bytes;
+            }
+            s
+        })
+        .collect();
+    // A site seen before and not after (its tallies are never removed, so only if it merged into
+    // another stack's): it freed what it held.
+    out.extend(base.into_values().map(|b| {
+        let mut s = SiteFigures::default();
+        s.stack = b.stack;
+        (s.inuse_blocks, s.inuse_bytes) = (-b.inuse_blocks, -b.inuse_bytes);
+        s
+    }));
+    out
+}
+
+/// Go's legacy text format (`debug=1`): a header with the totals, then one record per site, largest
+/// in use first, `inuse_objects: inuse_bytes [alloc_objects: alloc_bytes] @ addresses`, each address
+/// followed by a `#` line with its function and place when symbolized. The header's `heap_v2/1` says
+/// that the values need no scaling: they are estimates already weighted by the inverse sampling
+/// probability (a comment line says so, with the mean).
+fn text(endpoint: Endpoint, sites: &[SiteFigures], symbolize: bool) -> String {
+    let symbols = if symbolize { Symbols::new() } else { None };
+    let mut symbols = symbols.unwrap_or_else(Symbols::none);
+    let r = |v: f64| v.round() as i64;
+    let sum = |f: fn(&SiteFigures) -> f64| r(sites.iter().map(f).sum());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "heap profile: {}: {} [{}: {}] @ heap_v2/1",
+        sum(|s| s.inuse_blocks),
+        sum(|s| s.inuse_bytes),
+        sum(|s| s.alloc_blocks),
+        sum(|s| s.alloc_bytes)
+    );
+    let mean = match sampling() {
+        Sampling::MeanBytes(m) => format!("a sampling mean of {m} bytes"),
+        other => format!("sampling {other:?}"),
+    };
+    let _ = writeln!(
+        out,
+        "# frag {}: every value is an estimate from {mean}, already weighted by the inverse sampling probability",
+        endpoint.name()
+    );
+    let mut order: Vec<&SiteFigures> = sites.iter().collect();
+    order.sort_by(|a, b| b.inuse_bytes.total_cmp(&a.inuse_bytes));
+    for site in order {
+        let frames = if symbolize && !site.stack.is_empty() {
+            trimmed(&mut symbols, &site.stack)
+        } else {
+            site.stack.iter().map(|&pc| (pc, 0)).collect()
+        };
+        let addresses: Vec<String> = frames.iter().map(|(pc, _)| format!("{:#x}", pc.saturating_sub(1))).collect();
+        let _ = writeln!(
+            out,
+            "{}: {} [{}: {}] @ {}",
+            r(site.inuse_blocks),
+            r(site.inuse_bytes),
+            r(site.alloc_blocks),
+            r(site.alloc_bytes),
+            if addresses.is_empty() { "[no stack]".to_owned() } else { addresses.join(" ") }
+        );
+        if symbolize {
+            for &(pc, first) in &frames {
+                for line in symbols.lines(pc).get(first..).unwrap_or(&[]) {
+                    let _ =
+                        writeln!(out, "#\t{:#x}\t{}\t{}:{}", pc.saturating_sub(1), line.function, line.file, line.line);
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_parsed_as_go_takes_them_and_refused_with_what_is_accepted() {
+        assert_eq!(GoQuery::parse("").unwrap(), GoQuery::default());
+        let q = GoQuery::parse("gc=1&seconds=3600&debug=0&symbolize=1").unwrap();
+        assert_eq!((q.seconds, q.debug, q.symbolize), (Some(3600), false, Some(true)));
+        for (query, says) in [
+            ("seconds=0", "1..=3600"),
+            ("seconds=3601", "1..=3600"),
+            ("seconds=-1", "1..=3600"),
+            ("seconds=1.5", "1..=3600"),
+            ("debug=2", "0 or 1"),
+            ("symbolize=yes", "0 or 1"),
+            ("rate=1", "expected seconds, debug, symbolize or gc"),
+        ] {
+            let e = GoQuery::parse(query).unwrap_err();
+            assert!(e.to_string().contains(says), "{query}: {e}");
+        }
+    }
+
+    #[test]
+    fn endpoints_by_path() {
+        assert_eq!(Endpoint::from_path("/debug/pprof/heap"), Some(Endpoint::Heap));
+        assert_eq!(Endpoint::from_path("/debug/pprof/allocs/"), Some(Endpoint::Allocs));
+        assert_eq!(Endpoint::from_path("/debug/pprof/profile"), None);
+    }
+
+    /// The delta against a model: site by site, every value after minus before; a site only in
+    /// the first gives back what it held.
+    #[test]
+    fn a_delta_subtracts_site_by_site() {
+        let site = |stack: &[usize], v: f64| {
+            let mut s = SiteFigures::default();
+            s.stack = stack.to_vec();
+            (s.alloc_blocks, s.alloc_bytes, s.inuse_blocks, s.inuse_bytes) = (v, 10.0 * v, v / 2.0, 5.0 * v);
+            s
+        };
+        let d = delta(vec![site(&[1], 4.0), site(&[2], 2.0)], vec![site(&[1], 10.0), site(&[3], 1.0)]);
+        let by: HashMap<Vec<usize>, &SiteFigures> = d.iter().map(|s| (s.stack.clone(), s)).collect();
+        assert_eq!((by[&vec![1]].alloc_bytes, by[&vec![1]].inuse_bytes), (60.0, 30.0));
+        assert_eq!(by[&vec![3]].alloc_blocks, 1.0);
+        assert_eq!((by[&vec![2]].alloc_bytes, by[&vec![2]].inuse_bytes), (0.0, -10.0));
+    }
+}
