@@ -6,8 +6,9 @@
 //!   such build carries (`.eh_frame`, the same information a panic unwinds with) is turned, off the
 //!   allocation path, into compact rows of "where is the caller's frame" ([`rows`], built by [`cfi`]
 //!   for each loaded module, published by [`modules`]); the walk ([`walk`]) looks up the rule of each
-//!   return address (in [`recent`] rules first) and reads at most three words of stack per frame. It takes no lock (not even the
-//!   loader's: the rows are ours) and allocates nothing.
+//!   return address (in [`recent`] rules first) and reads at most three words of stack per frame
+//!   (a walk that starts cold first scans the stack's next 4 KiB to prefetch the rules it will
+//!   need). It takes no lock (not even the loader's: the rows are ours) and allocates nothing.
 //! - **Frame pointers** (builds with `-C force-frame-pointers=yes`, x86-64 or AArch64 Linux with
 //!   glibc): the chain of frame records ([`fp`]), about 2-3x faster per frame, but it stops at the
 //!   first frame built without the flag, in `std` included.
