@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Options, build, gzip};
+use super::{Options, build, frames, gzip};
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::{SiteFigures, snapshot};
-use crate::sites::symbols::{Symbols, trimmed};
+use crate::sites::symbols::Symbols;
 
 /// Which of Go's two memory profiles a scrape asks for. Both carry the same four sample types; they
 /// differ in the one `pprof` shows by default.
@@ -128,7 +128,7 @@ impl fmt::Display for GoQueryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (p, v) = (&self.parameter, &self.value);
         match p.as_str() {
-            "seconds" => write!(f, "seconds={v}: expected whole seconds in 1..=3600"),
+            "seconds" => write!(f, "seconds={v}: expected whole seconds in {:?}", GoQuery::SECONDS),
             "debug" | "symbolize" => write!(f, "{p}={v}: expected 0 or 1"),
             _ => write!(f, "unknown parameter {p:?}: expected seconds, debug, symbolize or gc"),
         }
@@ -281,11 +281,7 @@ fn text(endpoint: Endpoint, sites: &[SiteFigures], symbolize: bool) -> String {
     let mut order: Vec<&SiteFigures> = sites.iter().collect();
     order.sort_by(|a, b| b.inuse_bytes.total_cmp(&a.inuse_bytes));
     for site in order {
-        let frames = if symbolize && !site.stack.is_empty() {
-            trimmed(&mut symbols, &site.stack)
-        } else {
-            site.stack.iter().map(|&pc| (pc, 0)).collect()
-        };
+        let frames = frames(&mut symbols, symbolize, &site.stack);
         let addresses: Vec<String> = frames.iter().map(|(pc, _)| format!("{:#x}", pc.saturating_sub(1))).collect();
         let _ = writeln!(
             out,

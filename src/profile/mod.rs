@@ -151,13 +151,7 @@ fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
     let mut samples = Vec::with_capacity(sites.len());
 
     for site in sites {
-        let frames: Vec<(usize, usize)> = if site.stack.is_empty() {
-            Vec::new()
-        } else if symbolize {
-            trimmed(&mut symbols, &site.stack)
-        } else {
-            site.stack.iter().map(|&pc| (pc, 0)).collect()
-        };
+        let frames = frames(&mut symbols, symbolize, &site.stack);
         let mut ids = Vec::with_capacity(frames.len().max(1));
         for (pc, first) in frames {
             let next_id = locations.len() as u64 + 1;
@@ -222,6 +216,12 @@ fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
         comment,
         default_sample_type,
     }
+}
+
+/// A site's frames as profiles show them, `(return address, first inlined line to show)`: trimmed of
+/// the allocation machinery when symbolized, every return address as it is otherwise.
+fn frames(symbols: &mut Symbols, symbolize: bool, stack: &[usize]) -> Vec<(usize, usize)> {
+    if symbolize && !stack.is_empty() { trimmed(symbols, stack) } else { stack.iter().map(|&pc| (pc, 0)).collect() }
 }
 
 /// `[alloc_objects, alloc_space, inuse_objects, inuse_space]`, rounded.

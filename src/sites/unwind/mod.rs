@@ -230,9 +230,7 @@ mod tables {
 
         #[inline(always)]
         fn prefetch(&self, addr: usize) {
-            // SAFETY: SSE is part of x86-64; a prefetch is a hint that reads nothing and never faults,
-            // whatever the address.
-            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8) };
+            super::recent::prefetch(addr);
         }
 
         #[inline(always)]

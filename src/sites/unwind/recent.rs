@@ -80,17 +80,9 @@ impl Recent {
     /// A hint that `pc`'s slot will be read soon: its cache line is fetched without waiting for it.
     #[inline(always)]
     pub(crate) fn prefetch(&self, pc: usize) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(slot) = self.slot(pc) {
-            // SAFETY: SSE is part of x86-64; a prefetch reads nothing and never faults.
-            unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                    core::ptr::from_ref(slot).cast(),
-                )
-            };
+            prefetch(core::ptr::from_ref(slot) as usize);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = pc;
     }
 
     /// The cached rule of `pc`, if any.
@@ -113,6 +105,19 @@ impl Recent {
             slot.store(((pc >> SLOT_BITS) as u64) << RULE_BITS | u64::from(packed), Relaxed);
         }
     }
+}
+
+/// A hint that the cache line at `addr` will be read soon (nothing off x86-64). A hint reads nothing:
+/// any address is harmless.
+#[inline(always)]
+pub(crate) fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64; a prefetch reads nothing and never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 impl Drop for Recent {
