@@ -87,11 +87,13 @@ pub fn report() -> Report {
         let row = threads.iter().find(|r| r.tid == Some(tid));
         origin_section::ThreadFacts {
             name: row.and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid)),
-            freed: row.map(|r| (r.deallocations + r.reallocations, r.freed_bytes)),
+            freed: row.filter(|r| !r.estimated).map(|r| (r.deallocations + r.reallocations, r.freed_bytes)),
         }
     };
-    let exact_frees = thread_total.deallocations.saturating_add(thread_total.reallocations);
-    let origin = origin_section::section(thread_total.origin, (exact_frees, thread_total.freed_bytes), &thread_facts);
+    // The exact tier counts every free; the sampled tier's count is itself an estimate.
+    let exact = (!tracked.estimated)
+        .then(|| (thread_total.deallocations.saturating_add(thread_total.reallocations), thread_total.freed_bytes));
+    let origin = origin_section::section(thread_total.origin, exact, &thread_facts);
     warnings.extend(origin.as_ref().and_then(warn::dropped_samples));
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(warn::config_trap));

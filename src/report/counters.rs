@@ -63,16 +63,51 @@ pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: 
         allocated_bytes += bytes;
         usable_bytes += usable;
     }
+    let estimated = crate::stats::sampled();
+    let [allocs, frees, live] = if estimated { count_spreads(classes) } else { Default::default() };
+    let freed = t.deallocations.saturating_add(t.reallocations);
     TrackedStats {
-        estimated: crate::stats::sampled(),
+        estimated,
         allocations: t.allocations,
         deallocations: t.deallocations,
         reallocations: t.reallocations,
         live_blocks,
         allocated_bytes,
         usable_bytes,
+        allocations_interval: estimated.then(|| allocs.interval(t.allocations, u64::MAX)),
+        // The frees' spread is that of deallocations and reallocations together: the classes see both.
+        deallocations_interval: estimated.then(|| {
+            let (lo, hi) = frees.interval(freed, u64::MAX);
+            (lo.saturating_sub(t.reallocations), hi.saturating_sub(t.reallocations))
+        }),
+        live_blocks_interval: estimated.then(|| live.interval(live_blocks, u64::MAX)),
         peak_allocated_bytes: live::observe_exact(allocated_bytes),
     }
+}
+
+/// The sampling mean the count intervals assume: the current one (the default while sampling is off).
+fn interval_mean() -> u64 {
+    match crate::sampler::mean() {
+        m if m == 0 || m == crate::sampler::OFF => crate::sampler::DEFAULT_MEAN,
+        m => m,
+    }
+}
+
+/// The spreads of the sampled tier's allocations (blocks entering a class), frees (leaving one) and
+/// live blocks, class by class (see [`estimate::ClassSum`]). Allocation- and lock-free.
+fn count_spreads(classes: &[ClassSums; NUM_CLASSES]) -> [estimate::ClassSum; 3] {
+    let mean = interval_mean();
+    let mut sums = [estimate::ClassSum::default(); 3];
+    for (i, c) in classes.iter().enumerate() {
+        let weights = crate::stats::class::weights(i, mean);
+        let (entered, _) = TALLY.class_variance(i, false);
+        let (live, _) = TALLY.class_variance(i, true);
+        let live_blocks = c.allocs.saturating_sub(c.frees);
+        sums[0].add(c.allocs.saturating_mul(estimate::W_ONE), entered, weights);
+        sums[1].add(c.frees.saturating_mul(estimate::W_ONE), entered.saturating_sub(live), weights);
+        sums[2].add(live_blocks.saturating_mul(estimate::W_ONE), live, weights);
+    }
+    sums
 }
 
 /// A row's exact counts and its estimates, each estimate at most the exact count it is part of: the
@@ -143,13 +178,14 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
     let (live_blocks, live_bytes, usable_bytes) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
     let (cross_thread_ratio, cross_thread_ratio_interval, cross_thread_samples) = origin_section::class_ratio(i);
     let estimated = crate::stats::sampled();
+    let weights = class::weights(i, interval_mean());
     let interval = |live: bool, bytes: bool, estimate: u64| {
         let (w2, bytes_var) = TALLY.class_variance(i, live);
         estimated.then(|| {
             if bytes {
                 estimate::bytes_interval(estimate, bytes_var, u64::MAX)
             } else {
-                estimate::count_interval(estimate * estimate::W_ONE, w2, u64::MAX)
+                estimate::class_count_interval(estimate, estimate.saturating_mul(estimate::W_ONE), w2, weights)
             }
         })
     };

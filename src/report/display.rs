@@ -156,16 +156,17 @@ fn write_origin(f: &mut Formatter<'_>, o: &Origin) -> fmt::Result {
     }
     let interval =
         o.ratio_interval.map_or_else(String::new, |(lo, hi)| format!(" (95% {}-{})", Percent(lo, 1), Percent(hi, 1)));
-    let clamped = if o.clamped { ", lowered to the exact count" } else { "" };
+    let exact = if o.frees_exact { ", of an exact count of frees" } else { "" };
     let count = |n: u64, i: Option<(u64, u64)>| match i {
         Some((lo, hi)) if (lo, hi) != (n, n) => format!("{ESTIMATED}{n} (95% {lo}-{hi})"),
         _ => format!("{ESTIMATED}{n}"),
     };
+    let all = if o.frees_exact { o.frees.to_string() } else { count(o.frees, o.frees_interval) };
     writeln!(
         f,
-        "           cross-thread frees {} of {} = {}{interval}; bytes {ESTIMATED}{} ({}) = {} (estimates from {} sampled frees{clamped})",
+        "           cross-thread frees {} of {} = {}{interval}; bytes {ESTIMATED}{} ({}) = {} (estimates from {} sampled frees{exact})",
         count(o.cross_thread_frees, o.cross_thread_frees_interval),
-        count(o.frees, o.frees_interval),
+        all,
         opt_percent(o.cross_thread_free_ratio),
         Bytes(o.cross_thread_bytes),
         plus_minus(o.cross_thread_bytes, o.cross_thread_bytes_interval),
@@ -252,6 +253,16 @@ impl Display for Report {
             t.reallocations,
             if t.estimated { " (sampled tier: estimates from the samples)" } else { "" }
         )?;
+        if let (Some(a), Some(d), Some(l)) = (t.allocations_interval, t.deallocations_interval, t.live_blocks_interval)
+        {
+            // Tiny blocks are rarely sampled: the upper ends include what unseen ones could be.
+            writeln!(
+                f,
+                "           95%: allocations {}-{}, deallocations {}-{}, live blocks {}-{} (upper ends bound the \
+                 tiny blocks no sample saw)",
+                a.0, a.1, d.0, d.1, l.0, l.1
+            )?;
+        }
         if let Some(a) = &self.allocator {
             let fields = [
                 ("allocated", a.allocated),

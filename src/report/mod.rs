@@ -81,6 +81,19 @@ pub struct TrackedStats {
     pub allocated_bytes: u64,
     /// Usable bytes in live blocks, as the backend rounds them (see `usable_source`).
     pub usable_bytes: u64,
+    /// 95% intervals of `allocations`, `deallocations` (with the old blocks of reallocations) and
+    /// `live_blocks` in the sampled tier (`None` in the exact tier). Built size class by size class:
+    /// where a class has few samples they are Poisson limits, and a class with none still adds the
+    /// most its unseen blocks could be, so the upper end is a bound rather than the estimate's spread
+    /// (docs/SAMPLING.md, "Counts on tiny blocks"). JSON: `est_*_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_allocations_interval"))]
+    pub allocations_interval: Option<(u64, u64)>,
+    /// See `allocations_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_deallocations_interval"))]
+    pub deallocations_interval: Option<(u64, u64)>,
+    /// See `allocations_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_live_blocks_interval"))]
+    pub live_blocks_interval: Option<(u64, u64)>,
     /// Highest `allocated_bytes` seen. Exact at every `report()`; between reports each thread folds
     /// its net into the peak after 16 MiB of sampled charge (`origin::sampler::FLUSH_CHARGE`), so a
     /// spike no report saw can be off by up to that (plus one sampling interval) per live thread.
@@ -248,13 +261,14 @@ pub struct Origin {
     pub sampled_frees: u64,
     /// Samples lost because the side table was full around their address.
     pub dropped_samples: u64,
-    /// Estimated frees of blocks, local and cross-thread: deallocations and the old blocks of
-    /// reallocations, at most their exact number (see `clamped`). JSON: `est_frees`.
+    /// Frees of blocks, local and cross-thread: deallocations and the old blocks of reallocations.
+    /// Exact in the [`Exact`](crate::Exact) tier (`frees_exact`), estimated from the samples in the
+    /// sampled tier. JSON: `est_frees`.
     #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
-    /// Whether an estimate came out above the exact count it is part of and was lowered to it
-    /// (sampling noise, mostly on few samples).
-    pub clamped: bool,
+    /// Whether `frees` is the exact count (the exact tier counts every free): the cross-thread frees
+    /// are then the estimated share of it.
+    pub frees_exact: bool,
     /// Fewer than 30 sampled frees: the estimates are too few to tell (the text report says so
     /// instead of printing them).
     pub too_few_samples: bool,
@@ -270,15 +284,17 @@ pub struct Origin {
     pub cross_thread_byte_ratio: Option<f64>,
     /// 95% interval of `cross_thread_free_ratio` (Wilson score with the samples' effective size).
     pub ratio_interval: Option<(f64, f64)>,
-    /// 95% interval of `frees` (`None` with too few samples). Each block is sampled on its own
-    /// (disjoint stretches of a Poisson process over allocated bytes), so the estimate's variance is
-    /// estimated by `Σ w(w − 1)` over the sampled frees, `w` each one's weight; the interval is the
-    /// estimate ± 1.96 of its square root, and is exact (a single point) with every block sampled.
-    /// JSON: `est_frees_interval`.
+    /// 95% interval of `frees` (`None` with too few samples; a single point when `frees_exact`).
+    /// Each block is sampled on its own (disjoint stretches of a Poisson process over allocated
+    /// bytes). The interval is built size class by size class: a class with enough sampled frees
+    /// adds the normal spread (variance `Σ w(w − 1)` over its samples, `w` each one's weight), a class
+    /// with few adds Poisson limits on its count, and a class with none the most its unseen frees
+    /// could be, so on tiny blocks the upper end is a bound (docs/SAMPLING.md). JSON:
+    /// `est_frees_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_frees_interval"))]
     pub frees_interval: Option<(u64, u64)>,
-    /// 95% interval of `cross_thread_frees`, as for `frees_interval`. JSON:
-    /// `est_cross_thread_frees_interval`.
+    /// 95% interval of `cross_thread_frees`: the ends of `frees_interval` times the ends of
+    /// `ratio_interval`. JSON: `est_cross_thread_frees_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees_interval"))]
     pub cross_thread_frees_interval: Option<(u64, u64)>,
     /// 95% interval of `cross_thread_bytes`: each sampled free of `s` bytes and weight `w` adds

@@ -2,11 +2,12 @@
 
 use super::{LifetimeRow, Origin, OriginPair};
 use crate::estimate::{
-    MIN_SAMPLES_INTERVAL, MIN_SAMPLES_SHARE, bytes_interval, count_interval, effective_samples, units, wilson,
+    ClassSum, MIN_SAMPLES_INTERVAL, MIN_SAMPLES_SHARE, bytes_interval, count_interval, effective_samples, units, wilson,
 };
 use crate::origin::TALLY;
 use crate::origin::tally::{self, LIFETIME_DECADES};
 use crate::sampler::{self, Sampling, TABLE};
+use crate::stats::class::NUM_CLASSES;
 use crate::stats::shard::OriginTotals;
 use crate::sync::Ordering;
 
@@ -34,19 +35,47 @@ pub(super) fn clamp_parts(a: u64, b: u64, cap: u64) -> (u64, u64, bool) {
     (a2, b2, a2 != a || b2 != b)
 }
 
-/// What the section knows of a thread: its name, and the exact blocks and requested bytes it freed
-/// (deallocations plus reallocations), where its row is still in the report.
+/// What the section knows of a thread: its name, and the blocks it freed (deallocations plus
+/// reallocations) and their requested bytes, where its row is still in the report and the tier
+/// counts them exactly.
 pub(super) struct ThreadFacts {
     pub(super) name: Option<String>,
     pub(super) freed: Option<(u64, u64)>,
 }
 
-/// Builds the section from the sum of every thread's origin totals. `thread` tells what is known of
-/// a thread id; the exact number of blocks freed (deallocations plus reallocations) and of requested
-/// bytes freed bound the estimates, process-wide and per freeing thread.
+/// The process's frees: the exact count where the tier keeps one, else the estimate from the origin
+/// sums; and its 95% interval (`None` on too few samples).
+fn frees(all: &OriginTotals, exact: Option<u64>, enough: bool) -> (u64, Option<(u64, u64)>) {
+    if let Some(n) = exact {
+        return (n, Some((n, n)));
+    }
+    let estimate = units(all.local.saturating_add(all.remote));
+    let mean = match sampler::mean() {
+        m if m == 0 || m == sampler::OFF => sampler::DEFAULT_MEAN,
+        m => m,
+    };
+    let mut sum = ClassSum::default();
+    for i in 0..NUM_CLASSES {
+        let c = TALLY.class(i);
+        sum.add(c.frees, c.w2, crate::stats::class::weights(i, mean));
+    }
+    (estimate, enough.then(|| sum.interval(estimate, u64::MAX)))
+}
+
+/// `share` of `whole`, and the ends of `whole`'s interval times the ends of the share's.
+fn part(share: f64, share_interval: (f64, f64), whole: u64, whole_interval: (u64, u64)) -> (u64, (u64, u64)) {
+    let of = |s: f64, n: u64| libm::round(s * n as f64) as u64;
+    let estimate = of(share, whole);
+    let (lo, hi) = (of(share_interval.0, whole_interval.0), of(share_interval.1, whole_interval.1));
+    (estimate, (lo.min(estimate), hi.max(estimate)))
+}
+
+/// Builds the section from the sum of every thread's origin totals. `exact` is the exact number of
+/// frees (deallocations plus reallocations) and of requested bytes freed, where the tier counts them;
+/// `thread` tells what is known of a thread id.
 pub(super) fn section(
     all: OriginTotals,
-    (exact_frees, exact_freed_bytes): (u64, u64),
+    exact: Option<(u64, u64)>,
     thread: &dyn Fn(u64) -> ThreadFacts,
 ) -> Option<Origin> {
     let sampling = sampler::sampling();
@@ -58,10 +87,13 @@ pub(super) fn section(
         return None;
     }
     let frees_w = all.local.saturating_add(all.remote);
+    let frees_w2 = all.local_w2.saturating_add(all.remote_w2);
     let bytes_w = all.local_bytes.saturating_add(all.remote_bytes);
     let ratio = share(all.remote, frees_w);
-    let interval =
-        ratio.and_then(|p| wilson(p, effective_samples(frees_w, all.local_w2.saturating_add(all.remote_w2))));
+    let interval = ratio.and_then(|p| wilson(p, effective_samples(frees_w, frees_w2)));
+    let enough = sampled_frees as f64 >= MIN_SAMPLES_INTERVAL;
+    let (frees, frees_interval) = frees(&all, exact.map(|e| e.0), enough);
+    let max_bytes = exact.map_or(u64::MAX, |e| e.1);
 
     let mut pairs = TALLY.pairs();
     pairs.sort_by_key(|p| core::cmp::Reverse(p.sums.w));
@@ -69,10 +101,10 @@ pub(super) fn section(
         .into_iter()
         .take(TOP_PAIRS)
         .map(|p| {
-            let freer = thread(u64::from(p.free_tid));
-            // A pair's frees are some of its freeing thread's frees: never more than that thread made.
-            let (max_frees, max_bytes) = freer.freed.unwrap_or((exact_frees, exact_freed_bytes));
             let s = p.sums;
+            let freer = thread(u64::from(p.free_tid));
+            // A cell's frees are some of its freeing thread's: never more than it made, where known.
+            let (max_frees, max_bytes) = freer.freed.unwrap_or((u64::MAX, u64::MAX));
             let bytes = units(s.wb).min(max_bytes);
             let enough = effective_samples(s.w, s.w2) >= MIN_SAMPLES_INTERVAL;
             OriginPair {
@@ -98,23 +130,17 @@ pub(super) fn section(
         })
         .collect();
 
-    // The cross-thread part first: it is what the section is about, and the ratio (from the
-    // unclamped estimates) stays as estimated.
-    let (cross_thread_frees, local, clamped) = clamp_parts(units(all.remote), units(all.local), exact_frees);
-    let enough = sampled_frees as f64 >= MIN_SAMPLES_INTERVAL;
-    let frees_interval =
-        enough.then(|| count_interval(frees_w, all.local_w2.saturating_add(all.remote_w2), exact_frees));
-    let cross_thread_frees_interval = enough.then(|| count_interval(all.remote, all.remote_w2, exact_frees));
-    let cross_thread_bytes = units(all.remote_bytes).min(exact_freed_bytes);
-    let cross_thread_bytes_interval =
-        enough.then(|| bytes_interval(cross_thread_bytes, all.remote_bytes_var, exact_freed_bytes));
+    // The cross-thread frees are the estimated share of the frees (the exact count, where kept).
+    let cross = ratio.zip(interval).zip(frees_interval).map(|((r, ri), fi)| part(r, ri, frees, fi));
+    let cross_thread_frees = cross.map_or(units(all.remote), |c| c.0);
+    let cross_thread_bytes = units(all.remote_bytes).min(max_bytes);
     Some(Origin {
         sampling,
         sampled_blocks,
         sampled_frees,
         dropped_samples: TABLE.dropped(),
-        frees: cross_thread_frees + local,
-        clamped,
+        frees,
+        frees_exact: exact.is_some(),
         too_few_samples: sampled_frees < MIN_SAMPLES_SHARE,
         cross_thread_frees,
         cross_thread_free_ratio: ratio,
@@ -122,8 +148,9 @@ pub(super) fn section(
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
         frees_interval,
-        cross_thread_frees_interval,
-        cross_thread_bytes_interval,
+        cross_thread_frees_interval: cross.map(|c| c.1).filter(|_| enough),
+        cross_thread_bytes_interval: enough
+            .then(|| bytes_interval(cross_thread_bytes, all.remote_bytes_var, max_bytes)),
         pairs,
         dropped_pairs: TALLY.pair_drops(),
         lifetimes,

@@ -131,6 +131,13 @@ pub(crate) fn lower_bound(idx: usize) -> usize {
     }
 }
 
+/// The sampling weights of class `idx`'s largest and smallest requests at a mean of `mean` bytes:
+/// what the count intervals of a class with few samples rest on (`estimate::ClassSum`).
+pub(crate) fn weights(idx: usize, mean: u64) -> crate::estimate::ClassWeights {
+    let largest = upper_bound(idx).map_or(u64::MAX, |b| b as u64);
+    (crate::estimate::weight_of(largest, mean), crate::estimate::weight_of(lower_bound(idx) as u64, mean))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
