@@ -54,7 +54,7 @@ metrics_table! {
     InternalFragmentation: Gauge, "internal_fragmentation_bytes", Unit::Bytes, "Usable minus requested bytes of live blocks";
     CrossThreadFrees: Counter, "cross_thread_frees_total", Unit::Count, "Frees on another thread than the allocating one (estimated from samples)";
     CrossThreadFreedBytes: Counter, "cross_thread_freed_bytes_total", Unit::Bytes, "Bytes freed on another thread than the allocating one (estimated)";
-    SampledFrees: Counter, "origin_frees_total", Unit::Count, "Frees of blocks, estimated from samples: deallocations plus the old blocks of reallocations, at most deallocations_total + reallocations_total";
+    SampledFrees: Counter, "origin_frees_total", Unit::Count, "Frees of blocks: deallocations plus the old blocks of reallocations (exact in the exact tier, estimated from samples in the sampled one)";
     CrossThreadRatio: Gauge, "cross_thread_free_ratio", Unit::Count, "Share of frees on another thread than the allocating one (estimated)";
     ClassLiveBytes: Gauge, "size_class_live_bytes", Unit::Bytes, "Requested bytes of live blocks per size class (label: class upper bound)";
     ClassLiveBlocks: Gauge, "size_class_live_blocks", Unit::Count, "Live blocks per size class";

@@ -266,8 +266,7 @@ pub struct Origin {
     /// sampled tier. JSON: `est_frees`.
     #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
-    /// Whether `frees` is the exact count (the exact tier counts every free): the cross-thread frees
-    /// are then the estimated share of it.
+    /// Whether `frees` is the exact count (the exact tier counts every free).
     pub frees_exact: bool,
     /// Fewer than 30 sampled frees: the estimates are too few to tell (the text report says so
     /// instead of printing them).

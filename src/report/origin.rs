@@ -130,9 +130,14 @@ pub(super) fn section(
         })
         .collect();
 
-    // The cross-thread frees are the estimated share of the frees (the exact count, where kept).
-    let cross = ratio.zip(interval).zip(frees_interval).map(|((r, ri), fi)| part(r, ri, frees, fi));
-    let cross_thread_frees = cross.map_or(units(all.remote), |c| c.0);
+    // The cross-thread frees: their own estimate, at most the frees, so that both, published as
+    // counters, never go down (each is the minimum of non-decreasing sequences). Their interval is the
+    // frees' interval times the share's.
+    let cross_thread_frees = units(all.remote).min(frees);
+    let cross = ratio.zip(interval).zip(frees_interval).map(|((r, ri), fi)| {
+        let (lo, hi) = part(r, ri, frees, fi).1;
+        (lo.min(cross_thread_frees), hi.max(cross_thread_frees))
+    });
     let cross_thread_bytes = units(all.remote_bytes).min(max_bytes);
     Some(Origin {
         sampling,
@@ -148,7 +153,7 @@ pub(super) fn section(
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
         frees_interval,
-        cross_thread_frees_interval: cross.map(|c| c.1).filter(|_| enough),
+        cross_thread_frees_interval: cross.filter(|_| enough),
         cross_thread_bytes_interval: enough
             .then(|| bytes_interval(cross_thread_bytes, all.remote_bytes_var, max_bytes)),
         pairs,
