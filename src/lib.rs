@@ -125,7 +125,7 @@ pub mod tune;
 pub mod watch;
 
 pub use backend::select::Select;
-pub use backend::{AllocatorStats, Backend, Probe, UsableSource, WrappedBackend};
+pub use backend::{AllocatorClass, AllocatorStats, Backend, Probe, UsableSource, WrappedBackend};
 pub use process::{CgroupMemory, CgroupVersion, ProcessStats, set_pss};
 pub use publish::{Publisher, PublisherHandle, publish};
 pub use report::diagnosis;
@@ -134,7 +134,7 @@ pub use report::diagnosis;
 pub use report::needs_serde;
 pub use report::{
     Fragmentation, LifetimeRow, Origin, OriginPair, RatioInputs, Report, RowKind, ShardPool, SiteRow, Sites,
-    SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, report, size_classes, totals,
+    SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 #[doc(hidden)]

@@ -49,6 +49,12 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// wrapped backend, so a report never initialises an allocator the program does not use.
     fn stats() -> Result<Option<AllocatorStats>, StatsError>;
 
+    /// The backend's own size classes with its own counts of them (empty: it has none), as of the
+    /// call (a backend that snapshots its statistics refreshes them). Runs at report time only.
+    fn classes() -> Result<Vec<super::AllocatorClass>, StatsError> {
+        Ok(Vec::new())
+    }
+
     /// The diagnosis's split of the heap's resident bytes from the backend's own figures `stats`,
     /// given the tracked usable bytes and the process's anonymous resident bytes. `None`: the
     /// backend's figures say nothing about resident memory.

@@ -7,6 +7,7 @@
 //! answers the same questions through a [`Probe`]. Backends know nothing of reports: the report, the
 //! diagnosis and `frag::tune` ask them.
 
+mod classes;
 pub(crate) mod interface;
 pub(crate) mod knob;
 pub(crate) mod list;
@@ -20,6 +21,7 @@ pub(crate) mod usable;
 // Each backend's module (`system`, `jemalloc`, ...), declared from the one list.
 list::backend_list!(declare_modules!());
 
+pub use classes::AllocatorClass;
 pub use list::Backend;
 pub use probe::Probe;
 pub use registry::WrappedBackend;

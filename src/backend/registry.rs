@@ -123,6 +123,17 @@ impl Registration {
     }
 }
 
+impl Registration {
+    /// The backend's own size classes and counts (empty for a backend without them and for a user's
+    /// allocator). Report time only.
+    pub(crate) fn classes(&self) -> Result<Vec<crate::backend::AllocatorClass>, StatsError> {
+        match self.backend {
+            Some(b) => with_backend!(b, A => A::classes()),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
 const EMPTY: u8 = 0;
 const WRITING: u8 = 1;
 const READY: u8 = 2;

@@ -6,7 +6,7 @@
 ///
 /// | backend  | fields |
 /// |----------|--------|
-/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained`, `dirty` (after an `epoch` advance) |
+/// | jemalloc | `allocated`, `active`, `metadata`, `resident`, `mapped`, `retained`, `dirty`, `thread_cache` (after an `epoch` advance) |
 /// | glibc    | `allocated` (in use, `uordblks + hblkhd`), `free` (`fordblks`), `arena`, `mmap` (`hblkhd`), `top_releasable` (`keepcost`) from `mallinfo2`; `free_whole_pages`, `thread_arena_tops` from `malloc_info` |
 /// | mimalloc | `committed`, `peak_committed` from `mi_process_info` (its `current_rss` is an estimate on Linux and is not used) |
 /// | snmalloc | `mapped`, `peak_mapped`: address space reserved from the OS, in chunks (not RSS) |
@@ -38,6 +38,11 @@ pub struct AllocatorStats {
     /// which a purge releases.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub dirty: Option<u64>,
+    /// Bytes in free blocks parked in the threads' caches, which the allocator counts as allocated
+    /// (jemalloc `stats.arenas.<all>.tcache_bytes`): a thread's cache empties when it calls
+    /// [`reclaim::idle`](crate::reclaim::idle).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub thread_cache: Option<u64>,
     /// Bytes of free space at the top of glibc's main heap that `malloc_trim` could give back
     /// (`keepcost`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]

@@ -30,6 +30,30 @@ pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
     Some(diagnosis::split(rss, Some(anon), known, &tracked, allocator.as_ref()))
 }
 
+/// The allocator's own size classes, with its own counts of them, without the rest of a report:
+/// exact figures where the allocator keeps them (jemalloc's bin and large-extent statistics; empty
+/// on other backends and when no `Tracked` is installed). See [`AllocatorClass`](crate::AllocatorClass)
+/// for what they include. Allocates its list before it reads, so the counts include it.
+///
+/// # Example
+///
+/// ```no_run
+/// #[global_allocator]
+/// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+///
+/// // Live blocks of the process, at most: every block it holds, parked ones included.
+/// let held: u64 = frag::allocator_classes().iter().map(|c| c.held).sum();
+/// println!("{held} blocks held by the allocator");
+/// ```
+#[must_use]
+pub fn allocator_classes() -> Vec<crate::backend::AllocatorClass> {
+    let guard = ReportGuard::enter();
+    match (registered(), guard) {
+        (Some(r), Some(_)) => r.classes().unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 /// Takes a snapshot of the heap: per-thread counters, size classes, the allocator's own figures, the
 /// process view and the fragmentation ratio.
 ///
@@ -63,7 +87,7 @@ pub fn report() -> Report {
     }
 
     let thread_total = snap.owners.iter().map(|o| o.totals).fold(snap.retired.plus(snap.overflow), Totals::plus);
-    let tracked = counters::tracked_stats(thread_total, &snap.classes, reg);
+    let mut tracked = counters::tracked_stats(thread_total, &snap.classes, reg);
 
     let allocator = match (reg, &guard) {
         (Some(r), Some(_)) => r.stats().unwrap_or_else(|e| {
@@ -76,7 +100,15 @@ pub fn report() -> Report {
         }
         (None, _) => None,
     };
+    let allocator_classes = match (reg, &guard) {
+        (Some(r), Some(_)) => r.classes().unwrap_or_else(|e| {
+            warnings.push(warn::allocator_stats(&e));
+            Vec::new()
+        }),
+        _ => Vec::new(),
+    };
     warnings.extend(warn::select_fallback());
+    counters::bound_by_allocator(&mut tracked, &allocator_classes);
     let process = ProcessStats::read();
     let fragmentation = ratio::fragmentation(&tracked, allocator.as_ref(), &process);
     warnings.extend(warn::small_heap(tracked.usable_bytes));
@@ -121,6 +153,7 @@ pub fn report() -> Report {
         usable_source: reg.map(|r| r.usable_source()),
         tracked,
         allocator,
+        allocator_classes: allocator_classes.into_iter().filter(|c| c.requests > 0 || c.held > 0).collect(),
         process,
         fragmentation,
         threads,

@@ -85,6 +85,20 @@ pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: 
     }
 }
 
+/// Bounds the sampled tier's live-block interval by the allocator's own count of the blocks it
+/// holds (`classes`: every live block of the process is one of them), where it has one: on tiny
+/// blocks that exact bound is far below what the samples can rule out.
+pub(super) fn bound_by_allocator(tracked: &mut TrackedStats, classes: &[crate::backend::AllocatorClass]) {
+    if classes.is_empty() {
+        return;
+    }
+    let held = classes.iter().map(|c| c.held).fold(0u64, u64::saturating_add);
+    if let Some((lo, hi)) = tracked.live_blocks_interval.as_mut() {
+        *hi = (*hi).min(held).max(tracked.live_blocks);
+        *lo = (*lo).min(*hi);
+    }
+}
+
 /// The sampling mean the count intervals assume: the current one (the default while sampling is off).
 fn interval_mean() -> u64 {
     match crate::sampler::mean() {
@@ -245,6 +259,22 @@ pub fn size_classes() -> [SizeClassRow; NUM_CLASSES] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The allocator's count of held blocks caps the live-block interval, never below the estimate.
+    #[test]
+    fn held_blocks_bound_the_live_interval() {
+        let class = |held| crate::backend::AllocatorClass { size: 8, requests: held, held, slabs: None };
+        let mut t =
+            TrackedStats { live_blocks: 1_000, live_blocks_interval: Some((700, 2_000_000)), ..Default::default() };
+        bound_by_allocator(&mut t, &[class(900), class(400)]);
+        assert_eq!(t.live_blocks_interval, Some((700, 1_300)));
+        // An estimate above what the allocator holds keeps its own value as the upper end.
+        bound_by_allocator(&mut t, &[class(500)]);
+        assert_eq!(t.live_blocks_interval, Some((700, 1_000)));
+        // No classes (another backend): unchanged.
+        bound_by_allocator(&mut t, &[]);
+        assert_eq!(t.live_blocks_interval, Some((700, 1_000)));
+    }
 
     /// The size `size_classes()` documents for its array.
     #[test]

@@ -225,6 +225,48 @@ fn row_label(r: &ThreadRow) -> String {
     }
 }
 
+/// Rows of the allocator's own classes shown in the text report (all are in the JSON form).
+const ALLOCATOR_CLASS_ROWS: usize = 12;
+
+/// The allocator's own classes that hold the most bytes, with its exact counts.
+fn write_allocator_classes(f: &mut Formatter<'_>, classes: &[crate::backend::AllocatorClass]) -> fmt::Result {
+    if classes.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "allocator  its own classes, its own counts (requests lag thread caches; held includes blocks they park)"
+    )?;
+    writeln!(
+        f,
+        "  {:>12} {:>12} {:>10} {:>11} {:>18}",
+        "block size", "requests", "held", "held bytes", "free in its slabs"
+    )?;
+    let mut rows: Vec<&crate::backend::AllocatorClass> = classes.iter().collect();
+    rows.sort_by_key(|c| core::cmp::Reverse(c.held.saturating_mul(c.size)));
+    for c in rows.iter().take(ALLOCATOR_CLASS_ROWS) {
+        let free = c.slabs.map_or_else(
+            || "-".to_owned(),
+            |(slabs, regions)| {
+                Bytes(slabs.saturating_mul(regions).saturating_sub(c.held).saturating_mul(c.size)).to_string()
+            },
+        );
+        writeln!(
+            f,
+            "  {:>12} {:>12} {:>10} {:>11} {:>18}",
+            Bytes(c.size),
+            c.requests,
+            c.held,
+            Bytes(c.held * c.size),
+            free
+        )?;
+    }
+    if rows.len() > ALLOCATOR_CLASS_ROWS {
+        writeln!(f, "  ... {} more classes in the JSON form", rows.len() - ALLOCATOR_CLASS_ROWS)?;
+    }
+    Ok(())
+}
+
 impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let t = &self.tracked;
@@ -391,6 +433,7 @@ impl Display for Report {
                 }
             )?;
         }
+        write_allocator_classes(f, &self.allocator_classes)?;
         if let Some(o) = &self.origin {
             write_origin(f, o)?;
         }

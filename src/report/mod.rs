@@ -12,7 +12,7 @@ mod sites;
 mod warn;
 
 pub(crate) use collect::breakdown;
-pub use collect::report;
+pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
 pub use counters::{size_classes, totals};
 pub use ratio::RatioInputs;
@@ -38,6 +38,10 @@ pub struct Report {
     pub tracked: TrackedStats,
     /// The allocator's own figures, where it has any.
     pub allocator: Option<AllocatorStats>,
+    /// The allocator's own size classes that hold or have served a block, with its own counts
+    /// (jemalloc; empty on other backends): see [`AllocatorClass`](crate::AllocatorClass) for what
+    /// they include.
+    pub allocator_classes: Vec<crate::backend::AllocatorClass>,
     /// The kernel's view of the process.
     pub process: ProcessStats,
     /// How much resident memory is not live data.

@@ -13,6 +13,7 @@ use super::split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::snapshot::ClassUsable;
 
+mod classes;
 mod env;
 pub mod knobs;
 
@@ -82,6 +83,11 @@ fn stats() -> Result<AllocatorStats, StatsError> {
         mapped: read(stats::mapped::read(), "stats.mapped")?,
         retained: read(stats::retained::read(), "stats.retained")?,
         dirty: Some(unused_pages()?),
+        thread_cache: read(
+            // SAFETY: `stats.arenas.<i>.tcache_bytes` is a `size_t`.
+            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(all_arenas!("stats.arenas", "tcache_bytes")) },
+            "stats.arenas.<all>.tcache_bytes",
+        )?,
         ..AllocatorStats::default()
     })
 }
@@ -109,6 +115,10 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         stats().map(Some)
+    }
+
+    fn classes() -> Result<Vec<crate::backend::AllocatorClass>, StatsError> {
+        classes::classes()
     }
 
     fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {

@@ -1,0 +1,37 @@
+//! The allocator's own size classes and its own counts of them (jemalloc's bin and large-extent
+//! statistics): exact figures beside the report's estimates, at report time only.
+
+/// One of the allocator's own size classes, with the allocator's own counts, after an `epoch`
+/// advance (jemalloc: `stats.arenas.<all>.bins.<j>.*` for small classes, `lextents.<j>.*` for
+/// large ones).
+///
+/// What jemalloc counts, and so what these figures include:
+/// - every block of the process in the class: the program's (whether `Tracked` saw them or not),
+///   frag's own, and a sampled block's page-aligned copy (in the 4 KiB class or a larger one, not
+///   in its request's class);
+/// - `requests`: each thread's cache (tcache) counts its requests on its own and adds them to the
+///   class when the cache fills or flushes that class, so it lags behind the requests made; a thread
+///   that calls `frag::tune::jemalloc::flush_thread_tcache()` (or [`reclaim::idle`](crate::reclaim::idle)
+///   when the reclaimer asks it to) flushes its cache, and the figure is then exact for that thread;
+/// - a large request up to the thread caches' limit (`opt.tcache_max`, 32 KiB by default) is
+///   counted from the caches' requests, a larger one from the arena's allocations; a thread that
+///   lowered its own limit (`thread.tcache.max`) or turned its cache off has its large requests
+///   between the two limits counted as they miss;
+/// - `held`: live blocks plus the free regions parked in thread caches (`AllocatorStats::thread_cache`
+///   bytes in all), so it is an exact upper bound on live blocks, exact where caches are empty.
+///
+/// With `tcache:false` (`jemalloc_conf!` or `_RJEM_MALLOC_CONF`) both are exact at every report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct AllocatorClass {
+    /// The usable size of the class's blocks, in bytes (jemalloc's region or extent size).
+    pub size: u64,
+    /// Allocation requests the class has served (jemalloc `nrequests`), as merged from thread caches.
+    pub requests: u64,
+    /// Blocks of the class the allocator counts as allocated (jemalloc `curregs`, `curlextents`).
+    pub held: u64,
+    /// For a class served from slabs (jemalloc's small classes): `(slabs, regions per slab)`. Its free
+    /// space inside slabs in use is `(slabs × regions − held) × size`.
+    pub slabs: Option<(u64, u64)>,
+}
