@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{origin_counts, raw_alloc, raw_free};
+use common::{Ring, origin_counts, raw_alloc, raw_free};
 use frag::Tracked;
 use std::alloc::System;
 use std::sync::mpsc::channel;
@@ -33,7 +33,7 @@ fn run(n: usize, handoff: fn(usize) -> bool) {
     let (tx, rx) = channel::<Vec<(usize, usize)>>();
     let (ready_tx, ready_rx) = channel::<()>();
     let producer = std::thread::spawn(move || {
-        let mut ring = vec![(0usize, 0usize); 256];
+        let mut ring = Ring::new(256);
         ready_tx.send(()).unwrap();
         let mut batch = Vec::with_capacity(10_000);
         for i in 0..n {
@@ -45,13 +45,10 @@ fn run(n: usize, handoff: fn(usize) -> bool) {
                     tx.send(std::mem::replace(&mut batch, Vec::with_capacity(10_000))).unwrap();
                 }
             } else {
-                let old = std::mem::replace(&mut ring[i % 256], (b, s));
-                if old.0 != 0 {
-                    raw_free(old.0, old.1);
-                }
+                ring.keep(b, s);
             }
         }
-        ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+        ring.free_all();
         tx.send(batch).unwrap();
     });
     ready_rx.recv().unwrap();
@@ -93,16 +90,12 @@ fn thread_per_core_default_rate() {
 }
 
 fn run_local(n: usize) {
-    let mut ring = vec![(0usize, 0usize); 4096];
+    let mut ring = Ring::new(4096);
     for i in 0..n {
         let s = size(i);
-        let slot = i % ring.len();
-        let old = std::mem::replace(&mut ring[slot], (raw_alloc(s), s));
-        if old.0 != 0 {
-            raw_free(old.0, old.1);
-        }
+        ring.keep(raw_alloc(s), s);
     }
-    ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+    ring.free_all();
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::mpsc::sync_channel;
 
-use common::{is_child, raw_alloc, raw_free, run_child, under_memcheck};
+use common::{Ring, is_child, raw_alloc, raw_free, run_child, under_memcheck, xorshift};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
@@ -16,14 +16,6 @@ static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(st
 const PROCESSES: usize = 24;
 const BLOCKS: usize = 200_000;
 const BATCH: usize = 500;
-
-/// xorshift64.
-fn next(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
 
 /// One process's draw: a producer allocates `BLOCKS` blocks of 48 B to 32 KiB; every other block
 /// goes to a consumer thread in batches, the rest are freed by the producer a little later. Prints
@@ -50,11 +42,11 @@ fn coverage_child() {
         .unwrap();
     let producer = std::thread::Builder::new().name("cov-producer".into()).spawn(move || {
         let mut rng = 0x2545_F491_4F6C_DD1D_u64;
-        let mut ring = vec![(0usize, 0usize); 256];
+        let mut ring = Ring::new(256);
         let mut batch = Vec::with_capacity(BATCH);
         let (mut handed, mut handed_bytes) = (0u64, 0u64);
         for i in 0..BLOCKS {
-            let size = 48 + (next(&mut rng) % (32_768 - 48 + 1)) as usize;
+            let size = 48 + (xorshift(&mut rng) % (32_768 - 48 + 1)) as usize;
             let b = raw_alloc(size);
             if i % 2 == 0 {
                 batch.push((b, size));
@@ -64,13 +56,10 @@ fn coverage_child() {
                     tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).unwrap();
                 }
             } else {
-                let old = std::mem::replace(&mut ring[i % 256], (b, size));
-                if old.0 != 0 {
-                    raw_free(old.0, old.1);
-                }
+                ring.keep(b, size);
             }
         }
-        ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+        ring.free_all();
         tx.send(batch).unwrap();
         (handed, handed_bytes)
     });

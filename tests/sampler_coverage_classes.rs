@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{child_only, is_child, raw_alloc, raw_free, run_child, under_memcheck};
+use common::{child_only, is_child, raw_alloc, raw_free, run_child, under_memcheck, xorshift};
 use frag::{Sampling, Tracked};
 
 // The smallest mean the sampled tier takes: more samples per class, so more classes to check.
@@ -20,14 +20,6 @@ const MEAN: u64 = 64 << 10;
 /// harness's own blocks are a visible part of the truth).
 const MIN_EXPECTED_SAMPLES: u64 = 40;
 
-/// xorshift64.
-fn next(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// One process's draw: allocates `BLOCKS` blocks of 48 B to 8 KiB, frees every other one, and prints
 /// for each class in range `CLASS truth estimate low high` for live blocks, live bytes and
 /// allocations.
@@ -36,7 +28,7 @@ fn next(x: &mut u64) -> u64 {
 fn class_coverage_child() {
     child_only("class_intervals_cover_the_truth_across_processes");
     let mut rng = std::process::id() as u64 | 1;
-    let sizes: Vec<usize> = (0..BLOCKS).map(|_| 48 + (next(&mut rng) % 8_145) as usize).collect();
+    let sizes: Vec<usize> = (0..BLOCKS).map(|_| 48 + (xorshift(&mut rng) % 8_145) as usize).collect();
     let mut blocks: Vec<(usize, usize)> = sizes.iter().map(|&s| (raw_alloc(s), s)).collect();
     let mut kept = Vec::with_capacity(BLOCKS / 2);
     for (i, (b, s)) in blocks.drain(..).enumerate() {

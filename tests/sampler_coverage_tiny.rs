@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::mpsc::sync_channel;
 
-use common::{is_child, raw_alloc, raw_free, run_child, under_memcheck};
+use common::{Ring, is_child, raw_alloc, raw_free, run_child, under_memcheck, xorshift};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
@@ -18,17 +18,9 @@ const PROCESSES: usize = 40;
 const BLOCKS: usize = 400_000;
 const BATCH: usize = 500;
 
-/// xorshift64.
-fn next(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// A size from 1 B to 64 KiB, log-uniform.
 fn size(x: &mut u64) -> usize {
-    let u = (next(x) >> 11) as f64 / (1u64 << 53) as f64;
+    let u = (xorshift(x) >> 11) as f64 / (1u64 << 53) as f64;
     (16.0 * u).exp2() as usize
 }
 
@@ -59,7 +51,7 @@ fn tiny_child() {
     });
     let producer = std::thread::spawn(move || {
         let mut rng = 0x2545_F491_4F6C_DD1D_u64;
-        let mut ring = vec![(0usize, 0usize); 256];
+        let mut ring = Ring::new(256);
         let mut kept = Vec::with_capacity(BLOCKS / 10 + 1);
         let mut batch = Vec::with_capacity(BATCH);
         let mut sizes = Vec::with_capacity(BLOCKS);
@@ -70,7 +62,7 @@ fn tiny_child() {
             let b = raw_alloc(s);
             if i % 10 == 0 {
                 kept.push((b, s));
-            } else if next(&mut rng) % 7 < 2 {
+            } else if xorshift(&mut rng) % 7 < 2 {
                 // 2 in 7 of the other nine tenths: 30% of the blocks in all... close enough to it.
                 batch.push((b, s));
                 handed += 1;
@@ -78,13 +70,10 @@ fn tiny_child() {
                     tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).unwrap();
                 }
             } else {
-                let old = std::mem::replace(&mut ring[i % 256], (b, s));
-                if old.0 != 0 {
-                    raw_free(old.0, old.1);
-                }
+                ring.keep(b, s);
             }
         }
-        ring.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+        ring.free_all();
         tx.send(batch).unwrap();
         (handed, kept, sizes)
     });

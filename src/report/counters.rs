@@ -99,18 +99,10 @@ pub(super) fn bound_by_allocator(tracked: &mut TrackedStats, classes: &[crate::b
     }
 }
 
-/// The sampling mean the count intervals assume: the current one (the default while sampling is off).
-fn interval_mean() -> u64 {
-    match crate::sampler::mean() {
-        m if m == 0 || m == crate::sampler::OFF => crate::sampler::DEFAULT_MEAN,
-        m => m,
-    }
-}
-
 /// The spreads of the sampled tier's allocations (blocks entering a class), frees (leaving one) and
 /// live blocks, class by class (see [`estimate::ClassSum`]). Allocation- and lock-free.
 fn count_spreads(classes: &[ClassSums; NUM_CLASSES]) -> [estimate::ClassSum; 3] {
-    let mean = interval_mean();
+    let mean = crate::sampler::interval_mean();
     let mut sums = [estimate::ClassSum::default(); 3];
     for (i, c) in classes.iter().enumerate() {
         let weights = crate::stats::class::weights(i, mean);
@@ -192,7 +184,7 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
     let (live_blocks, live_bytes, usable_bytes) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
     let (cross_thread_ratio, cross_thread_ratio_interval, cross_thread_samples) = origin_section::class_ratio(i);
     let estimated = crate::stats::sampled();
-    let weights = class::weights(i, interval_mean());
+    let weights = class::weights(i, crate::sampler::interval_mean());
     let interval = |live: bool, bytes: bool, estimate: u64| {
         let (w2, bytes_var) = TALLY.class_variance(i, live);
         estimated.then(|| {

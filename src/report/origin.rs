@@ -50,10 +50,7 @@ fn frees(all: &OriginTotals, exact: Option<u64>, enough: bool) -> (u64, Option<(
         return (n, Some((n, n)));
     }
     let estimate = units(all.local.saturating_add(all.remote));
-    let mean = match sampler::mean() {
-        m if m == 0 || m == sampler::OFF => sampler::DEFAULT_MEAN,
-        m => m,
-    };
+    let mean = sampler::interval_mean();
     let mut sum = ClassSum::default();
     for i in 0..NUM_CLASSES {
         let c = TALLY.class(i);

@@ -239,6 +239,15 @@ pub(crate) fn mean() -> u64 {
     MEAN.load(Ordering::Relaxed)
 }
 
+/// The mean that count intervals assume for blocks nobody sampled: the current one, or the default
+/// while sampling is off or takes every block.
+pub(crate) fn interval_mean() -> u64 {
+    match mean() {
+        m if m == 0 || m == OFF => DEFAULT_MEAN,
+        m => m,
+    }
+}
+
 /// Applies a `Tracked`'s configured sampling at registration (the process's first shard claim),
 /// unless `set_sampling` came first. An invalid configuration keeps the default; the report warns
 /// ([`configured_error`]).

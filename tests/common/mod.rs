@@ -313,6 +313,40 @@ pub fn raw_alloc(size: usize) -> usize {
     p as usize
 }
 
+/// xorshift64: the tests' deterministic stream of sizes and choices.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// Blocks from `raw_alloc` that live a little while: each new one takes the place of the oldest,
+/// which is freed.
+pub struct Ring(Vec<(usize, usize)>, usize);
+
+impl Ring {
+    /// A ring of `len` places, empty.
+    pub fn new(len: usize) -> Self {
+        Self(vec![(0, 0); len], 0)
+    }
+
+    /// Keeps `block` of `size` bytes, freeing the oldest block when the ring is full.
+    pub fn keep(&mut self, block: usize, size: usize) {
+        let at = self.1 % self.0.len();
+        self.1 += 1;
+        let old = std::mem::replace(&mut self.0[at], (block, size));
+        if old.0 != 0 {
+            raw_free(old.0, old.1);
+        }
+    }
+
+    /// Frees every block still kept.
+    pub fn free_all(self) {
+        self.0.into_iter().filter(|b| b.0 != 0).for_each(|(b, s)| raw_free(b, s));
+    }
+}
+
 /// Frees a block from `raw_alloc`.
 pub fn raw_free(addr: usize, size: usize) {
     let layout = Layout::from_size_align(size, 8).expect("layout");
