@@ -40,13 +40,37 @@ pub fn check() -> Vec<Trap> {
     traps
 }
 
+static CHECKED: std::sync::OnceLock<Vec<Trap>> = std::sync::OnceLock::new();
+/// Whether a thread has started the check.
+static STARTED: crate::sync::AtomicBool = crate::sync::AtomicBool::new(false);
+
 /// The process's traps, checked once (by the first `report()`, outside the allocator and under its
 /// reentrancy guard) and kept: the allocators read their environment and the kernel's THP mode at
 /// start-up, and later reports stay pure reads (no environment lock, no `/sys` read, no log event).
 /// [`check`] looks again.
+///
+/// Never waits: while another thread checks, a report goes without the traps. Waiting would hang a
+/// child forked while its parent was checking (the checking thread does not exist in the child, so a
+/// `OnceLock` would stay "running" forever there); such a child reports no traps.
 pub(crate) fn checked() -> &'static [Trap] {
-    static CHECKED: std::sync::OnceLock<Vec<Trap>> = std::sync::OnceLock::new();
-    CHECKED.get_or_init(check_and_warn)
+    once_without_waiting(&CHECKED, &STARTED, check_and_warn)
+}
+
+/// `cell`'s value, computed by `f` on the first call; empty while another thread computes it.
+fn once_without_waiting<'a>(
+    cell: &'a std::sync::OnceLock<Vec<Trap>>,
+    started: &crate::sync::AtomicBool,
+    f: impl FnOnce() -> Vec<Trap>,
+) -> &'a [Trap] {
+    if let Some(traps) = cell.get() {
+        return traps;
+    }
+    if started.swap(true, crate::sync::Ordering::AcqRel) {
+        return &[];
+    }
+    // Only the thread that started it sets the cell, so `set` cannot find it set.
+    let _ = cell.set(f());
+    cell.get().map_or(&[], Vec::as_slice)
 }
 
 /// [`check`], emitting each trap not seen before as a `tracing` warning.
@@ -59,4 +83,24 @@ fn check_and_warn() -> Vec<Trap> {
         }
     }
     traps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A check under way elsewhere (or in the parent of a forked child) is not waited for.
+    #[test]
+    fn a_check_under_way_is_not_waited_for() {
+        static CELL: std::sync::OnceLock<Vec<Trap>> = std::sync::OnceLock::new();
+        static STARTED: crate::sync::AtomicBool = crate::sync::AtomicBool::new(false);
+        // Another thread took the check and never finishes it (a forked child's view of its parent).
+        STARTED.store(true, crate::sync::Ordering::Relaxed);
+        assert!(once_without_waiting(&CELL, &STARTED, || vec![Trap::ThpAlways]).is_empty());
+        // A first caller computes once; later callers read it.
+        static CELL2: std::sync::OnceLock<Vec<Trap>> = std::sync::OnceLock::new();
+        static STARTED2: crate::sync::AtomicBool = crate::sync::AtomicBool::new(false);
+        assert_eq!(once_without_waiting(&CELL2, &STARTED2, || vec![Trap::ThpAlways]), [Trap::ThpAlways]);
+        assert_eq!(once_without_waiting(&CELL2, &STARTED2, || panic!("computed twice")), [Trap::ThpAlways]);
+    }
 }
