@@ -270,7 +270,8 @@ pub struct Origin {
     /// sampled tier. JSON: `est_frees`.
     #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
     pub frees: u64,
-    /// Whether `frees` is the exact count (the exact tier counts every free).
+    /// Whether `frees` is the exact count (the exact tier counts every free): `cross_thread_frees`
+    /// is then the estimated share of it.
     pub frees_exact: bool,
     /// Fewer than 30 sampled frees: the estimates are too few to tell (the text report says so
     /// instead of printing them).

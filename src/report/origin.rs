@@ -127,14 +127,12 @@ pub(super) fn section(
         })
         .collect();
 
-    // The cross-thread frees: their own estimate, at most the frees, so that both, published as
-    // counters, never go down (each is the minimum of non-decreasing sequences). Their interval is the
-    // frees' interval times the share's.
-    let cross_thread_frees = units(all.remote).min(frees);
-    let cross = ratio.zip(interval).zip(frees_interval).map(|((r, ri), fi)| {
-        let (lo, hi) = part(r, ri, frees, fi).1;
-        (lo.min(cross_thread_frees), hi.max(cross_thread_frees))
-    });
+    // The cross-thread frees are the estimated share of the frees: in the sampled tier the same as
+    // their own estimate, in the exact tier the share of the exact count (a ratio estimator, as
+    // precise as the share; a dip between reports does not lower the published counter, which is
+    // set with `absolute`). Their interval is the frees' interval times the share's.
+    let cross = ratio.zip(interval).zip(frees_interval).map(|((r, ri), fi)| part(r, ri, frees, fi));
+    let cross_thread_frees = cross.map_or(units(all.remote).min(frees), |c| c.0);
     let cross_thread_bytes = units(all.remote_bytes).min(max_bytes);
     Some(Origin {
         sampling,
@@ -150,7 +148,7 @@ pub(super) fn section(
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,
         frees_interval,
-        cross_thread_frees_interval: cross.filter(|_| enough),
+        cross_thread_frees_interval: cross.map(|c| c.1).filter(|_| enough),
         cross_thread_bytes_interval: enough
             .then(|| bytes_interval(cross_thread_bytes, all.remote_bytes_var, max_bytes)),
         pairs,
