@@ -146,41 +146,58 @@ pub(crate) type ClassWeights = (f64, f64);
 /// (below) and largest (above), bound the count; a class with no sample at all still gets an upper
 /// bound. Classes whose smallest block is sampled with probability ½ or more keep the normal interval:
 /// there the Poisson limits would overstate a count that is nearly exact.
-fn class_spread(weighted: u64, w2: u64, (w_min, w_max): ClassWeights) -> (f64, f64) {
+fn class_spread(weighted: u64, w2: u64, (w_min, w_max): ClassWeights) -> Spread {
     let est = weighted as f64 / W_ONE as f64;
     let k = effective_samples(weighted, w2);
     if k >= MIN_SAMPLES_INTERVAL || w_max < 2.0 {
         let half = Z95 * (w2 as f64 - est).max(0.0).sqrt();
-        return (half, half);
+        return Spread { below: half, above: half, poisson: false };
     }
     let (low, high) = POISSON_95[(libm::round(k) as usize).min(POISSON_95.len() - 1)];
-    ((est - low * w_min).max(0.0), (high * w_max - est).max(0.0))
+    Spread { below: (est - low * w_min).max(0.0), above: (high * w_max - est).max(0.0), poisson: true }
+}
+
+/// A class's distances from its estimate down and up to the ends of its 95% interval, and whether
+/// they are Poisson limits (few samples) rather than a normal spread.
+struct Spread {
+    below: f64,
+    above: f64,
+    poisson: bool,
 }
 
 /// The 95% interval of size class's count estimate `estimate`, whose weights (fixed point) sum to
 /// `weighted` and whose squared weights sum to `w2`, with the class's weights `weights` (see
 /// [`class_spread`]).
 pub(crate) fn class_count_interval(estimate: u64, weighted: u64, w2: u64, weights: ClassWeights) -> (u64, u64) {
-    let (below, above) = class_spread(weighted, w2, weights);
+    let Spread { below, above, .. } = class_spread(weighted, w2, weights);
     let e = estimate as f64;
     (((e - below).max(0.0) as u64).min(estimate), ((e + above).ceil() as u64).max(estimate))
 }
 
 /// A count estimated over the size classes, whose 95% interval combines each class's (see
-/// [`class_spread`]) in quadrature, each side on its own. A class with no sample still adds its upper
-/// bound: its blocks may have gone unseen.
+/// [`class_spread`]). Classes with enough samples add their normal spreads in quadrature, and so do
+/// classes with few, among themselves and on each side on its own. Below, the two sums add: a class
+/// with few samples is skewed (one rare sample of a heavy weight lifts its estimate far above its
+/// count), and in one quadrature its long distance down would swallow the other classes' spread.
+/// Above, one quadrature. A class with no sample still adds its upper bound: its blocks may have
+/// gone unseen.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ClassSum {
-    below2: f64,
-    above2: f64,
+    normal2: f64,
+    sparse_below2: f64,
+    sparse_above2: f64,
 }
 
 impl ClassSum {
     /// Adds one class: its weights (fixed point) sum to `weighted`, their squares to `w2`.
     pub(crate) fn add(&mut self, weighted: u64, w2: u64, weights: ClassWeights) {
-        let (below, above) = class_spread(weighted, w2, weights);
-        self.below2 += below * below;
-        self.above2 += above * above;
+        let Spread { below, above, poisson } = class_spread(weighted, w2, weights);
+        if poisson {
+            self.sparse_below2 += below * below;
+            self.sparse_above2 += above * above;
+        } else {
+            self.normal2 += below * below;
+        }
     }
 
     /// The interval around the total's estimate `estimate`, at most `cap` (an exact total it is part
@@ -188,10 +205,9 @@ impl ClassSum {
     pub(crate) fn interval(&self, estimate: u64, cap: u64) -> (u64, u64) {
         let est = estimate.min(cap);
         let e = est as f64;
-        (
-            ((e - self.below2.sqrt()).max(0.0) as u64).min(est),
-            ((e + self.above2.sqrt()).ceil() as u64).clamp(est, cap.max(est)),
-        )
+        let below = self.normal2.sqrt() + self.sparse_below2.sqrt();
+        let above = (self.normal2 + self.sparse_above2).sqrt();
+        (((e - below).max(0.0) as u64).min(est), ((e + above).ceil() as u64).clamp(est, cap.max(est)))
     }
 }
 
