@@ -11,7 +11,7 @@
 ///   in its request's class);
 /// - `requests`: each thread's cache (tcache) counts its requests on its own and adds them to the
 ///   class when the cache fills or flushes that class, so it lags behind the requests made; a thread
-///   that calls `frag::tune::jemalloc::flush_thread_tcache()` (or [`reclaim::idle`](crate::reclaim::idle)
+///   that calls `frag::tune::jemalloc::flush_thread_tcache()` (or `frag::reclaim::idle`
 ///   when the reclaimer asks it to) flushes its cache, and the figure is then exact for that thread;
 /// - a large request up to the thread caches' limit (`opt.tcache_max`, 32 KiB by default) is
 ///   counted from the caches' requests, a larger one from the arena's allocations; a thread that

@@ -39,8 +39,8 @@ pub struct AllocatorStats {
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub dirty: Option<u64>,
     /// Bytes in free blocks parked in the threads' caches, which the allocator counts as allocated
-    /// (jemalloc `stats.arenas.<all>.tcache_bytes`): a thread's cache empties when it calls
-    /// [`reclaim::idle`](crate::reclaim::idle).
+    /// (jemalloc `stats.arenas.<all>.tcache_bytes`): a thread's cache empties when the thread
+    /// flushes it (`frag::tune::jemalloc::flush_thread_tcache()`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub thread_cache: Option<u64>,
     /// Bytes of free space at the top of glibc's main heap that `malloc_trim` could give back
