@@ -6,7 +6,9 @@
 //! `crate::sync` only: the loom models in `tests/loom/src/` include those files with a `sync` module of
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 /// Adds `v` to a counter that only the calling thread ever writes.
 ///

@@ -35,3 +35,14 @@ pub struct AllocatorClass {
     /// space inside slabs in use is `(slabs × regions − held) × size`.
     pub slabs: Option<(u64, u64)>,
 }
+
+impl AllocatorClass {
+    /// Free bytes inside the class's slabs in use, `(slabs × regions − held) × size`: the holes its
+    /// live blocks keep resident (0 for a class not served from slabs).
+    #[must_use]
+    pub fn free_in_slabs(&self) -> u64 {
+        self.slabs.map_or(0, |(slabs, regions)| {
+            slabs.saturating_mul(regions).saturating_sub(self.held).saturating_mul(self.size)
+        })
+    }
+}

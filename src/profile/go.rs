@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Options, build, frames, gzip};
+use super::{Options, Pinned, build, frames, gzip, sites_now};
 use crate::sampler::{Sampling, sampling};
-use crate::sites::read::{SiteFigures, snapshot};
+use crate::sites::read::SiteFigures;
 use crate::sites::symbols::Symbols;
 
 /// Which of Go's two memory profiles a scrape asks for. Both carry the same four sample types; they
@@ -177,16 +177,19 @@ pub struct GoAnswer {
 // by this function's name.
 #[inline(never)]
 pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
-    let (sites, duration) = match query.seconds {
+    let (all, duration) = match query.seconds {
         Some(s) => {
-            let before = snapshot();
+            let before = sites_now();
             std::thread::sleep(Duration::from_secs(s));
-            (delta(before, snapshot()), Duration::from_secs(s))
+            let after = sites_now();
+            let split = before.split && after.split;
+            (Pinned { split, sites: delta(before.sites, after.sites) }, Duration::from_secs(s))
         }
-        None => (snapshot(), Duration::ZERO),
+        None => (sites_now(), Duration::ZERO),
     };
+    let sites = &all.sites;
     if query.debug {
-        let text = text(endpoint, &sites, query.symbolize.unwrap_or(true));
+        let text = text(endpoint, sites, query.symbolize.unwrap_or(true));
         return GoAnswer {
             status: 200,
             content_type: "text/plain; charset=utf-8",
@@ -204,7 +207,7 @@ pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
         status: 200,
         content_type: "application/octet-stream",
         content_disposition: Some(format!("attachment; filename=\"{}{suffix}\"", endpoint.name())),
-        body: gzip(&build(&sites, &options)),
+        body: gzip(&build(&all, &options)),
     }
 }
 
@@ -235,6 +238,7 @@ fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> 
                 s.alloc_bytes -= b.alloc_bytes;
                 s.inuse_blocks -= b.inuse_blocks;
                 s.inuse_bytes -= b.inuse_bytes;
+                s.pinned_bytes -= b.pinned_bytes;
             }
             s
         })
@@ -244,7 +248,7 @@ fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> 
     out.extend(base.into_values().map(|b| {
         let mut s = SiteFigures::default();
         s.stack = b.stack;
-        (s.inuse_blocks, s.inuse_bytes) = (-b.inuse_blocks, -b.inuse_bytes);
+        (s.inuse_blocks, s.inuse_bytes, s.pinned_bytes) = (-b.inuse_blocks, -b.inuse_bytes, -b.pinned_bytes);
         s
     }));
     out

@@ -4,7 +4,10 @@
 //! [`heap_pprof`] returns a gzip-compressed `profile.proto` with Go's heap-profile sample types:
 //! `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count` and `inuse_space/bytes` (the
 //! default), every value an estimate weighted by the inverse sampling probability (the profile's
-//! comments say so, with the sampling mean). Its stacks are symbolized in process; mappings carry the
+//! comments say so, with the sampling mean). Where the allocator splits its free space by size class
+//! (jemalloc), a fifth type follows them, `pinned_space/bytes`: the free bytes in slabs that each
+//! site's live blocks keep resident (see [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes));
+//! `go tool pprof -sample_index=pinned_space` shows which code pins the pages. Its stacks are symbolized in process; mappings carry the
 //! loaded objects' paths and GNU build IDs, so [`heap_pprof_unsymbolized`] (no names, no debug
 //! information read) can be symbolized offline against the same binaries.
 //!
@@ -47,14 +50,28 @@ use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 /// ```
 #[must_use]
 pub fn heap_pprof() -> Vec<u8> {
-    gzip(&build(&snapshot(), &Options::heap(true)))
+    gzip(&build(&sites_now(), &Options::heap(true)))
 }
 
 /// [`heap_pprof`] without names: addresses and mappings (with build IDs) only, for `pprof` to
 /// symbolize against the binaries. Cheap: reads no debug information.
 #[must_use]
 pub fn heap_pprof_unsymbolized() -> Vec<u8> {
-    gzip(&build(&snapshot(), &Options::heap(false)))
+    gzip(&build(&sites_now(), &Options::heap(false)))
+}
+
+/// Every site's figures now, with its pinned bytes where the allocator splits its holes by class
+/// (`pinned`: whether it does).
+fn sites_now() -> Pinned {
+    let pins = crate::report::pinned_by_site();
+    Pinned { split: pins.is_some(), sites: snapshot(&pins.unwrap_or_default()) }
+}
+
+/// The sites' figures, and whether their `pinned_bytes` mean anything (the allocator split its holes
+/// by class): only then does a profile carry `pinned_space`.
+struct Pinned {
+    split: bool,
+    sites: Vec<SiteFigures>,
 }
 
 fn gzip(p: &proto::Profile) -> Vec<u8> {
@@ -102,7 +119,8 @@ impl Options {
     }
 }
 
-fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
+fn build(all: &Pinned, options: &Options) -> proto::Profile {
+    let sites = &all.sites;
     let symbolize = options.symbolize;
     // In a child forked mid-symbolization, the profile goes out unsymbolized (with `drop_frames`).
     let symbols = if symbolize { Symbols::new() } else { None };
@@ -110,12 +128,15 @@ fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
     let mut symbols = symbols.unwrap_or_else(Symbols::none);
     let mut strings = Strings::new();
     let vt = |s: &mut Strings, t: &str, u: &str| proto::ValueType { r#type: s.id(t), unit: s.id(u) };
-    let sample_type = vec![
+    let mut sample_type = vec![
         vt(&mut strings, "alloc_objects", "count"),
         vt(&mut strings, "alloc_space", "bytes"),
         vt(&mut strings, "inuse_objects", "count"),
         vt(&mut strings, "inuse_space", "bytes"),
     ];
+    if all.split {
+        sample_type.push(vt(&mut strings, "pinned_space", "bytes"));
+    }
     let period_type = Some(vt(&mut strings, "space", "bytes"));
     let period = match sampling() {
         Sampling::MeanBytes(m) => m as i64,
@@ -189,7 +210,7 @@ fn build(sites: &[SiteFigures], options: &Options) -> proto::Profile {
         if ids.is_empty() {
             ids.push(no_stack_location(&mut strings, &mut functions, &mut locations));
         }
-        samples.push(proto::Sample { location_id: ids, value: values(site), label: Vec::new() });
+        samples.push(proto::Sample { location_id: ids, value: values(site, all.split), label: Vec::new() });
     }
 
     let comment = vec![
@@ -224,10 +245,12 @@ fn frames(symbols: &mut Symbols, symbolize: bool, stack: &[usize]) -> Vec<(usize
     if symbolize && !stack.is_empty() { trimmed(symbols, stack) } else { stack.iter().map(|&pc| (pc, 0)).collect() }
 }
 
-/// `[alloc_objects, alloc_space, inuse_objects, inuse_space]`, rounded.
-fn values(site: &SiteFigures) -> Vec<i64> {
-    [site.alloc_blocks, site.alloc_bytes, site.inuse_blocks, site.inuse_bytes]
+/// `[alloc_objects, alloc_space, inuse_objects, inuse_space]`, then `pinned_space` when `pinned`,
+/// rounded.
+fn values(site: &SiteFigures, pinned: bool) -> Vec<i64> {
+    [site.alloc_blocks, site.alloc_bytes, site.inuse_blocks, site.inuse_bytes, site.pinned_bytes]
         .iter()
+        .take(if pinned { 5 } else { 4 })
         .map(|v| v.round() as i64)
         .collect()
 }

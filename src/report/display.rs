@@ -78,6 +78,17 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     if s.no_stack_inuse_bytes > 0 {
         writeln!(f, "           in use without a stack {ESTIMATED}{}", Bytes(s.no_stack_inuse_bytes))?;
     }
+    match &s.pinned {
+        Some(p) => writeln!(
+            f,
+            "           holes in the allocator's slabs {}: pinned by the sites below by their live blocks per class \
+             ({ESTIMATED}pins), {ESTIMATED}{} without a stack, {} in classes with no live sample",
+            Bytes(p.holes_bytes),
+            Bytes(p.no_stack_bytes),
+            Bytes(p.unattributed_bytes)
+        )?,
+        None => writeln!(f, "           pins: not split (the allocator gives no free space by size class)")?,
+    }
     if s.top.is_empty() {
         return Ok(());
     }
@@ -90,31 +101,34 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     }
     writeln!(
         f,
-        "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  leaf frames",
+        "  {:>11} {:>5} {:>10} {:>10} {:>8} {:>7} {:>9}  row leaf frames",
         &format!("{ESTIMATED}in use"),
         "95%",
         &format!("{ESTIMATED}blocks"),
+        &format!("{ESTIMATED}pins"),
         "samples",
         &format!("{ESTIMATED}cross"),
         &format!("{ESTIMATED}median")
     )?;
-    for r in &s.top {
+    for (i, r) in s.top.iter().enumerate() {
         let few = |v: Option<String>| {
             v.unwrap_or_else(|| if r.free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
         };
         writeln!(
             f,
-            "  {:>11} {:>5} {:>10} {:>8} {:>7} {:>9}  {}",
+            "  {:>11} {:>5} {:>10} {:>10} {:>8} {:>7} {:>9}  #{:<2} {}",
             Bytes(r.inuse_bytes),
             plus_minus(r.inuse_bytes, Some(r.inuse_bytes_interval)),
             r.inuse_blocks,
+            r.pinned_bytes.map_or_else(|| "-".to_owned(), |b| Bytes(b).to_string()),
             r.samples,
             few(r.cross_thread_share.map(|c| Percent(c, 0).to_string())),
             few(r.median_lifetime_ns.map(|ns| Nanos(ns).to_string())),
+            i + 1,
             r.frames.first().map_or("?", String::as_str)
         )?;
         for frame in r.frames.iter().skip(1) {
-            writeln!(f, "  {:>56}  {frame}", "")?;
+            writeln!(f, "  {:>67}      {frame}", "")?;
         }
     }
     Ok(())
@@ -245,12 +259,7 @@ fn write_allocator_classes(f: &mut Formatter<'_>, classes: &[crate::backend::All
     let mut rows: Vec<&crate::backend::AllocatorClass> = classes.iter().collect();
     rows.sort_by_key(|c| core::cmp::Reverse(c.held.saturating_mul(c.size)));
     for c in rows.iter().take(ALLOCATOR_CLASS_ROWS) {
-        let free = c.slabs.map_or_else(
-            || "-".to_owned(),
-            |(slabs, regions)| {
-                Bytes(slabs.saturating_mul(regions).saturating_sub(c.held).saturating_mul(c.size)).to_string()
-            },
-        );
+        let free = if c.slabs.is_some() { Bytes(c.free_in_slabs()).to_string() } else { "-".to_owned() };
         writeln!(
             f,
             "  {:>12} {:>12} {:>10} {:>11} {:>18}",
@@ -264,6 +273,16 @@ fn write_allocator_classes(f: &mut Formatter<'_>, classes: &[crate::backend::All
     if rows.len() > ALLOCATOR_CLASS_ROWS {
         writeln!(f, "  ... {} more classes in the JSON form", rows.len() - ALLOCATOR_CLASS_ROWS)?;
     }
+    let sum = |f: fn(&crate::backend::AllocatorClass) -> u64| classes.iter().map(f).fold(0u64, u64::saturating_add);
+    writeln!(
+        f,
+        "  {:>12} {:>12} {:>10} {:>11} {:>18}",
+        "all",
+        sum(|c| c.requests),
+        sum(|c| c.held),
+        Bytes(sum(|c| c.held.saturating_mul(c.size))),
+        Bytes(sum(crate::backend::AllocatorClass::free_in_slabs))
+    )?;
     Ok(())
 }
 

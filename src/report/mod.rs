@@ -7,16 +7,18 @@ mod counters;
 pub mod diagnosis;
 mod display;
 mod origin;
+mod pins;
 mod ratio;
 mod sites;
 mod warn;
 
 pub(crate) use collect::breakdown;
+pub(crate) use collect::pinned_by_site;
 pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
 pub use counters::{size_classes, totals};
 pub use ratio::RatioInputs;
-pub use sites::{SiteRow, Sites};
+pub use sites::{PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};

@@ -35,8 +35,13 @@ pub struct Sites {
     /// Estimated bytes in use of sampled blocks that have no stack.
     #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_inuse_bytes"))]
     pub no_stack_inuse_bytes: u64,
-    /// The sites holding the most bytes in use, largest first (ties by bytes allocated; at most 10).
+    /// The sites holding the most bytes in use, largest first (ties by bytes allocated; at most 10),
+    /// then the sites pinning the most holes that are not among them (up to 3 more).
     pub top: Vec<SiteRow>,
+    /// How the free space in the allocator's slabs is shared among the sites (each row's
+    /// `pinned_bytes`); `None` where the backend gives no free space by size class (glibc, mimalloc,
+    /// snmalloc: "not split").
+    pub pinned: Option<PinnedHoles>,
     /// Whether `frames` hold names ([`Sites::symbolize`] ran).
     pub symbolized: bool,
 }
@@ -82,6 +87,22 @@ impl Sites {
         }
         self.symbolized = true;
     }
+}
+
+/// The free space in the allocator's slabs (jemalloc's small classes), and how much of it the
+/// sites' pins account for. Per class, `(slabs × regions − live regions) × region size` from the
+/// allocator's own statistics; each site's share is an estimate (see [`SiteRow::pinned_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct PinnedHoles {
+    /// Free bytes in the slabs of every class, from the allocator (exact at report time).
+    pub holes_bytes: u64,
+    /// Estimated part of `holes_bytes` pinned by blocks without a stack (the "no stack" site).
+    #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_bytes"))]
+    pub no_stack_bytes: u64,
+    /// Holes of classes in which no sampled block is live: no site to give them to.
+    pub unattributed_bytes: u64,
 }
 
 /// One allocation site.
@@ -130,17 +151,34 @@ pub struct SiteRow {
     /// under 30 sampled frees.
     #[cfg_attr(feature = "serde", serde(rename = "est_median_lifetime_ns"))]
     pub median_lifetime_ns: Option<u64>,
+    /// Estimated free bytes in the allocator's slabs that this site's live blocks keep resident:
+    /// each slab class's free space shared among the sites by their estimated live blocks in the
+    /// class (the site's blocks are in those slabs, which cannot be returned while any block in them
+    /// lives). `None` where the backend does not split its holes by class ([`Sites::pinned`]).
+    #[cfg_attr(feature = "serde", serde(rename = "est_pinned_bytes"))]
+    pub pinned_bytes: Option<u64>,
 }
 
-/// The section; `None` when site sampling is off and nothing was sampled.
-pub(crate) fn section() -> Option<Sites> {
-    let all = read::snapshot();
+/// Sites pinning the most holes that are listed beside the top sites by bytes in use.
+const TOP_PINNING: usize = 3;
+
+/// The section; `None` when site sampling is off and nothing was sampled. `classes` are the
+/// allocator's own (empty where it has none), whose slab figures the pins are shared from.
+pub(crate) fn section(classes: &[crate::backend::AllocatorClass]) -> Option<Sites> {
     let sampling = sampler::sampling();
+    let shares = super::pins::current(classes);
+    let all = read::snapshot(&shares.as_ref().map(|s| s.by_site.clone()).unwrap_or_default());
     if all.is_empty() && sampling == Sampling::Off {
         return None;
     }
+    let split = shares.is_some();
     let (no_stack, stacked): (Vec<&SiteFigures>, Vec<&SiteFigures>) = all.iter().partition(|s| s.stack.is_empty());
-    let top = stacked.iter().take(TOP).map(|s| row(s)).collect();
+    let mut top: Vec<SiteRow> = stacked.iter().take(TOP).map(|s| row(s, split)).collect();
+    if split {
+        let mut pinning: Vec<&&SiteFigures> = stacked.iter().skip(TOP).filter(|s| s.pinned_bytes >= 1.0).collect();
+        pinning.sort_by(|a, b| b.pinned_bytes.total_cmp(&a.pinned_bytes));
+        top.extend(pinning.into_iter().take(TOP_PINNING).map(|s| row(s, split)));
+    }
     Some(Sites {
         sampling,
         unwinder: sites::unwinder(),
@@ -150,6 +188,11 @@ pub(crate) fn section() -> Option<Sites> {
         dropped_stacks: read::dropped(),
         no_stack_inuse_bytes: no_stack.iter().map(|s| s.inuse_bytes.round() as u64).sum(),
         top,
+        pinned: shares.map(|s| PinnedHoles {
+            holes_bytes: s.holes,
+            no_stack_bytes: no_stack.iter().map(|s| s.pinned_bytes.round() as u64).sum(),
+            unattributed_bytes: s.unattributed,
+        }),
         symbolized: false,
     })
 }
@@ -178,7 +221,7 @@ fn named_frames(symbols: &mut Symbols, stack: &[usize], max: usize) -> Vec<Strin
     frames
 }
 
-fn row(s: &SiteFigures) -> SiteRow {
+fn row(s: &SiteFigures, pins_split: bool) -> SiteRow {
     let inuse_bytes = s.inuse_bytes.round() as u64;
     let alloc_bytes = s.alloc_bytes.round() as u64;
     SiteRow {
@@ -194,5 +237,6 @@ fn row(s: &SiteFigures) -> SiteRow {
         cross_thread_share: s.cross_share(),
         free_samples: s.free_samples,
         median_lifetime_ns: s.median_lifetime_ns(),
+        pinned_bytes: pins_split.then(|| s.pinned_bytes.round() as u64),
     }
 }

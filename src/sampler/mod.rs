@@ -313,6 +313,11 @@ pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     e
 }
 
+/// Calls `f` with every sampled block still live (report side; see `Table::for_each`).
+pub(crate) fn for_each_live(f: impl FnMut(SampledBlock)) {
+    TABLE.for_each(f);
+}
+
 /// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever
 /// its entry is read, so that a figure rounded at random when the block is allocated is rounded the
 /// same way when it is freed.

@@ -225,6 +225,32 @@ impl<const N: usize> Table<N> {
         }
         None
     }
+    /// Calls `f` with every entry in the table (report side: O(capacity), no lock, no allocation).
+    ///
+    /// Entries come and go meanwhile: an entry is passed on when its key reads the same before and
+    /// after its fields, so a slot reused during the read is skipped (or, if the same address was
+    /// freed and sampled again in between, read as a mix of two entries of that address: an estimate
+    /// may take that; the allocation path never reads it).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(SampledBlock)) {
+        for slot in &self.slots {
+            let key = slot.key.load(Ordering::Acquire);
+            if key <= TOMB {
+                continue;
+            }
+            let e = SampledBlock::unpack(
+                slot.who.load(Ordering::Relaxed),
+                slot.size.load(Ordering::Relaxed),
+                slot.weight.load(Ordering::Relaxed),
+                slot.born.load(Ordering::Relaxed),
+                slot.how.load(Ordering::Relaxed),
+            );
+            crate::sync::fence(Ordering::Acquire);
+            if slot.key.load(Ordering::Relaxed) == key {
+                f(e);
+            }
+        }
+    }
+
     /// Samples dropped because the table was full around their home slot.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

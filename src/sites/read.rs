@@ -24,6 +24,8 @@ pub(crate) struct SiteFigures {
     /// Byte variances (`estimate::SampleSums::bytes_var`) behind `alloc_bytes` and `inuse_bytes`.
     pub(crate) alloc_bytes_var: u64,
     pub(crate) inuse_bytes_var: u64,
+    /// Estimated free bytes in slabs that the site's live blocks keep resident (`report::pins`).
+    pub(crate) pinned_bytes: f64,
     lifetimes: [f64; LIFETIME_OCTAVES],
 }
 
@@ -72,8 +74,8 @@ impl SiteFigures {
 }
 
 /// Every site with a sample, merged by stack (two racing threads may have interned one stack
-/// twice), the "no stack" site first if it has any.
-pub(crate) fn snapshot() -> Vec<SiteFigures> {
+/// twice), the "no stack" site first if it has any; `pinned` holds each site id's pinned bytes.
+pub(crate) fn snapshot(pinned: &HashMap<u32, f64>) -> Vec<SiteFigures> {
     let mut by_stack: HashMap<Vec<usize>, SiteFigures> = HashMap::new();
     for (id, stack) in SITES.stacks() {
         let t = SITES.tallies(id);
@@ -82,6 +84,7 @@ pub(crate) fn snapshot() -> Vec<SiteFigures> {
         }
         let e = by_stack.entry(stack.clone()).or_insert_with(|| SiteFigures { stack, ..SiteFigures::default() });
         e.add(t);
+        e.pinned_bytes += pinned.get(&id).copied().unwrap_or(0.0);
     }
     let mut out: Vec<SiteFigures> = by_stack.into_values().collect();
     out.sort_by(|a, b| {

@@ -6,7 +6,7 @@ use crate::backend::interface::{KnownAllocator, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
 use crate::format::{Approx, Bytes, ClassRange, Percent};
-use crate::report::{Origin, SizeClassRow};
+use crate::report::{Origin, SiteRow, Sites, SizeClassRow};
 use crate::tune::Trap;
 
 use super::breakdown::Breakdown;
@@ -20,6 +20,7 @@ pub(crate) struct Evidence<'a> {
     pub breakdown: &'a Breakdown,
     pub classes: &'a [SizeClassRow],
     pub origin: Option<&'a Origin>,
+    pub sites: Option<&'a Sites>,
     pub traps: &'a [Trap],
 }
 
@@ -166,8 +167,29 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
     out
 }
 
+/// The sites whose live blocks pin the most holes (estimates), by their row in the sites section,
+/// with the figure; `None` where the pins are not split or no site pins anything.
+fn top_pinning(sites: Option<&Sites>, n: usize) -> Option<String> {
+    let mut rows: Vec<(usize, &SiteRow)> =
+        sites?.top.iter().enumerate().filter(|(_, r)| r.pinned_bytes.unwrap_or(0) > 0).collect();
+    rows.sort_by_key(|(_, r)| core::cmp::Reverse(r.pinned_bytes));
+    // By row number: at report time the frames are still addresses (`Sites::symbolize` names them).
+    let names: Vec<String> =
+        rows.iter().take(n).map(|(i, r)| format!("#{} (~{})", i + 1, Bytes(r.pinned_bytes.unwrap_or(0)))).collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
 fn holes_remedy(e: &Evidence<'_>) -> String {
     let pinned = top_classes(e.classes, 3, |c| c.live_bytes);
+    let sites = top_pinning(e.sites, 3)
+        .map(|rows| {
+            format!(
+                "; the sites pinning the most are the sites section's rows {rows}: allocate their long-lived \
+                 small blocks apart (an arena, a pool, a bump allocator for known lifetimes) or shorten their \
+                 lifetime"
+            )
+        })
+        .unwrap_or_default();
     let cross = e
         .origin
         .filter(|o| o.sampled_frees >= MIN_SAMPLES_FINDING)
@@ -176,7 +198,7 @@ fn holes_remedy(e: &Evidence<'_>) -> String {
         .map(|r| format!("; about {} of freed bytes cross threads, which scatters frees over pages", Percent(r, 0)))
         .unwrap_or_default();
     let choice = backend_remedy(e.backend, Remedy::Holes).map(|r| format!("; {r}")).unwrap_or_default();
-    format!("long-lived blocks pin partly used pages; the classes with most live bytes: {pinned}{cross}{choice}")
+    format!("long-lived blocks pin partly used pages; the classes with most live bytes: {pinned}{sites}{cross}{choice}")
 }
 
 fn reclaimable_remedy(backend: Option<Backend>) -> String {

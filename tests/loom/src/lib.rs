@@ -13,7 +13,7 @@
 mod sync {
     //! loom's atomics, and non-`const` versions of `frag`'s two constructor macros (see `src/sync.rs`).
 
-    pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence};
 
     macro_rules! atomics_ctor {
         ($(#[$m:meta])* $v:vis fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {

@@ -1,0 +1,182 @@
+//! Which sites pin the holes, on jemalloc in the sampled tier, against jemalloc's own slab statistics
+//! read by the test itself:
+//! - site A keeps 40-byte blocks (jemalloc's 48-byte class) allocated one by one between site B's,
+//!   and B's are all freed: every slab of the class is left about half full, and only A's blocks
+//!   hold them there;
+//! - site C fills slabs of 100-byte blocks (the 112-byte class) densely and keeps them: it pins
+//!   nothing;
+//! - the holes the report shares out are jemalloc's own, and the shares add up to them.
+
+#![cfg(feature = "jemalloc")]
+
+mod common;
+
+use common::symbolized_report;
+
+#[global_allocator]
+static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
+
+const MALLCTL_ARENAS_ALL: usize = 4096;
+
+/// A block of site A (kept).
+#[inline(never)]
+fn site_kept() -> Box<[u8; 40]> {
+    std::hint::black_box(Box::new([1u8; 40]))
+}
+
+/// A block of site B (freed).
+#[inline(never)]
+fn site_churned() -> Box<[u8; 40]> {
+    std::hint::black_box(Box::new([2u8; 40]))
+}
+
+/// A block of site C (kept, slabs filled densely).
+#[inline(never)]
+fn site_dense() -> Box<[u8; 100]> {
+    std::hint::black_box(Box::new([3u8; 100]))
+}
+
+/// jemalloc's free bytes in the slabs of each small class, `(region size, holes)`, read by name
+/// after an `epoch` advance: the ground truth, independent of frag's reading by MIB.
+fn jemalloc_holes() -> Vec<(u64, u64)> {
+    use tikv_jemalloc_ctl::raw;
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    let read = |name: String| -> u64 {
+        let key = format!("{name}\0");
+        // SAFETY: every key read here is a `size_t` (`curslabs`, `curregs`, `size`) or an `unsigned`
+        // widened below (`nbins`, `nregs`), as jemalloc's manual gives them.
+        unsafe { raw::read::<usize>(key.as_bytes()) }.unwrap() as u64
+    };
+    let read_u32 = |name: String| -> u64 {
+        let key = format!("{name}\0");
+        // SAFETY: `arenas.nbins` and `arenas.bin.<j>.nregs` are 32-bit.
+        u64::from(unsafe { raw::read::<u32>(key.as_bytes()) }.unwrap())
+    };
+    (0..read_u32("arenas.nbins".into()))
+        .map(|j| {
+            let size = read(format!("arenas.bin.{j}.size"));
+            let nregs = read_u32(format!("arenas.bin.{j}.nregs"));
+            let slabs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curslabs"));
+            let regs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curregs"));
+            (size, (slabs * nregs).saturating_sub(regs) * size)
+        })
+        .collect()
+}
+
+/// The pinned bytes of the report's rows whose leaf frame is `function`.
+fn pins(report: &frag::Report, function: &str) -> u64 {
+    let sites = report.sites.as_ref().expect("a sites section");
+    sites
+        .top
+        .iter()
+        .filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function)))
+        .map(|r| r.pinned_bytes.expect("jemalloc splits its holes by class"))
+        .sum()
+}
+
+/// Blocks of the three sites: A's and C's kept, B's freed, the thread's cache flushed.
+struct Scenario {
+    n: usize,
+    kept: Vec<Box<[u8; 40]>>,
+    dense: Vec<Box<[u8; 100]>>,
+}
+
+fn scenario() -> Scenario {
+    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)).unwrap();
+    drop(frag::report()); // the unwind tables, before the first sample
+    let n = 200_000;
+    let (mut kept, mut churned, mut dense) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n / 2));
+    for _ in 0..n {
+        kept.push(site_kept());
+        churned.push(site_churned());
+    }
+    for _ in 0..n / 2 {
+        dense.push(site_dense());
+    }
+    drop(churned);
+    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    Scenario { n, kept, dense }
+}
+
+#[test]
+fn the_site_that_keeps_blocks_pins_the_holes() {
+    let Scenario { n, kept, dense } = scenario();
+    let report = symbolized_report();
+    let truth = jemalloc_holes();
+    let sites = report.sites.as_ref().expect("a sites section");
+    let pinned = sites.pinned.expect("jemalloc splits its holes by class");
+    let holes: u64 = truth.iter().map(|&(_, h)| h).sum();
+    let class = |size: u64| truth.iter().find(|&&(s, _)| s == size).map(|&(_, h)| h).expect("a jemalloc class");
+    let (holes48, holes112) = (class(48), class(112));
+    let (a, b, c) = (pins(&report, "site_kept"), pins(&report, "site_churned"), pins(&report, "site_dense"));
+    let rows: u64 = sites.top.iter().filter_map(|r| r.pinned_bytes).sum();
+    eprintln!(
+        "holes: jemalloc {holes}, report {}; class 48 {holes48}, class 112 {holes112}; pins A {a}, B {b}, C {c}; \
+         rows {rows}, no stack {}, unattributed {}",
+        pinned.holes_bytes, pinned.no_stack_bytes, pinned.unattributed_bytes
+    );
+
+    // The holes shared out are jemalloc's own (the test's read follows the report's by the report's
+    // own few blocks), and every byte of them goes to a site, to "no stack" or to "unattributed".
+    let off = pinned.holes_bytes.abs_diff(holes);
+    assert!(off <= holes / 100 + (64 << 10), "report {} against jemalloc {holes}", pinned.holes_bytes);
+    let shared = rows + pinned.no_stack_bytes + pinned.unattributed_bytes;
+    assert!(
+        shared.abs_diff(pinned.holes_bytes) <= sites.top.len() as u64 + 2,
+        "{shared} shared of {}\n{report}",
+        pinned.holes_bytes
+    );
+    assert!(holes48 >= (n as u64 / 2) * 48, "B's frees left half of each 48-byte slab free: {holes48}");
+
+    assert!(a as f64 >= 0.9 * holes48 as f64, "A pins {a} of class 48's {holes48}\n{report}");
+    assert!(b as f64 <= 0.05 * holes48 as f64, "B pins {b} of class 48's {holes48}\n{report}");
+    let dense_bytes = (n as u64 / 2) * 100;
+    // C's class has the free regions of its last slab, and of the slabs of the process's other
+    // blocks of 97 to 112 bytes: a few slabs' worth, against C's 10 MB.
+    assert!(
+        (c as f64) <= 0.01 * dense_bytes as f64 && (c as f64) <= 0.01 * holes as f64,
+        "C pins {c} (class 112 holes {holes112})\n{report}"
+    );
+
+    // The holes finding names A.
+    let text = report.to_string();
+    let row_a = sites.top.iter().position(|r| r.frames.first().is_some_and(|f| common::frame_is(f, "site_kept")));
+    let named = format!("the sites pinning the most are the sites section's rows #{}", row_a.expect("A's row") + 1);
+    assert!(text.contains(&named), "{named}\n{text}");
+    std::hint::black_box((kept, dense));
+}
+
+/// `go tool pprof -sample_index=pinned_space` on the heap profile, symbolized by `pprof` from the
+/// test binary: A's function (cumulative) holds at least 90% of the pinned bytes, C's at most 1%. Needs `go` on
+/// `PATH` (`.ci/run` installs it), hence `#[ignore]`, as in `tests/pprof_go.rs`.
+#[test]
+#[ignore = "needs go (golang-go): CI runs it with --run-ignored only"]
+fn go_tool_pprof_selects_the_pinned_space() {
+    let s = scenario();
+    let path = std::env::temp_dir().join(format!("frag-pins-{}.pb.gz", std::process::id()));
+    std::fs::write(&path, frag::profile::heap_pprof_unsymbolized()).unwrap();
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000", "-sample_index=pinned_space"])
+        .arg(&path)
+        .output()
+        .expect("`go` on PATH (Debian: apt-get install golang-go)");
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    // Rows: flat flat% sum% cum cum% name; cumulative, since the leaf of an unsymbolized stack may
+    // be an address in jemalloc, which has no debug information.
+    let cum = |function: &str| -> f64 {
+        text.lines()
+            .filter_map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                let share: f64 = cols.get(4)?.strip_suffix('%')?.parse().ok()?;
+                cols.get(5..).filter(|name| common::frame_is(&name.join(" "), function)).map(|_| share)
+            })
+            .sum()
+    };
+    assert!(cum("site_kept") >= 90.0, "A's share of pinned_space\n{text}");
+    assert!(cum("site_dense") <= 1.0, "C's share of pinned_space\n{text}");
+    std::hint::black_box(s);
+}
