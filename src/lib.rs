@@ -133,9 +133,9 @@ pub use report::diagnosis;
 #[doc(hidden)]
 pub use report::needs_serde;
 pub use report::{
-    Fragmentation, LifetimeRow, Origin, OriginPair, PinnedHoles, RatioInputs, Report, RowKind, ShardPool, SiteRow,
-    Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes, report, size_classes,
-    totals,
+    Fragmentation, LifetimeRow, Origin, OriginPair, PinMethod, PinnedHoles, RatioInputs, Report, RowKind, ShardPool,
+    SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes, report,
+    size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 #[doc(hidden)]

@@ -46,3 +46,29 @@ impl AllocatorClass {
         })
     }
 }
+
+/// How full the slab (or extent) holding one block is, from the allocator (jemalloc's
+/// `experimental.utilization.batch_query`): report time only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlabUse {
+    /// Free regions in the slab (0 for a block that has an extent of its own).
+    pub(crate) free: u64,
+    /// Regions in the slab (1 for a block with an extent of its own; 0: the address is not the
+    /// allocator's).
+    pub(crate) regions: u64,
+    /// The slab's (or extent's) size in bytes.
+    pub(crate) bytes: u64,
+}
+
+impl SlabUse {
+    /// The free bytes of the slab that each of its allocated regions keeps resident:
+    /// `free × region / (regions − free)`; 0 outside a slab.
+    #[must_use]
+    pub(crate) fn hole_share(&self) -> f64 {
+        let held = self.regions.saturating_sub(self.free);
+        if self.regions <= 1 || held == 0 {
+            return 0.0;
+        }
+        (self.free * (self.bytes / self.regions)) as f64 / held as f64
+    }
+}

@@ -55,6 +55,14 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
         Ok(Vec::new())
     }
 
+    /// How full the slab of each block at `ptrs` is, in order (`None`: the backend cannot say). The
+    /// blocks need not stay live meanwhile: a backend that answers must answer any address safely.
+    /// Report time only.
+    fn slab_use(ptrs: &[usize]) -> Result<Option<Vec<super::SlabUse>>, StatsError> {
+        let _ = ptrs;
+        Ok(None)
+    }
+
     /// The diagnosis's split of the heap's resident bytes from the backend's own figures `stats`,
     /// given the tracked usable bytes and the process's anonymous resident bytes. `None`: the
     /// backend's figures say nothing about resident memory.
@@ -124,6 +132,15 @@ pub(crate) enum StatsError {
         /// jemalloc's error.
         error: tikv_jemalloc_ctl::Error,
     },
+    /// jemalloc refused a `mallctl` call made without `tikv_jemalloc_ctl` (one that reads and writes
+    /// buffers of different sizes).
+    #[cfg(feature = "jemalloc")]
+    MallctlCode {
+        /// The name called.
+        name: &'static str,
+        /// jemalloc's error number.
+        code: i32,
+    },
     /// Another allocator interposes `malloc` (`LD_PRELOAD`, valgrind), so glibc's figures describe an
     /// allocator nobody uses.
     #[cfg_attr(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")), allow(dead_code))]
@@ -135,6 +152,18 @@ impl fmt::Display for StatsError {
         match self {
             #[cfg(feature = "jemalloc")]
             Self::Mallctl { name, error } => write!(f, "jemalloc {name}: {error}"),
+            #[cfg(feature = "jemalloc")]
+            Self::MallctlCode { name, code } => {
+                let why = match *code {
+                    libc_codes::ENOENT => "this jemalloc does not have it",
+                    libc_codes::EINVAL => "it refused the arguments",
+                    libc_codes::EPERM => "it is not allowed now",
+                    libc_codes::EAGAIN => "it ran out of memory",
+                    libc_codes::EFAULT => "it failed inside",
+                    _ => "it failed",
+                };
+                write!(f, "jemalloc {name}: {why} (error {code})")
+            }
             Self::MallocInterposed => f.write_str(
                 "malloc is not glibc's (another allocator interposes it: LD_PRELOAD, valgrind), so glibc's \
                  statistics do not describe the heap",
@@ -154,4 +183,14 @@ pub(crate) enum Remedy {
     CrossThread,
     /// The backend's bookkeeping.
     Metadata,
+}
+
+/// The error numbers `mallctl` returns (Linux's values, as in `errno.h`).
+#[cfg(feature = "jemalloc")]
+mod libc_codes {
+    pub(super) const EPERM: i32 = 1;
+    pub(super) const ENOENT: i32 = 2;
+    pub(super) const EAGAIN: i32 = 11;
+    pub(super) const EFAULT: i32 = 14;
+    pub(super) const EINVAL: i32 = 22;
 }

@@ -22,6 +22,7 @@ pub(crate) mod usable;
 list::backend_list!(declare_modules!());
 
 pub use classes::AllocatorClass;
+pub(crate) use classes::SlabUse;
 pub use list::Backend;
 pub use probe::Probe;
 pub use registry::WrappedBackend;

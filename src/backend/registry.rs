@@ -132,6 +132,15 @@ impl Registration {
             None => Ok(Vec::new()),
         }
     }
+
+    /// How full the slab of each block at `ptrs` is (`None`: the backend cannot say). Report time
+    /// only.
+    pub(crate) fn slab_use(&self, ptrs: &[usize]) -> Result<Option<Vec<crate::backend::SlabUse>>, StatsError> {
+        match self.backend {
+            Some(b) => with_backend!(b, A => A::slab_use(ptrs)),
+            None => Ok(None),
+        }
+    }
 }
 
 const EMPTY: u8 = 0;

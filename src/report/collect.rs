@@ -130,7 +130,7 @@ pub fn report() -> Report {
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(warn::config_trap));
     warnings.extend(warn::sampling());
-    let sites = super::sites::section(&allocator_classes);
+    let sites = super::sites::section(&allocator_classes, reg);
     warnings.extend(sites.as_ref().into_iter().flat_map(warn::sites));
 
     let size_classes = counters::class_rows(&snap.classes, reg);
@@ -175,5 +175,5 @@ pub fn report() -> Report {
 /// Each site id's estimated pinned bytes (see [`SiteRow::pinned_bytes`](crate::SiteRow)), from the
 /// allocator's classes now; `None` where the allocator gives no free space by class.
 pub(crate) fn pinned_by_site() -> Option<std::collections::HashMap<u32, f64>> {
-    super::pins::current(&allocator_classes()).map(|s| s.by_site)
+    super::pins::current(&allocator_classes(), registered()).map(|s| s.by_site)
 }

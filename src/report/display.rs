@@ -2,7 +2,7 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{Origin, Report, RowKind, Sites, ThreadRow};
+use super::{Origin, PinMethod, Report, RowKind, Sites, ThreadRow};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
@@ -81,9 +81,15 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     match &s.pinned {
         Some(p) => writeln!(
             f,
-            "           holes in the allocator's slabs {}: pinned by the sites below by their live blocks per class \
-             ({ESTIMATED}pins), {ESTIMATED}{} without a stack, {} in classes with no live sample",
+            "           holes in the allocator's slabs {}: pinned by the sites below ({ESTIMATED}pins, {}), \
+             {ESTIMATED}{} by other sites, {ESTIMATED}{} without a stack, {} given to no site",
             Bytes(p.holes_bytes),
+            match p.method {
+                PinMethod::Slabs => "each block's part of its own slab's free space",
+                PinMethod::ClassShares => "each class's free space by the sites' live blocks in it",
+                PinMethod::Both => "each block's part of its slab, marked blocks by class",
+            },
+            Bytes(p.other_sites_bytes),
             Bytes(p.no_stack_bytes),
             Bytes(p.unattributed_bytes)
         )?,

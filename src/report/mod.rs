@@ -9,7 +9,7 @@ mod display;
 mod origin;
 mod pins;
 mod ratio;
-mod sites;
+pub(crate) mod sites;
 mod warn;
 
 pub(crate) use collect::breakdown;
@@ -18,7 +18,7 @@ pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
 pub use counters::{size_classes, totals};
 pub use ratio::RatioInputs;
-pub use sites::{PinnedHoles, SiteRow, Sites};
+pub use sites::{PinMethod, PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};

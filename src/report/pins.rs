@@ -1,28 +1,49 @@
-//! Which sites pin the holes: each slab class's free space (the allocator's own figure) shared among
-//! the allocation sites by their estimated live blocks in that class (report side: allocates).
+//! Which sites pin the holes: the free space of the allocator's slabs (its own figure, class by
+//! class), given to the allocation sites whose live blocks keep it resident (report side: allocates).
 //!
-//! A class's holes are the free regions of its slabs in use; a slab stays resident while any of its
-//! regions is live, so the class's live blocks keep its holes resident together. With only sampled
-//! blocks to go on (which sit outside their natural slabs: see `sampler::mark`), which slab each live
-//! block is in is unknown, so each site gets the class's holes in proportion to its estimated live
-//! blocks there. That is the offline method jemalloc's maintainers suggested (per-site live blocks
-//! by class, times the class's utilization); what it cannot tell apart is two sites in one class
-//! whose blocks sit in slabs of different fullness (documented in docs/SAMPLING.md).
+//! A slab stays resident while any of its regions is live, so its free regions are pinned by its
+//! live blocks together; each live block is charged an equal part, `free × region / live regions`.
+//! Two ways to find a block's slab:
+//! - **Slabs** (jemalloc, blocks in their natural place: the exact tier with `EveryBlock` or a mean
+//!   under 64 KiB, where blocks are not marked): the allocator says how full the slab of each live
+//!   sampled block is (`experimental.utilization.batch_query`), and the block is charged its part,
+//!   times its weight. Exact with every block sampled.
+//! - **Class shares** (any tier; sampled blocks are marked, so they sit outside their natural slabs):
+//!   each class's free space goes to the sites in proportion to their estimated live blocks in the
+//!   class. That is the offline method jemalloc's maintainers suggested (per-site live blocks by class,
+//!   times the class's utilization); it cannot tell apart two sites in one class whose blocks sit in
+//!   slabs of different fullness (docs/SAMPLING.md).
+//!
+//! Which blocks are queried, and why that is safe: the side table's entries are read without a lock
+//! and may be freed at any moment. jemalloc answers for any address (an extent it cannot find reads
+//! as zeros), so a block freed meanwhile costs no bad read; its answer is kept only if the table's
+//! slot still holds the same address after the query (the block, or one allocated at its address
+//! since: the same slab either way).
+//!
+//! Thread caches: a region parked in a thread's cache counts as allocated in its slab, so it takes
+//! its part like a live block and no site gets it: it is in `unattributed`, with the holes of blocks
+//! the table does not hold. A thread's `flush_thread_tcache` returns its parked regions to their
+//! slabs first.
 
 use std::collections::HashMap;
 
-use crate::backend::AllocatorClass;
+use crate::backend::registry::Registration;
+use crate::backend::{AllocatorClass, SlabUse};
+use crate::report::sites::PinMethod;
 use crate::sampler;
 
 /// The holes of the allocator's slab classes shared among sites, by site id.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Shares {
     /// Estimated pinned bytes per site id (`sites::table` ids; the "no stack" site included).
     pub(crate) by_site: HashMap<u32, f64>,
     /// Free bytes in the slabs of every slab class (the allocator's own figure).
     pub(crate) holes: u64,
-    /// Holes of classes where no sampled block is live: no site to give them to.
+    /// Holes no site was given: classes where no sampled block is live; with slabs, also the parts
+    /// of regions parked in thread caches and of blocks the table does not hold.
     pub(crate) unattributed: u64,
+    /// How blocks were matched to slabs.
+    pub(crate) method: PinMethod,
 }
 
 /// The index in `slab_sizes` (ascending region sizes of the slab classes) of the class that serves a
@@ -32,10 +53,23 @@ fn class_of(slab_sizes: &[u64], size: u64) -> Option<usize> {
     (i < slab_sizes.len()).then_some(i)
 }
 
-/// The shares, from `classes` (the allocator's, with their slab figures) and `live` (sampled blocks
-/// still live, as `(site, requested size, weight)`); `None` when no class has slab figures (the
-/// backend does not split its holes by class).
-pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = (u32, u64, f64)>) -> Option<Shares> {
+/// A live sampled block as the shares see it.
+pub(crate) struct Block {
+    pub(crate) site: u32,
+    /// Requested size: its class.
+    pub(crate) size: u64,
+    pub(crate) weight: f64,
+    /// How full its own slab is, for a block in its natural place whose slab the allocator told.
+    pub(crate) slab: Option<SlabUse>,
+}
+
+/// The shares, from `classes` (the allocator's, with their slab figures) and the live sampled
+/// blocks; `None` when no class has slab figures (the backend does not split its holes by class).
+///
+/// A block whose slab is known is charged its part of that slab's free space, times its weight. What
+/// remains of each class's free space goes to the other blocks of the class (marked ones, outside
+/// their natural slabs) in proportion to their weights; with none, to no site.
+pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = Block>) -> Option<Shares> {
     let slab: Vec<&AllocatorClass> = {
         let mut v: Vec<&AllocatorClass> = classes.iter().filter(|c| c.slabs.is_some()).collect();
         v.sort_by_key(|c| c.size);
@@ -45,43 +79,86 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = (
         return None;
     }
     let sizes: Vec<u64> = slab.iter().map(|c| c.size).collect();
-    // Estimated live blocks per (class, site), and per class.
-    let mut per_site: HashMap<(usize, u32), f64> = HashMap::new();
-    let mut per_class = vec![0.0f64; slab.len()];
-    for (site, size, weight) in live {
-        if let Some(j) = class_of(&sizes, size) {
-            *per_site.entry((j, site)).or_default() += weight;
-            per_class[j] += weight;
+    let mut by_site: HashMap<u32, f64> = HashMap::new();
+    // Per class: the parts given by slab, and the weights of the blocks without one, per site.
+    let mut given = vec![0.0f64; slab.len()];
+    let mut unplaced: HashMap<(usize, u32), f64> = HashMap::new();
+    let mut unplaced_weight = vec![0.0f64; slab.len()];
+    let (mut placed_any, mut unplaced_any) = (false, false);
+    for b in live {
+        let Some(j) = class_of(&sizes, b.size) else { continue };
+        match b.slab {
+            Some(use_) => {
+                let part = b.weight * use_.hole_share();
+                *by_site.entry(b.site).or_default() += part;
+                given[j] += part;
+                placed_any = true;
+            }
+            None => {
+                *unplaced.entry((j, b.site)).or_default() += b.weight;
+                unplaced_weight[j] += b.weight;
+                unplaced_any = true;
+            }
         }
     }
-    let mut out = Shares::default();
-    for (j, c) in slab.iter().enumerate() {
-        let holes = c.free_in_slabs();
-        out.holes = out.holes.saturating_add(holes);
-        if per_class[j] <= 0.0 {
-            out.unattributed = out.unattributed.saturating_add(holes);
-        }
+    let mut holes = 0u64;
+    let mut unattributed = 0.0f64;
+    let rest: Vec<f64> = slab
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let h = c.free_in_slabs();
+            holes = holes.saturating_add(h);
+            let rest = (h as f64 - given[j]).max(0.0);
+            if unplaced_weight[j] <= 0.0 {
+                unattributed += rest;
+            }
+            rest
+        })
+        .collect();
+    for ((j, site), w) in unplaced {
+        *by_site.entry(site).or_default() += rest[j] * w / unplaced_weight[j];
     }
-    for ((j, site), w) in per_site {
-        let holes = slab[j].free_in_slabs() as f64;
-        *out.by_site.entry(site).or_default() += holes * w / per_class[j];
-    }
-    Some(out)
+    let method = match (placed_any, unplaced_any) {
+        (true, false) => PinMethod::Slabs,
+        (true, true) => PinMethod::Both,
+        (false, _) => PinMethod::ClassShares,
+    };
+    Some(Shares { by_site, holes, unattributed: unattributed.round() as u64, method })
 }
 
-/// The shares for the live sampled blocks of this process.
-pub(crate) fn current(classes: &[AllocatorClass]) -> Option<Shares> {
+/// The shares for the live sampled blocks of this process: blocks in their natural place by their
+/// own slab where the backend tells it, the others by class.
+pub(crate) fn current(classes: &[AllocatorClass], reg: Option<Registration>) -> Option<Shares> {
     if !classes.iter().any(|c| c.slabs.is_some()) {
         return None;
     }
     let mut live = Vec::new();
-    sampler::for_each_live(|e| live.push((e.site, e.size, e.weight)));
-    split(classes, live)
+    sampler::for_each_live(|slot, address, e| live.push((slot, address, e)));
+    let natural: Vec<usize> = live.iter().filter(|(_, _, e)| !e.marked).map(|&(_, a, _)| a).collect();
+    let mut slabs = match reg {
+        Some(r) if !natural.is_empty() => r.slab_use(&natural).ok().flatten().unwrap_or_default(),
+        _ => Vec::new(),
+    }
+    .into_iter();
+    let blocks = live.into_iter().filter_map(|(slot, address, e)| {
+        let slab = if e.marked { None } else { slabs.next() };
+        // A block freed during the query: its answer, and the block, are left out.
+        if slab.is_some() && !sampler::still_live(slot, address) {
+            return None;
+        }
+        Some(Block { site: e.site, size: e.size, weight: e.weight, slab })
+    });
+    split(classes, blocks)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn block(site: u32, size: u64, weight: f64, slab: Option<SlabUse>) -> Block {
+        Block { site, size, weight, slab }
+    }
 
     fn slab(size: u64, slabs: u64, regions: u64, held: u64) -> AllocatorClass {
         AllocatorClass { size, requests: held, held, slabs: Some((slabs, regions)) }
@@ -91,7 +168,9 @@ mod tests {
     fn a_class_with_no_live_sample_is_unattributed() {
         let classes = [slab(16, 2, 256, 100), slab(32, 1, 128, 128), slab(48, 3, 256, 10)];
         // Site 7: three quarters of class 16's estimated blocks, site 9 the rest; class 48 has no sample.
-        let s = split(&classes, [(7, 9, 300.0), (9, 16, 100.0), (9, 17, 5.0)]).expect("slab classes");
+        let s = split(&classes, [block(7, 9, 300.0, None), block(9, 16, 100.0, None), block(9, 17, 5.0, None)])
+            .expect("slab classes");
+        assert_eq!(s.method, PinMethod::ClassShares);
         let holes16 = (2 * 256 - 100) * 16;
         let holes48 = (3 * 256 - 10) * 48;
         assert_eq!(s.holes, holes16 + holes48, "class 32 is full");
@@ -112,8 +191,47 @@ mod tests {
     }
 
     #[test]
+    fn each_block_takes_its_slabs_free_space_over_its_live_regions() {
+        let classes = [slab(64, 3, 64, 100)];
+        // Slab 1: 60 free of 64, four live blocks of site 1. Slab 2: full. A large extent.
+        let part = SlabUse { free: 60, regions: 64, bytes: 4096 };
+        let full = SlabUse { free: 0, regions: 64, bytes: 4096 };
+        let large = SlabUse { free: 0, regions: 1, bytes: 1 << 20 };
+        let live = [
+            block(1, 64, 1.0, Some(part)),
+            block(1, 64, 1.0, Some(part)),
+            block(1, 64, 1.0, Some(part)),
+            block(1, 64, 1.0, Some(part)),
+            block(2, 64, 1.0, Some(full)),
+            block(3, 1 << 20, 1.0, Some(large)),
+        ];
+        let s = split(&classes, live).expect("slab classes");
+        assert_eq!(s.method, PinMethod::Slabs);
+        assert!((s.by_site[&1] - 60.0 * 64.0).abs() < 1e-9, "{:?}", s.by_site);
+        assert_eq!(s.by_site[&2], 0.0);
+        assert!(!s.by_site.contains_key(&3), "a large block is in no slab class");
+        assert_eq!(s.holes, (3 * 64 - 100) * 64);
+        assert_eq!(s.unattributed, (3 * 64 - 100) * 64 - 60 * 64, "the rest of the class's holes");
+    }
+
+    #[test]
+    fn marked_blocks_share_what_the_slabs_left() {
+        let classes = [slab(64, 2, 64, 64)];
+        // Site 1's block is charged 60 regions of its slab; the class's other 4 free regions go to the
+        // marked blocks of sites 2 and 3, by weight.
+        let part = SlabUse { free: 60, regions: 64, bytes: 4096 };
+        let live = [block(1, 64, 1.0, Some(part)), block(2, 64, 3.0, None), block(3, 64, 1.0, None)];
+        let s = split(&classes, live).expect("slab classes");
+        assert_eq!(s.method, PinMethod::Both);
+        assert!((s.by_site[&1] - 60.0 * 64.0 * 0.25).abs() < 1e-9, "{:?}", s.by_site);
+        let rest = 64.0 * 64.0 - 60.0 * 64.0 * 0.25;
+        assert!((s.by_site[&2] - 0.75 * rest).abs() < 1e-9 && (s.by_site[&3] - 0.25 * rest).abs() < 1e-9);
+        assert_eq!(s.unattributed, 0);
+    }
+
+    #[test]
     fn no_slab_figures_no_split() {
         let large = AllocatorClass { size: 1 << 20, requests: 1, held: 1, slabs: None };
-        assert!(split(&[large], [(1, 1 << 20, 1.0)]).is_none());
+        assert!(split(&[large], [block(1, 1 << 20, 1.0, None)]).is_none());
     }
 }

@@ -90,8 +90,9 @@ impl Sites {
 }
 
 /// The free space in the allocator's slabs (jemalloc's small classes), and how much of it the
-/// sites' pins account for. Per class, `(slabs × regions − live regions) × region size` from the
-/// allocator's own statistics; each site's share is an estimate (see [`SiteRow::pinned_bytes`]).
+/// sites' pins account for. Per class, `(slabs × regions − allocated regions) × region size` from the
+/// allocator's own statistics; each site's part is an estimate (see [`SiteRow::pinned_bytes`]),
+/// exact with [`PinMethod::Slabs`] and every block sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -101,8 +102,35 @@ pub struct PinnedHoles {
     /// Estimated part of `holes_bytes` pinned by blocks without a stack (the "no stack" site).
     #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_bytes"))]
     pub no_stack_bytes: u64,
-    /// Holes of classes in which no sampled block is live: no site to give them to.
+    /// Estimated part pinned by the sites not listed in [`Sites::top`]. The listed rows' pins, this,
+    /// `no_stack_bytes` and `unattributed_bytes` add up to `holes_bytes` (up to rounding).
+    #[cfg_attr(feature = "serde", serde(rename = "est_other_sites_bytes"))]
+    pub other_sites_bytes: u64,
+    /// Holes no site was given: those of classes in which no sampled block is live; with
+    /// [`PinMethod::Slabs`], also the parts of regions parked in thread caches and of blocks the
+    /// side table does not hold.
     pub unattributed_bytes: u64,
+    /// How each site's blocks were matched to the slabs they pin.
+    pub method: PinMethod,
+}
+
+/// How [`SiteRow::pinned_bytes`] matches blocks to slabs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum PinMethod {
+    /// Each live sampled block in its own slab, as the allocator reports its fullness (jemalloc's
+    /// `experimental.utilization.batch_query`): blocks in their natural place, in the exact tier with
+    /// [`Sampling::EveryBlock`] (exact) or a mean under 64 KiB (an estimate).
+    Slabs,
+    /// Each size class's free space shared among the sites by their estimated live blocks in the
+    /// class: sampled blocks that sit outside their natural slabs (the sampled tier's mark).
+    ClassShares,
+    /// Both: blocks in their natural place by their own slab, and what remains of each class's free
+    /// space shared among the marked ones (an exact tier that sampled marked blocks before a smaller
+    /// mean or `EveryBlock` turned the mark off).
+    Both,
 }
 
 /// One allocation site.
@@ -151,10 +179,11 @@ pub struct SiteRow {
     /// under 30 sampled frees.
     #[cfg_attr(feature = "serde", serde(rename = "est_median_lifetime_ns"))]
     pub median_lifetime_ns: Option<u64>,
-    /// Estimated free bytes in the allocator's slabs that this site's live blocks keep resident:
-    /// each slab class's free space shared among the sites by their estimated live blocks in the
-    /// class (the site's blocks are in those slabs, which cannot be returned while any block in them
-    /// lives). `None` where the backend does not split its holes by class ([`Sites::pinned`]).
+    /// Estimated free bytes in the allocator's slabs that this site's live blocks keep resident (a
+    /// slab cannot be returned while any block in it lives, so each live block is charged an equal
+    /// part of its slab's free space): by each block's own slab or by class shares, as
+    /// [`PinnedHoles::method`] says. `None` where the backend does not split its holes by class
+    /// ([`Sites::pinned`]).
     #[cfg_attr(feature = "serde", serde(rename = "est_pinned_bytes"))]
     pub pinned_bytes: Option<u64>,
 }
@@ -164,9 +193,12 @@ const TOP_PINNING: usize = 3;
 
 /// The section; `None` when site sampling is off and nothing was sampled. `classes` are the
 /// allocator's own (empty where it has none), whose slab figures the pins are shared from.
-pub(crate) fn section(classes: &[crate::backend::AllocatorClass]) -> Option<Sites> {
+pub(crate) fn section(
+    classes: &[crate::backend::AllocatorClass],
+    reg: Option<crate::backend::registry::Registration>,
+) -> Option<Sites> {
     let sampling = sampler::sampling();
-    let shares = super::pins::current(classes);
+    let shares = super::pins::current(classes, reg);
     let all = read::snapshot(&shares.as_ref().map(|s| s.by_site.clone()).unwrap_or_default());
     if all.is_empty() && sampling == Sampling::Off {
         return None;
@@ -174,11 +206,13 @@ pub(crate) fn section(classes: &[crate::backend::AllocatorClass]) -> Option<Site
     let split = shares.is_some();
     let (no_stack, stacked): (Vec<&SiteFigures>, Vec<&SiteFigures>) = all.iter().partition(|s| s.stack.is_empty());
     let mut top: Vec<SiteRow> = stacked.iter().take(TOP).map(|s| row(s, split)).collect();
+    let mut others: Vec<&&SiteFigures> = stacked.iter().skip(TOP).collect();
     if split {
-        let mut pinning: Vec<&&SiteFigures> = stacked.iter().skip(TOP).filter(|s| s.pinned_bytes >= 1.0).collect();
-        pinning.sort_by(|a, b| b.pinned_bytes.total_cmp(&a.pinned_bytes));
-        top.extend(pinning.into_iter().take(TOP_PINNING).map(|s| row(s, split)));
+        others.sort_by(|a, b| b.pinned_bytes.total_cmp(&a.pinned_bytes));
+        let pinning = others.iter().take(TOP_PINNING).take_while(|s| s.pinned_bytes >= 1.0).count();
+        top.extend(others.drain(..pinning).map(|s| row(s, split)));
     }
+    let other_sites_bytes = others.iter().map(|s| s.pinned_bytes).sum::<f64>().round() as u64;
     Some(Sites {
         sampling,
         unwinder: sites::unwinder(),
@@ -191,7 +225,9 @@ pub(crate) fn section(classes: &[crate::backend::AllocatorClass]) -> Option<Site
         pinned: shares.map(|s| PinnedHoles {
             holes_bytes: s.holes,
             no_stack_bytes: no_stack.iter().map(|s| s.pinned_bytes.round() as u64).sum(),
+            other_sites_bytes,
             unattributed_bytes: s.unattributed,
+            method: s.method,
         }),
         symbolized: false,
     })

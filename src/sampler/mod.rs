@@ -313,9 +313,15 @@ pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     e
 }
 
-/// Calls `f` with every sampled block still live (report side; see `Table::for_each`).
-pub(crate) fn for_each_live(f: impl FnMut(SampledBlock)) {
+/// Calls `f(slot, address, entry)` with every sampled block still live (report side; see
+/// `Table::for_each`).
+pub(crate) fn for_each_live(f: impl FnMut(usize, usize, SampledBlock)) {
     TABLE.for_each(f);
+}
+
+/// Whether side-table slot `slot` still holds the block at `address` (see `for_each_live`).
+pub(crate) fn still_live(slot: usize, address: usize) -> bool {
+    TABLE.holds(slot, address)
 }
 
 /// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever

@@ -225,14 +225,15 @@ impl<const N: usize> Table<N> {
         }
         None
     }
-    /// Calls `f` with every entry in the table (report side: O(capacity), no lock, no allocation).
+    /// Calls `f(slot, address, entry)` with every entry in the table (report side: O(capacity), no
+    /// lock, no allocation; [`Table::holds`] asks later whether the slot still holds that address).
     ///
     /// Entries come and go meanwhile: an entry is passed on when its key reads the same before and
     /// after its fields, so a slot reused during the read is skipped (or, if the same address was
     /// freed and sampled again in between, read as a mix of two entries of that address: an estimate
     /// may take that; the allocation path never reads it).
-    pub(crate) fn for_each(&self, mut f: impl FnMut(SampledBlock)) {
-        for slot in &self.slots {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(usize, usize, SampledBlock)) {
+        for (i, slot) in self.slots.iter().enumerate() {
             let key = slot.key.load(Ordering::Acquire);
             if key <= TOMB {
                 continue;
@@ -246,9 +247,15 @@ impl<const N: usize> Table<N> {
             );
             crate::sync::fence(Ordering::Acquire);
             if slot.key.load(Ordering::Relaxed) == key {
-                f(e);
+                f(i, key, e);
             }
         }
+    }
+
+    /// Whether slot `i` holds the block at `address` (as [`Table::for_each`] saw it, or a block
+    /// allocated at the same address since).
+    pub(crate) fn holds(&self, i: usize, address: usize) -> bool {
+        self.slots.get(i).is_some_and(|s| s.key.load(Ordering::Acquire) == address)
     }
 
     /// Samples dropped because the table was full around their home slot.

@@ -15,6 +15,7 @@ use crate::stats::snapshot::ClassUsable;
 
 mod classes;
 mod env;
+mod slabs;
 pub mod knobs;
 
 /// The mallctl name `$prefix.<MALLCTL_ARENAS_ALL>.$leaf`, NUL-terminated, as bytes: jemalloc.h's
@@ -119,6 +120,10 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
 
     fn classes() -> Result<Vec<crate::backend::AllocatorClass>, StatsError> {
         classes::classes()
+    }
+
+    fn slab_use(ptrs: &[usize]) -> Result<Option<Vec<crate::backend::SlabUse>>, StatsError> {
+        slabs::slab_use(ptrs).map(Some)
     }
 
     fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {

@@ -170,8 +170,12 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
 /// The sites whose live blocks pin the most holes (estimates), by their row in the sites section,
 /// with the figure; `None` where the pins are not split or no site pins anything.
 fn top_pinning(sites: Option<&Sites>, n: usize) -> Option<String> {
+    pinning_rows(&sites?.top, n)
+}
+
+fn pinning_rows(top: &[SiteRow], n: usize) -> Option<String> {
     let mut rows: Vec<(usize, &SiteRow)> =
-        sites?.top.iter().enumerate().filter(|(_, r)| r.pinned_bytes.unwrap_or(0) > 0).collect();
+        top.iter().enumerate().filter(|(_, r)| r.pinned_bytes.unwrap_or(0) > 0).collect();
     rows.sort_by_key(|(_, r)| core::cmp::Reverse(r.pinned_bytes));
     // By row number: at report time the frames are still addresses (`Sites::symbolize` names them).
     let names: Vec<String> =
@@ -245,4 +249,34 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
              owner); snmalloc and mimalloc handle remote frees cheaply{advice}"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pinned: Option<u64>) -> SiteRow {
+        SiteRow {
+            stack: vec![0x1000],
+            frames: vec!["0x1000".to_owned()],
+            inuse_bytes: 1 << 20,
+            inuse_blocks: 10,
+            alloc_bytes: 1 << 20,
+            inuse_bytes_interval: (0, 2 << 20),
+            alloc_bytes_interval: (0, 2 << 20),
+            alloc_blocks: 10,
+            samples: 2,
+            cross_thread_share: None,
+            free_samples: 0,
+            median_lifetime_ns: None,
+            pinned_bytes: pinned,
+        }
+    }
+
+    #[test]
+    fn the_rows_pinning_the_most_are_named_by_number_largest_first() {
+        let rows = [row(Some(10 << 10)), row(Some(0)), row(Some(3 << 20)), row(Some(1 << 20))];
+        assert_eq!(pinning_rows(&rows, 2).as_deref(), Some("#3 (~3.0 MiB), #4 (~1.0 MiB)"));
+        assert_eq!(pinning_rows(&[row(None), row(Some(0))], 3), None, "not split, or nothing pinned");
+    }
 }
