@@ -11,66 +11,22 @@
 
 mod common;
 
+use common::pins::{blocks, pins, site_churned, site_kept};
 use common::symbolized_report;
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
-
-const MALLCTL_ARENAS_ALL: usize = 4096;
-
-#[inline(never)]
-fn site_kept() -> Box<[u8; 40]> {
-    std::hint::black_box(Box::new([1u8; 40]))
-}
-
-#[inline(never)]
-fn site_churned() -> Box<[u8; 40]> {
-    std::hint::black_box(Box::new([2u8; 40]))
-}
 
 #[inline(never)]
 fn site_packed() -> Box<[u8; 40]> {
     std::hint::black_box(Box::new([3u8; 40]))
 }
 
-/// jemalloc's free bytes in the slabs of its 48-byte class, and in all small classes, read by name
-/// after an `epoch` advance.
+/// jemalloc's free bytes in the slabs of its 48-byte class, and in all small classes.
 fn jemalloc_holes() -> (u64, u64) {
-    use tikv_jemalloc_ctl::raw;
-    tikv_jemalloc_ctl::epoch::advance().unwrap();
-    let read = |name: String| -> u64 {
-        let key = format!("{name}\0");
-        // SAFETY: `curslabs`, `curregs` and `size` are `size_t`.
-        unsafe { raw::read::<usize>(key.as_bytes()) }.unwrap() as u64
-    };
-    let read_u32 = |name: String| -> u64 {
-        let key = format!("{name}\0");
-        // SAFETY: `arenas.nbins` and `arenas.bin.<j>.nregs` are 32-bit.
-        u64::from(unsafe { raw::read::<u32>(key.as_bytes()) }.unwrap())
-    };
-    let (mut class48, mut all) = (0, 0);
-    for j in 0..read_u32("arenas.nbins".into()) {
-        let size = read(format!("arenas.bin.{j}.size"));
-        let nregs = read_u32(format!("arenas.bin.{j}.nregs"));
-        let slabs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curslabs"));
-        let regs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curregs"));
-        let holes = (slabs * nregs).saturating_sub(regs) * size;
-        all += holes;
-        if size == 48 {
-            class48 = holes;
-        }
-    }
-    (class48, all)
-}
-
-fn pins(report: &frag::Report, function: &str) -> u64 {
-    let sites = report.sites.as_ref().expect("a sites section");
-    sites
-        .top
-        .iter()
-        .filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function)))
-        .map(|r| r.pinned_bytes.expect("jemalloc splits its holes"))
-        .sum()
+    let all = common::pins::jemalloc_holes();
+    let class48 = all.iter().find(|&&(size, _)| size == 48).map_or(0, |&(_, h)| h);
+    (class48, all.iter().map(|&(_, h)| h).sum())
 }
 
 #[test]
@@ -117,10 +73,7 @@ fn each_block_is_charged_its_own_slabs_free_space() {
     // By slab (or both, if a block sampled at the default mean before `Off` is still live).
     assert!(matches!(pinned.method, frag::PinMethod::Slabs | frag::PinMethod::Both), "{report}");
     // What class shares would give A with every block seen: its part of the class's live blocks.
-    let blocks = |function: &str| -> u64 {
-        let rows = sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function)));
-        rows.map(|r| r.inuse_blocks).sum()
-    };
+    let blocks = |function: &str| blocks(&report, function);
     let class_share = |x: u64| x as f64 / (blocks("site_kept") + blocks("site_packed")) as f64;
     eprintln!(
         "class shares would give A {:.0}% and D {:.0}% of the class's holes",

@@ -11,67 +11,16 @@
 
 mod common;
 
+use common::pins::{jemalloc_holes, pins, site_churned, site_kept};
 use common::symbolized_report;
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
 
-const MALLCTL_ARENAS_ALL: usize = 4096;
-
-/// A block of site A (kept).
-#[inline(never)]
-fn site_kept() -> Box<[u8; 40]> {
-    std::hint::black_box(Box::new([1u8; 40]))
-}
-
-/// A block of site B (freed).
-#[inline(never)]
-fn site_churned() -> Box<[u8; 40]> {
-    std::hint::black_box(Box::new([2u8; 40]))
-}
-
 /// A block of site C (kept, slabs filled densely).
 #[inline(never)]
 fn site_dense() -> Box<[u8; 100]> {
     std::hint::black_box(Box::new([3u8; 100]))
-}
-
-/// jemalloc's free bytes in the slabs of each small class, `(region size, holes)`, read by name
-/// after an `epoch` advance: the ground truth, independent of frag's reading by MIB.
-fn jemalloc_holes() -> Vec<(u64, u64)> {
-    use tikv_jemalloc_ctl::raw;
-    tikv_jemalloc_ctl::epoch::advance().unwrap();
-    let read = |name: String| -> u64 {
-        let key = format!("{name}\0");
-        // SAFETY: every key read here is a `size_t` (`curslabs`, `curregs`, `size`) or an `unsigned`
-        // widened below (`nbins`, `nregs`), as jemalloc's manual gives them.
-        unsafe { raw::read::<usize>(key.as_bytes()) }.unwrap() as u64
-    };
-    let read_u32 = |name: String| -> u64 {
-        let key = format!("{name}\0");
-        // SAFETY: `arenas.nbins` and `arenas.bin.<j>.nregs` are 32-bit.
-        u64::from(unsafe { raw::read::<u32>(key.as_bytes()) }.unwrap())
-    };
-    (0..read_u32("arenas.nbins".into()))
-        .map(|j| {
-            let size = read(format!("arenas.bin.{j}.size"));
-            let nregs = read_u32(format!("arenas.bin.{j}.nregs"));
-            let slabs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curslabs"));
-            let regs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curregs"));
-            (size, (slabs * nregs).saturating_sub(regs) * size)
-        })
-        .collect()
-}
-
-/// The pinned bytes of the report's rows whose leaf frame is `function`.
-fn pins(report: &frag::Report, function: &str) -> u64 {
-    let sites = report.sites.as_ref().expect("a sites section");
-    sites
-        .top
-        .iter()
-        .filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function)))
-        .map(|r| r.pinned_bytes.expect("jemalloc splits its holes by class"))
-        .sum()
 }
 
 /// Blocks of the three sites: A's and C's kept (each its own block: the boxes are the point), B's

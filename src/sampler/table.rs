@@ -96,6 +96,18 @@ struct Slot {
 }
 
 impl Slot {
+    /// The entry's fields as stored (relaxed loads: the caller orders them against the key).
+    #[inline(always)]
+    fn entry(&self) -> SampledBlock {
+        SampledBlock::unpack(
+            self.who.load(Ordering::Relaxed),
+            self.size.load(Ordering::Relaxed),
+            self.weight.load(Ordering::Relaxed),
+            self.born.load(Ordering::Relaxed),
+            self.how.load(Ordering::Relaxed),
+        )
+    }
+
     atomics_ctor! {
         fn empty() -> Self {
             Self {
@@ -204,13 +216,7 @@ impl<const N: usize> Table<N> {
             let slot = self.slots.get((h + i) & Self::MASK)?;
             match slot.key.load(Ordering::Acquire) {
                 k if k == key => {
-                    let e = SampledBlock::unpack(
-                        slot.who.load(Ordering::Relaxed),
-                        slot.size.load(Ordering::Relaxed),
-                        slot.weight.load(Ordering::Relaxed),
-                        slot.born.load(Ordering::Relaxed),
-                        slot.how.load(Ordering::Relaxed),
-                    );
+                    let e = slot.entry();
                     if remove {
                         slot.key.store(TOMB, Ordering::Release);
                         if let Some(f) = self.filter.get(h) {
@@ -225,6 +231,7 @@ impl<const N: usize> Table<N> {
         }
         None
     }
+
     /// Calls `f(slot, address, entry)` with every entry in the table (report side: O(capacity), no
     /// lock, no allocation; [`Table::holds`] asks later whether the slot still holds that address).
     ///
@@ -238,13 +245,7 @@ impl<const N: usize> Table<N> {
             if key <= TOMB {
                 continue;
             }
-            let e = SampledBlock::unpack(
-                slot.who.load(Ordering::Relaxed),
-                slot.size.load(Ordering::Relaxed),
-                slot.weight.load(Ordering::Relaxed),
-                slot.born.load(Ordering::Relaxed),
-                slot.how.load(Ordering::Relaxed),
-            );
+            let e = slot.entry();
             crate::sync::fence(Ordering::Acquire);
             if slot.key.load(Ordering::Relaxed) == key {
                 f(i, key, e);

@@ -1,0 +1,60 @@
+//! Helpers of the pins tests (jemalloc): sites whose blocks land in jemalloc's 48-byte class, and
+//! jemalloc's own free space per class, read by name (independent of frag's reading by MIB).
+
+const MALLCTL_ARENAS_ALL: usize = 4096;
+
+/// A 40-byte block of the site that keeps its blocks (A).
+#[inline(never)]
+pub fn site_kept() -> Box<[u8; 40]> {
+    std::hint::black_box(Box::new([1u8; 40]))
+}
+
+/// A 40-byte block of the site whose blocks are all freed (B).
+#[inline(never)]
+pub fn site_churned() -> Box<[u8; 40]> {
+    std::hint::black_box(Box::new([2u8; 40]))
+}
+
+/// jemalloc's free bytes in the slabs of each small class, `(region size, holes)`, read by name
+/// after an `epoch` advance.
+pub fn jemalloc_holes() -> Vec<(u64, u64)> {
+    use tikv_jemalloc_ctl::raw;
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    let read = |name: String| -> u64 {
+        let key = format!("{name}\0");
+        // SAFETY: `curslabs`, `curregs` and `size` are `size_t`, as jemalloc's manual gives them.
+        unsafe { raw::read::<usize>(key.as_bytes()) }.unwrap() as u64
+    };
+    let read_u32 = |name: String| -> u64 {
+        let key = format!("{name}\0");
+        // SAFETY: `arenas.nbins` and `arenas.bin.<j>.nregs` are 32-bit.
+        u64::from(unsafe { raw::read::<u32>(key.as_bytes()) }.unwrap())
+    };
+    (0..read_u32("arenas.nbins".into()))
+        .map(|j| {
+            let size = read(format!("arenas.bin.{j}.size"));
+            let nregs = read_u32(format!("arenas.bin.{j}.nregs"));
+            let slabs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curslabs"));
+            let regs = read(format!("stats.arenas.{MALLCTL_ARENAS_ALL}.bins.{j}.curregs"));
+            (size, (slabs * nregs).saturating_sub(regs) * size)
+        })
+        .collect()
+}
+
+/// The pinned bytes of the report's rows whose leaf frame is `function`.
+pub fn pins(report: &frag::Report, function: &str) -> u64 {
+    let sites = report.sites.as_ref().expect("a sites section");
+    sites
+        .top
+        .iter()
+        .filter(|r| r.frames.first().is_some_and(|f| super::frame_is(f, function)))
+        .map(|r| r.pinned_bytes.expect("jemalloc splits its holes by class"))
+        .sum()
+}
+
+/// The report's estimated blocks in use at the rows whose leaf frame is `function`.
+pub fn blocks(report: &frag::Report, function: &str) -> u64 {
+    let sites = report.sites.as_ref().expect("a sites section");
+    let rows = sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| super::frame_is(f, function)));
+    rows.map(|r| r.inuse_blocks).sum()
+}
