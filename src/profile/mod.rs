@@ -7,8 +7,8 @@
 //! comments say so, with the sampling mean). Where the allocator splits its free space by size class
 //! (jemalloc), a fifth type follows them, `pinned_space/bytes`: the free bytes in slabs that each
 //! site's live blocks keep resident (see [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes));
-//! `go tool pprof -sample_index=pinned_space` shows which code pins the pages. Its stacks are symbolized in process; mappings carry the
-//! loaded objects' paths and GNU build IDs, so [`heap_pprof_unsymbolized`] (no names, no debug
+//! `go tool pprof -sample_index=pinned_space` shows which code pins the pages. Its stacks are
+//! symbolized in process; mappings carry the loaded objects' paths and GNU build IDs, so [`heap_pprof_unsymbolized`] (no names, no debug
 //! information read) can be symbolized offline against the same binaries.
 //!
 //! A site's leading frames that belong to the allocation machinery (frag, `__rust_alloc`, the

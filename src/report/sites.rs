@@ -199,7 +199,8 @@ pub(crate) fn section(
 ) -> Option<Sites> {
     let sampling = sampler::sampling();
     let shares = super::pins::current(classes, reg);
-    let all = read::snapshot(&shares.as_ref().map(|s| s.by_site.clone()).unwrap_or_default());
+    let none = std::collections::HashMap::new();
+    let all = read::snapshot(shares.as_ref().map_or(&none, |s| &s.by_site));
     if all.is_empty() && sampling == Sampling::Off {
         return None;
     }
