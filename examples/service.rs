@@ -15,7 +15,8 @@
 //! (binds free loopback ports, sends the requests, saves the heap profile taken half-way through to
 //! `target/service-heap.pb.gz`, prints the report and the `frag_` scrape, exits).
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
-//! `--no-stacks` turns stack capture off (`frag::set_stacks(false)`).
+//! `--no-stacks` turns stack capture off (`frag::set_stacks(false)`); `--sampling-mean-kib N` samples
+//! one allocation per N KiB on average (`frag::set_sampling`; default 512, at least 64 in this tier).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,6 +70,10 @@ fn options() -> Result<Options, String> {
             // Sampled allocations without their stacks: what the unwinder costs, measured on the
             // same build (`scripts/instructions.py`).
             "--no-stacks" => frag::set_stacks(false),
+            "--sampling-mean-kib" => {
+                let mean = frag::Sampling::MeanBytes(number(value()?)?.saturating_mul(1024));
+                frag::set_sampling(mean).map_err(|e| format!("{flag}: {e}"))?;
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }

@@ -122,27 +122,13 @@ fn the_site_that_keeps_blocks_pins_the_holes() {
 #[ignore = "needs go (golang-go): CI runs it with --run-ignored only"]
 fn go_tool_pprof_selects_the_pinned_space() {
     let s = scenario();
-    let path = std::env::temp_dir().join(format!("frag-pins-{}.pb.gz", std::process::id()));
-    std::fs::write(&path, frag::profile::heap_pprof_unsymbolized()).unwrap();
-    let out = std::process::Command::new("go")
-        .args(["tool", "pprof", "-top", "-nodecount=1000", "-sample_index=pinned_space"])
-        .arg(&path)
-        .output()
-        .expect("`go` on PATH (Debian: apt-get install golang-go)");
-    let _ = std::fs::remove_file(&path);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "go tool pprof failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let text = common::go::top(&frag::profile::heap_pprof_unsymbolized(), None, &["-sample_index=pinned_space"]);
     eprintln!("{text}");
-    // Rows: flat flat% sum% cum cum% name; cumulative, since the leaf of an unsymbolized stack may
-    // be an address in jemalloc, which has no debug information.
+    // Cumulative shares, since the leaf of an unsymbolized stack may be an address in jemalloc,
+    // which has no debug information.
+    let rows = common::go::rows(&text);
     let cum = |function: &str| -> f64 {
-        text.lines()
-            .filter_map(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                let share: f64 = cols.get(4)?.strip_suffix('%')?.parse().ok()?;
-                cols.get(5..).filter(|name| common::frame_is(&name.join(" "), function)).map(|_| share)
-            })
-            .sum()
+        rows.iter().filter(|r| common::frame_is(&r.name, function)).map(|r| r.cum_pct).sum()
     };
     assert!(cum("site_kept") >= 90.0, "A's share of pinned_space\n{text}");
     assert!(cum("site_dense") <= 1.0, "C's share of pinned_space\n{text}");

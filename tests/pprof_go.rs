@@ -10,7 +10,6 @@
 mod common;
 
 use std::hint::black_box;
-use std::process::Command;
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
@@ -36,32 +35,13 @@ fn pprof_site_chunks(bytes: usize) -> Vec<Box<[u8]>> {
 type Blocks = Vec<Box<[u8]>>;
 
 /// One row of `pprof -top`: function, flat and cumulative share in percent.
-type Row = (String, f64, f64);
+use common::go::{Row, rows};
 
 /// Runs `go tool pprof -top -sample_index=inuse_space` on `profile` and returns its rows.
-fn top(profile: &[u8], name: &str) -> Vec<Row> {
-    let path = std::env::temp_dir().join(format!("frag-{name}-{}.pb.gz", std::process::id()));
-    std::fs::write(&path, profile).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-nodecount=1000", "-sample_index=inuse_space"])
-        .arg(&path)
-        .output()
-        .expect("`go` on PATH (Debian: apt-get install golang-go)");
-    if std::env::var_os("FRAG_KEEP_PROFILE").is_none() {
-        let _ = std::fs::remove_file(&path);
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "go tool pprof failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+fn top(profile: &[u8]) -> Vec<Row> {
+    let text = common::go::top(profile, None, &["-sample_index=inuse_space"]);
     eprintln!("{text}");
-    // Rows: flat flat% sum% cum cum% name
-    text.lines()
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            let flat = cols.get(1)?.strip_suffix('%')?.parse().ok()?;
-            let cum = cols.get(4)?.strip_suffix('%')?.parse().ok()?;
-            Some((cols.get(5..)?.join(" "), flat, cum))
-        })
-        .collect()
+    rows(&text)
 }
 
 /// Whether a `pprof` row names `function` (unqualified) or a closure in it.
@@ -73,7 +53,7 @@ fn names(row: &str, function: &str) -> bool {
 fn check(rows: &[Row], truth: &[(&str, f64)]) {
     for (function, share) in truth {
         let short = function.rsplit("::").next().unwrap_or(function);
-        let got: f64 = rows.iter().filter(|(n, ..)| names(n, short)).map(|(_, flat, _)| flat).sum();
+        let got: f64 = rows.iter().filter(|r| names(&r.name, short)).map(|r| r.flat_pct).sum();
         eprintln!("{function}: {got:.1}% (truth {share:.1}%)");
         assert!((got - share).abs() <= 5.0, "{function}: {got:.1}% in pprof, {share:.1}% true\n{rows:?}");
     }
@@ -101,7 +81,7 @@ fn setup() -> (Vec<Blocks>, Vec<(&'static str, f64)>) {
 fn go_tool_pprof_reads_the_symbolized_profile() {
     assert_ne!(frag::unwinder(), frag::Unwinder::None);
     let (held, truth) = setup();
-    check(&top(&frag::profile::heap_pprof(), "sym"), &truth);
+    check(&top(&frag::profile::heap_pprof()), &truth);
     drop(held);
 }
 
@@ -114,10 +94,10 @@ fn go_tool_pprof_reads_the_symbolized_profile() {
 #[ignore = "needs go (golang-go); run by .ci/run"]
 fn go_tool_pprof_symbolizes_the_unsymbolized_profile_from_the_binary() {
     let (held, truth) = setup();
-    let rows = top(&frag::profile::heap_pprof_unsymbolized(), "raw");
+    let rows = top(&frag::profile::heap_pprof_unsymbolized());
     for (function, share) in &truth {
         let short = function.rsplit("::").next().unwrap();
-        let cum = rows.iter().find(|(n, ..)| n == short).map_or(0.0, |r| r.2);
+        let cum = rows.iter().find(|r| r.name == short).map_or(0.0, |r| r.cum_pct);
         eprintln!("{short}: cum {cum:.1}% (truth {share:.1}%)");
         assert!((cum - share).abs() <= 5.0, "{short}: {cum:.1}% in pprof, {share:.1}% true\n{rows:?}");
     }
@@ -216,10 +196,7 @@ mod server {
 /// The sample type `go tool pprof` shows `profile` in when not told which.
 #[cfg(feature = "http")]
 fn default_type(profile: &[u8]) -> String {
-    let path = std::env::temp_dir().join(format!("frag-default-{}.pb.gz", std::process::id()));
-    std::fs::write(&path, profile).unwrap();
-    let out = Command::new("go").args(["tool", "pprof", "-top", "-nodecount=1"]).arg(&path).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = common::go::top(profile, None, &["-nodecount=1"]);
     text.lines().find_map(|l| l.strip_prefix("Type: ")).unwrap_or_else(|| panic!("no type: {text}")).to_owned()
 }
 
@@ -228,33 +205,10 @@ fn default_type(profile: &[u8]) -> String {
 /// the leaf below them).
 #[cfg(feature = "http")]
 fn cum_bytes(profile: &[u8], base: Option<&[u8]>, index: &str, functions: &[&str]) -> Vec<f64> {
-    let dir = std::env::temp_dir();
-    let path = dir.join(format!("frag-scrape-{}-{index}.pb.gz", std::process::id()));
-    std::fs::write(&path, profile).unwrap();
-    let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof", "-top", "-nodecount=1000", "-unit=B", &format!("-sample_index={index}")]);
-    if let Some(base) = base {
-        let base_path = dir.join(format!("frag-scrape-{}-base.pb.gz", std::process::id()));
-        std::fs::write(&base_path, base).unwrap();
-        cmd.arg(format!("-diff_base={}", base_path.display()));
-    }
-    let out = cmd.arg(&path).output().expect("`go` on PATH (Debian: apt-get install golang-go)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "go tool pprof failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let text = common::go::top(profile, base, &["-unit=B", &format!("-sample_index={index}")]);
     eprintln!("{text}");
-    functions
-        .iter()
-        .map(|function| {
-            text.lines()
-                .filter_map(|l| {
-                    let cols: Vec<&str> = l.split_whitespace().collect();
-                    let cum: f64 = cols.get(3)?.strip_suffix('B')?.parse().ok()?;
-                    names(&cols.get(5..)?.join(" "), function).then_some(cum)
-                })
-                .next()
-                .unwrap_or(0.0)
-        })
-        .collect()
+    let rows = rows(&text);
+    functions.iter().map(|function| rows.iter().find(|r| names(&r.name, function)).map_or(0.0, |r| r.cum)).collect()
 }
 
 /// Go's `/debug/pprof/allocs` scraped twice across a known workload: `go tool pprof -diff_base`
