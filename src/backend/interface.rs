@@ -27,6 +27,12 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// Whether [`reclaim`](Self::reclaim) returns memory (else it says the backend cannot).
     const RECLAIMS: bool = false;
 
+    /// The largest request whose marked samples get a twin (0: none): a block of the request's own
+    /// layout, allocated and freed with the marked block, in the place the block itself would have
+    /// had, so that [`slab_use`](Self::slab_use) can say how full that slab is. Only a backend that
+    /// answers `slab_use` sets it; the limit keeps twins under 1% of live bytes at the default mean.
+    const TWIN_MAX: usize = 0;
+
     /// How usable sizes are obtained, in words, for the report's `usable_source`.
     const USABLE_SOURCE: &'static str;
 

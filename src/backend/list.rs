@@ -149,6 +149,12 @@ impl Backend {
     pub(crate) const fn code(self) -> u8 {
         self as u8
     }
+
+    /// The largest request whose marked samples get a twin (`KnownAllocator::TWIN_MAX`).
+    #[inline(always)]
+    pub(crate) fn twin_max(self) -> usize {
+        with_backend!(self, A => <A as super::interface::KnownAllocator>::TWIN_MAX)
+    }
 }
 
 impl fmt::Display for Backend {

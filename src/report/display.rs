@@ -87,7 +87,7 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
             match p.method {
                 PinMethod::Slabs => "each block's part of its own slab's free space",
                 PinMethod::ClassShares => "each class's free space by the sites' live blocks in it",
-                PinMethod::Both => "each block's part of its slab, marked blocks by class",
+                PinMethod::Both => "each block's part of its slab, blocks with no slab known by class",
             },
             Bytes(p.other_sites_bytes),
             Bytes(p.no_stack_bytes),

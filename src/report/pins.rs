@@ -3,27 +3,34 @@
 //!
 //! A slab stays resident while any of its regions is live, so its free regions are pinned by its
 //! live blocks together; each live block is charged an equal part, `free × region / live regions`.
-//! Two ways to find a block's slab:
-//! - **Slabs** (jemalloc, blocks in their natural place: the exact tier with `EveryBlock` or a mean
-//!   under 64 KiB, where blocks are not marked): the allocator says how full the slab of each live
-//!   sampled block is (`experimental.utilization.batch_query`), and the block is charged its part,
-//!   times its weight. Exact with every block sampled.
-//! - **Class shares** (any tier; sampled blocks are marked, so they sit outside their natural slabs):
-//!   each class's free space goes to the sites in proportion to their estimated live blocks in the
-//!   class. That is the offline method jemalloc's maintainers suggested (per-site live blocks by class,
-//!   times the class's utilization); it cannot tell apart two sites in one class whose blocks sit in
-//!   slabs of different fullness (docs/SAMPLING.md).
+//! A sampled block's slab is found where the allocator can say how full it is (jemalloc's
+//! `experimental.utilization.batch_query`):
+//! - a block in its natural place (the exact tier with `EveryBlock` or a mean under 64 KiB, where
+//!   blocks are not marked) is asked about directly;
+//! - a marked block (outside its natural slab) through its twin, a block of its own layout allocated
+//!   and freed with it in the place it would have had (`SampledBlock::twin`, requests up to
+//!   `KnownAllocator::TWIN_MAX`).
+//!
+//! A block that stands for itself alone (weight 1: every block sampled, or larger than the mean) is
+//! charged its part of its slab, exactly. The others are estimates: in each class, what the exact
+//! parts leave of the class's free space goes to them in proportion to `weight × part`, so that the
+//! sampling noise moves shares between sites, never the class's total. Blocks whose slab is not known
+//! (no twin: too large, or another backend) count at the class's mean part per unit of weight, or,
+//! where no block of the class was located, by weight alone: the **class shares**, the offline method
+//! jemalloc's maintainers suggested (per-site live blocks by class, times the class's utilization),
+//! which cannot tell two sites in one class apart when their blocks sit in slabs of different
+//! fullness (docs/SAMPLING.md).
 //!
 //! Which blocks are queried, and why that is safe: the side table's entries are read without a lock
 //! and may be freed at any moment. jemalloc answers for any address (an extent it cannot find reads
 //! as zeros), so a block freed meanwhile costs no bad read; its answer is kept only if the table's
-//! slot still holds the same address after the query (the block, or one allocated at its address
-//! since: the same slab either way).
+//! slot still holds the same address and twin after the query (the block, or one allocated at its
+//! address since, with its twin at the same address: the same slabs).
 //!
-//! Thread caches: a region parked in a thread's cache counts as allocated in its slab, so it takes
-//! its part like a live block and no site gets it: it is in `unattributed`, with the holes of blocks
-//! the table does not hold. A thread's `flush_thread_tcache` returns its parked regions to their
-//! slabs first.
+//! Thread caches: a region parked in a thread's cache counts as allocated in its slab. With exact
+//! parts it takes its part like a live block and no site gets it: it is in `unattributed`, with the
+//! holes of blocks the table does not hold; estimates share it out with the rest of the class. A
+//! thread's `flush_thread_tcache` returns its parked regions to their slabs first.
 
 use std::collections::HashMap;
 
@@ -65,10 +72,7 @@ pub(crate) struct Block {
 
 /// The shares, from `classes` (the allocator's, with their slab figures) and the live sampled
 /// blocks; `None` when no class has slab figures (the backend does not split its holes by class).
-///
-/// A block whose slab is known is charged its part of that slab's free space, times its weight. What
-/// remains of each class's free space goes to the other blocks of the class (marked ones, outside
-/// their natural slabs) in proportion to their weights; with none, to no site.
+/// How each kind of block is charged: the module documentation.
 pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = Block>) -> Option<Shares> {
     let slab: Vec<&AllocatorClass> = {
         let mut v: Vec<&AllocatorClass> = classes.iter().filter(|c| c.slabs.is_some()).collect();
@@ -80,18 +84,27 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = B
     }
     let sizes: Vec<u64> = slab.iter().map(|c| c.size).collect();
     let mut by_site: HashMap<u32, f64> = HashMap::new();
-    // Per class: the parts given by slab, and the weights of the blocks without one, per site.
     let mut given = vec![0.0f64; slab.len()];
+    // Per class and site: estimated parts of located blocks, weights of the others.
+    let mut located: HashMap<(usize, u32), f64> = HashMap::new();
     let mut unplaced: HashMap<(usize, u32), f64> = HashMap::new();
-    let mut unplaced_weight = vec![0.0f64; slab.len()];
+    let (mut located_parts, mut located_weight, mut unplaced_weight) =
+        (vec![0.0f64; slab.len()], vec![0.0f64; slab.len()], vec![0.0f64; slab.len()]);
     let (mut placed_any, mut unplaced_any) = (false, false);
     for b in live {
         let Some(j) = class_of(&sizes, b.size) else { continue };
         match b.slab {
-            Some(use_) => {
-                let part = b.weight * use_.hole_share();
+            Some(use_) if b.weight <= 1.0 + 1e-9 => {
+                let part = use_.hole_share();
                 *by_site.entry(b.site).or_default() += part;
                 given[j] += part;
+                placed_any = true;
+            }
+            Some(use_) => {
+                let part = b.weight * use_.hole_share();
+                *located.entry((j, b.site)).or_default() += part;
+                located_parts[j] += part;
+                located_weight[j] += b.weight;
                 placed_any = true;
             }
             None => {
@@ -101,23 +114,32 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = B
             }
         }
     }
+    // Per class: what the exact parts left, and the sum of the estimates it is shared by.
     let mut holes = 0u64;
     let mut unattributed = 0.0f64;
-    let rest: Vec<f64> = slab
-        .iter()
-        .enumerate()
-        .map(|(j, c)| {
-            let h = c.free_in_slabs();
-            holes = holes.saturating_add(h);
-            let rest = (h as f64 - given[j]).max(0.0);
-            if unplaced_weight[j] <= 0.0 {
-                unattributed += rest;
-            }
-            rest
-        })
-        .collect();
-    for ((j, site), w) in unplaced {
-        *by_site.entry(site).or_default() += rest[j] * w / unplaced_weight[j];
+    let mut rest = Vec::with_capacity(slab.len());
+    let mut mean_part = Vec::with_capacity(slab.len());
+    let mut total = Vec::with_capacity(slab.len());
+    for (j, c) in slab.iter().enumerate() {
+        let h = c.free_in_slabs();
+        holes = holes.saturating_add(h);
+        let r = (h as f64 - given[j]).max(0.0);
+        // Unplaced blocks count at the located ones' mean part per unit of weight, or by weight alone
+        // where none was located (class shares).
+        let m = if located_weight[j] > 0.0 { located_parts[j] / located_weight[j] } else { 1.0 };
+        let t = located_parts[j] + unplaced_weight[j] * m;
+        if t <= 0.0 {
+            unattributed += r;
+        }
+        rest.push(r);
+        mean_part.push(m);
+        total.push(t);
+    }
+    let estimates = located.into_iter().chain(unplaced.into_iter().map(|((j, site), w)| ((j, site), w * mean_part[j])));
+    for ((j, site), e) in estimates {
+        if total[j] > 0.0 {
+            *by_site.entry(site).or_default() += rest[j] * e / total[j];
+        }
     }
     let method = match (placed_any, unplaced_any) {
         (true, false) => PinMethod::Slabs,
@@ -127,24 +149,34 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = B
     Some(Shares { by_site, holes, unattributed: unattributed.round() as u64, method })
 }
 
-/// The shares for the live sampled blocks of this process: blocks in their natural place by their
-/// own slab where the backend tells it, the others by class.
+/// Where the allocator can be asked about the slab of the sampled block at `address`: the block
+/// itself in its natural place, a marked block's twin, or nowhere.
+fn slab_address(address: usize, e: &sampler::table::SampledBlock) -> Option<usize> {
+    match (e.marked, e.twin) {
+        (false, _) => Some(address),
+        (true, 0) => None,
+        (true, twin) => Some(twin),
+    }
+}
+
+/// The shares for the live sampled blocks of this process: blocks by their own slab or their twin's
+/// where the backend tells it, the others by class.
 pub(crate) fn current(classes: &[AllocatorClass], reg: Option<Registration>) -> Option<Shares> {
     if !classes.iter().any(|c| c.slabs.is_some()) {
         return None;
     }
     let mut live = Vec::new();
     sampler::for_each_live(|slot, address, e| live.push((slot, address, e)));
-    let natural: Vec<usize> = live.iter().filter(|(_, _, e)| !e.marked).map(|&(_, a, _)| a).collect();
+    let asked: Vec<usize> = live.iter().filter_map(|(_, a, e)| slab_address(*a, e)).collect();
     let mut slabs = match reg {
-        Some(r) if !natural.is_empty() => r.slab_use(&natural).ok().flatten().unwrap_or_default(),
+        Some(r) if !asked.is_empty() => r.slab_use(&asked).ok().flatten().unwrap_or_default(),
         _ => Vec::new(),
     }
     .into_iter();
     let blocks = live.into_iter().filter_map(|(slot, address, e)| {
-        let slab = if e.marked { None } else { slabs.next() };
+        let slab = slab_address(address, &e).and_then(|_| slabs.next());
         // A block freed during the query: its answer, and the block, are left out.
-        if slab.is_some() && !sampler::still_live(slot, address) {
+        if slab.is_some() && !sampler::still_live(slot, address, e.twin) {
             return None;
         }
         Some(Block { site: e.site, size: e.size, weight: e.weight, slab })
@@ -227,6 +259,41 @@ mod tests {
         let rest = 64.0 * 64.0 - 60.0 * 64.0 * 0.25;
         assert!((s.by_site[&2] - 0.75 * rest).abs() < 1e-9 && (s.by_site[&3] - 0.25 * rest).abs() < 1e-9);
         assert_eq!(s.unattributed, 0);
+    }
+
+    #[test]
+    fn estimates_share_the_class_by_weight_times_part() {
+        // Class 48: 3 slabs of 256 regions, 500 allocated. Site 1's samples (weight 100) sit in half
+        // empty slabs, site 2's (weight 100) in full ones, site 3's (weight 50) has no twin.
+        let classes = [slab(48, 3, 256, 500)];
+        let h = (3 * 256 - 500) as f64 * 48.0;
+        let half = SlabUse { free: 128, regions: 256, bytes: 256 * 48 };
+        let full = SlabUse { free: 0, regions: 256, bytes: 256 * 48 };
+        let live = [
+            block(1, 40, 100.0, Some(half)),
+            block(1, 40, 100.0, Some(half)),
+            block(2, 40, 100.0, Some(full)),
+            block(2, 40, 100.0, Some(full)),
+            block(3, 40, 50.0, None),
+        ];
+        let s = split(&classes, live).expect("slab classes");
+        assert_eq!(s.method, PinMethod::Both);
+        // Estimates: site 1 2 × 100 × 48, site 2 0, site 3 50 × the mean part per weight (48 / 2).
+        let (e1, e3) = (2.0 * 100.0 * 48.0, 50.0 * 24.0);
+        assert!((s.by_site[&1] - h * e1 / (e1 + e3)).abs() < 1e-6, "{:?}", s.by_site);
+        assert_eq!(s.by_site[&2], 0.0, "a site in full slabs pins nothing");
+        assert!((s.by_site[&3] - h * e3 / (e1 + e3)).abs() < 1e-6, "{:?}", s.by_site);
+        let sum: f64 = s.by_site.values().sum();
+        assert!((sum - h).abs() < 1e-6 && s.unattributed == 0, "estimates share the whole class, never more");
+    }
+
+    #[test]
+    fn estimates_in_full_slabs_leave_the_class_unattributed() {
+        let classes = [slab(48, 2, 256, 500)];
+        let full = SlabUse { free: 0, regions: 256, bytes: 256 * 48 };
+        let s = split(&classes, [block(2, 40, 100.0, Some(full))]).expect("slab classes");
+        assert_eq!(s.by_site.get(&2).copied().unwrap_or(0.0), 0.0);
+        assert_eq!(s.unattributed, 12 * 48);
     }
 
     #[test]

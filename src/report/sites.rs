@@ -106,9 +106,9 @@ pub struct PinnedHoles {
     /// `no_stack_bytes` and `unattributed_bytes` add up to `holes_bytes` (up to rounding).
     #[cfg_attr(feature = "serde", serde(rename = "est_other_sites_bytes"))]
     pub other_sites_bytes: u64,
-    /// Holes no site was given: those of classes in which no sampled block is live; with
-    /// [`PinMethod::Slabs`], also the parts of regions parked in thread caches and of blocks the
-    /// side table does not hold.
+    /// Holes no site was given: those of classes in which no sampled block is live (or whose
+    /// sampled blocks all sit in full slabs); where every block is sampled, also the parts of
+    /// regions parked in thread caches and of blocks the side table does not hold.
     pub unattributed_bytes: u64,
     /// How each site's blocks were matched to the slabs they pin.
     pub method: PinMethod,
@@ -120,16 +120,18 @@ pub struct PinnedHoles {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum PinMethod {
-    /// Each live sampled block in its own slab, as the allocator reports its fullness (jemalloc's
-    /// `experimental.utilization.batch_query`): blocks in their natural place, in the exact tier with
-    /// [`Sampling::EveryBlock`] (exact) or a mean under 64 KiB (an estimate).
+    /// Each live sampled block by its own slab, as the allocator reports its fullness (jemalloc's
+    /// `experimental.utilization.batch_query`): the block itself where it sits in its natural place
+    /// (the exact tier with [`Sampling::EveryBlock`] or a mean under 64 KiB), else its twin, a block
+    /// of its size allocated and freed with it in the place it would have had (requests up to
+    /// 4 KiB). Exact with every block sampled; otherwise each class's free space is shared by the
+    /// samples' estimated parts.
     Slabs,
     /// Each size class's free space shared among the sites by their estimated live blocks in the
-    /// class: sampled blocks that sit outside their natural slabs (the sampled tier's mark).
+    /// class: no block's slab is known (another backend's, or blocks over 4 KiB).
     ClassShares,
-    /// Both: blocks in their natural place by their own slab, and what remains of each class's free
-    /// space shared among the marked ones (an exact tier that sampled marked blocks before a smaller
-    /// mean or `EveryBlock` turned the mark off).
+    /// Both: blocks whose slab is known by it, and the others of their class at the class's mean
+    /// part, or by class where none is known.
     Both,
 }
 

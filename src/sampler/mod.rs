@@ -319,9 +319,10 @@ pub(crate) fn for_each_live(f: impl FnMut(usize, usize, SampledBlock)) {
     TABLE.for_each(f);
 }
 
-/// Whether side-table slot `slot` still holds the block at `address` (see `for_each_live`).
-pub(crate) fn still_live(slot: usize, address: usize) -> bool {
-    TABLE.holds(slot, address)
+/// Whether side-table slot `slot` still holds the block at `address` with its twin `twin` (see
+/// `for_each_live`).
+pub(crate) fn still_live(slot: usize, address: usize, twin: usize) -> bool {
+    TABLE.holds(slot, address, twin)
 }
 
 /// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever

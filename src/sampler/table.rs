@@ -1,5 +1,5 @@
-//! The side table of sampled blocks: who allocated each one, when, how large it was, its site and
-//! whether it carries the mark.
+//! The side table of sampled blocks: who allocated each one, when, how large it was, its site,
+//! whether it carries the mark, and its twin.
 //!
 //! A fixed array of [`CAPACITY`] entries with open addressing (at most [`MAX_PROBE`] slots from a
 //! block's home slot), plus a filter of one byte per home slot counting the entries that live there.
@@ -15,8 +15,8 @@
 //! - a tombstone never turns back into `EMPTY`, so a lookup may stop at the first `EMPTY` slot;
 //! - a full neighbourhood drops the sample and counts it.
 //!
-//! Memory: 48 bytes per entry plus one filter byte per slot, static and zero-initialised (resident
-//! only where touched): [`CAPACITY`] × 49 B ≈ 784 KiB.
+//! Memory: 56 bytes per entry plus one filter byte per slot, static and zero-initialised (resident
+//! only where touched): [`CAPACITY`] × 57 B ≈ 912 KiB.
 //!
 //! The table is generic over its capacity so that the loom model (`tests/loom/src/table_model.rs`) can check the protocol
 //! on a table of four slots, where every probe sequence wraps and collides.
@@ -57,6 +57,10 @@ pub(crate) struct SampledBlock {
     /// Whether the block was allocated with the mark (`sampler::mark`): then it must be freed with
     /// the marked layout.
     pub(crate) marked: bool,
+    /// The address of the marked block's twin, 0 for none: a block of the caller's layout allocated
+    /// and freed with it, in its natural place, whose slab the allocator can be asked about
+    /// (`KnownAllocator::TWIN_MAX`).
+    pub(crate) twin: usize,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -71,7 +75,7 @@ impl SampledBlock {
         (u64::from(self.site) << 1) | u64::from(self.marked)
     }
 
-    fn unpack(who: u64, size: u64, weight: u64, born: u64, how: u64) -> Self {
+    fn unpack(who: u64, size: u64, weight: u64, born: u64, how: u64, twin: usize) -> Self {
         let slot = who as u32;
         Self {
             tid: (who >> 32) as u32,
@@ -81,6 +85,7 @@ impl SampledBlock {
             born,
             site: (how >> 1) as u32,
             marked: how & 1 == 1,
+            twin,
         }
     }
 }
@@ -93,6 +98,7 @@ struct Slot {
     weight: AtomicU64,
     born: AtomicU64,
     how: AtomicU64,
+    twin: AtomicUsize,
 }
 
 impl Slot {
@@ -105,6 +111,7 @@ impl Slot {
             self.weight.load(Ordering::Relaxed),
             self.born.load(Ordering::Relaxed),
             self.how.load(Ordering::Relaxed),
+            self.twin.load(Ordering::Relaxed),
         )
     }
 
@@ -117,6 +124,7 @@ impl Slot {
                 weight: AtomicU64::new(0),
                 born: AtomicU64::new(0),
                 how: AtomicU64::new(0),
+                twin: AtomicUsize::new(0),
             }
         }
     }
@@ -182,6 +190,7 @@ impl<const N: usize> Table<N> {
                 slot.weight.store(entry.weight.to_bits(), Ordering::Relaxed);
                 slot.born.store(entry.born, Ordering::Relaxed);
                 slot.how.store(entry.how(), Ordering::Relaxed);
+                slot.twin.store(entry.twin, Ordering::Relaxed);
                 if let Some(f) = self.filter.get(h) {
                     f.fetch_add(1, Ordering::Relaxed);
                 }
@@ -253,10 +262,16 @@ impl<const N: usize> Table<N> {
         }
     }
 
-    /// Whether slot `i` holds the block at `address` (as [`Table::for_each`] saw it, or a block
-    /// allocated at the same address since).
-    pub(crate) fn holds(&self, i: usize, address: usize) -> bool {
-        self.slots.get(i).is_some_and(|s| s.key.load(Ordering::Acquire) == address)
+    /// Whether slot `i` holds the block at `address` with the twin `twin` (as [`Table::for_each`]
+    /// saw it, or a block allocated at the same address since, with a twin at the same address):
+    /// the key and the twin read the same around a fence, as in `for_each`.
+    pub(crate) fn holds(&self, i: usize, address: usize, twin: usize) -> bool {
+        let Some(s) = self.slots.get(i) else { return false };
+        if s.key.load(Ordering::Acquire) != address || s.twin.load(Ordering::Relaxed) != twin {
+            return false;
+        }
+        crate::sync::fence(Ordering::Acquire);
+        s.key.load(Ordering::Relaxed) == address
     }
 
     /// Samples dropped because the table was full around their home slot.
@@ -284,11 +299,20 @@ mod tests {
     use std::sync::Arc;
 
     fn entry(tid: u32, size: u64) -> SampledBlock {
-        SampledBlock { tid, slot: Some((7, 3)), size, weight: 1024.5, born: 99, site: 4095, marked: true }
+        SampledBlock {
+            tid,
+            slot: Some((7, 3)),
+            size,
+            weight: 1024.5,
+            born: 99,
+            site: 4095,
+            marked: true,
+            twin: 0x7f00_0000_2040,
+        }
     }
 
     fn table() -> Box<Table> {
-        // Built on the heap: 784 KiB is too much for a test thread's stack.
+        // Built on the heap: 912 KiB is too much for a test thread's stack.
         let layout = std::alloc::Layout::new::<Table>();
         // SAFETY: all-zero bytes are a valid `Table` (atomics at zero, EMPTY keys); the box takes
         // ownership of memory allocated with the global allocator and `Table`'s layout.
@@ -299,12 +323,12 @@ mod tests {
         }
     }
 
-    /// The memory the module documentation states: 48 B per entry plus a filter byte, about 784 KiB.
+    /// The memory the module documentation states: 56 B per entry plus a filter byte, about 912 KiB.
     #[test]
     fn table_size_is_as_documented() {
-        assert_eq!(size_of::<Slot>(), 48);
-        assert_eq!(size_of::<Table>() / CAPACITY, 49);
-        assert_eq!(size_of::<Table>() >> 10, 784);
+        assert_eq!(size_of::<Slot>(), 56);
+        assert_eq!(size_of::<Table>() / CAPACITY, 57);
+        assert_eq!(size_of::<Table>() >> 10, 912);
     }
 
     #[test]
@@ -317,10 +341,11 @@ mod tests {
             born: u64::MAX,
             site: u32::MAX,
             marked: false,
+            twin: 0,
         };
-        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
+        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how(), e.twin), e);
         let e = entry(1, 12345);
-        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how()), e);
+        assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how(), e.twin), e);
     }
 
     #[test]

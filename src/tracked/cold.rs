@@ -51,15 +51,27 @@ fn real(ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Lay
     }
 }
 
-/// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, `marked` or not) in
-/// the side table with its site and the calling thread, and counts it in the origin and site
+/// How a sampled block was placed: in its natural place, or marked, with its twin's address (0 for
+/// none).
+#[derive(Clone, Copy)]
+enum Placed {
+    Natural,
+    Marked { twin: usize },
+}
+
+/// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, placed as `placed`)
+/// in the side table with its site and the calling thread, and counts it in the origin and site
 /// tallies. Its entry, or `None` when the table had no room.
-fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, marked: bool) -> Option<SampledBlock> {
+fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) -> Option<SampledBlock> {
     let site = sites::capture(frame);
     let caller = pool::calling_thread();
     let size = size as u64;
+    let (marked, twin) = match placed {
+        Placed::Natural => (false, 0),
+        Placed::Marked { twin } => (true, twin),
+    };
     let entry =
-        SampledBlock { tid: caller.tid, slot: caller.slot, size, weight, born: sampler::now_ns(), site, marked };
+        SampledBlock { tid: caller.tid, slot: caller.slot, size, weight, born: sampler::now_ns(), site, marked, twin };
     if !sampler::keep(ptr, entry) {
         return None;
     }
@@ -183,7 +195,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if !mark::marking() {
             // SAFETY: the caller's guarantees.
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };
-            let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, false) };
+            let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, Placed::Natural) };
             return (ptr, entry);
         }
         let Some(m) = mark::marked(layout) else {
@@ -192,20 +204,29 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees.
             return (unsafe { self.inner_alloc(layout, zeroed) }, None);
         };
+        // The twin first, so that it takes the region the block itself would have had.
+        // SAFETY: the caller's guarantees.
+        let twin = unsafe { self.twin(layout) };
         // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
         let base = unsafe { self.inner_alloc(m.layout, zeroed) };
         if base.is_null() {
+            // SAFETY: `twin` was just allocated with `layout` (or is 0), and nobody else knows it.
+            unsafe { self.free_twin(twin, layout) };
             // The mark may be what failed: the caller's own layout is still owed a try.
             // SAFETY: the caller's guarantees.
             return (unsafe { self.inner_alloc(layout, zeroed) }, None);
         }
         // In bounds: the block is `m.offset` bytes larger than the request.
         let ptr = base.wrapping_add(m.offset);
-        if let Some(entry) = keep(ptr, layout.size(), weight, frame, true) {
+        if let Some(entry) = keep(ptr, layout.size(), weight, frame, Placed::Marked { twin }) {
             return (ptr, Some(entry));
         }
-        // SAFETY: `base` was just allocated with `m.layout` and nobody else knows it.
-        unsafe { self.inner.dealloc(base, m.layout) };
+        // SAFETY: `base` was just allocated with `m.layout`, `twin` with `layout` (or is 0), and
+        // nobody else knows them.
+        unsafe {
+            self.inner.dealloc(base, m.layout);
+            self.free_twin(twin, layout);
+        }
         // SAFETY: the caller's guarantees.
         (unsafe { self.inner_alloc(layout, zeroed) }, None)
     }
@@ -235,10 +256,42 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
         if let Some(e) = sampled {
             settle(&pool::calling_thread(), &e);
+            // SAFETY: the twin was allocated with the block's layout, the caller's, and goes with it.
+            unsafe { self.free_twin(e.twin, layout) };
         }
         // SAFETY: the block came from this allocator at `base` with `real`: the caller's pointer and
         // layout, or for a marked block the ones it was allocated with (`allocate_sampled`).
         unsafe { self.inner.dealloc(base, real) }
+    }
+
+    /// A twin for a marked sample of `layout` (`SampledBlock::twin`): a block of that layout from
+    /// the allocator, where the backend can say how full its slab is (`KnownAllocator::TWIN_MAX`);
+    /// 0 when there is none (too large, another backend, or the allocator failed).
+    ///
+    /// # Safety
+    ///
+    /// `layout` is valid and non-zero in size.
+    #[inline(always)]
+    unsafe fn twin(&self, layout: Layout) -> usize {
+        let max = backend::backend_of_value(&self.inner).map_or(0, backend::Backend::twin_max);
+        if layout.size() > max {
+            return 0;
+        }
+        // SAFETY: the caller's guarantees.
+        unsafe { self.inner.alloc(layout) as usize }
+    }
+
+    /// Frees the twin at `twin` (0: none), allocated with `layout`.
+    ///
+    /// # Safety
+    ///
+    /// `twin` is 0 or a twin from [`Self::twin`] with `layout`, freed once.
+    #[inline(always)]
+    unsafe fn free_twin(&self, twin: usize, layout: Layout) {
+        if twin != 0 {
+            // SAFETY: the caller's guarantees.
+            unsafe { self.inner.dealloc(twin as *mut u8, layout) };
+        }
     }
 
     /// `realloc`. The new size is an allocation for the clock; the old block, if sampled, is freed
@@ -300,7 +353,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             }
             let kept = match weight {
                 // Produced in place of an unmarked block while marking is off: its layout stays.
-                Some(w) if !p.is_null() => keep(p, new_size, w, frame, false),
+                Some(w) if !p.is_null() => keep(p, new_size, w, frame, Placed::Natural),
                 _ => None,
             };
             (p, kept)
@@ -355,6 +408,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if let Some(e) = old {
             sampler::take(ptr, layout);
             settle(&pool::calling_thread(), &e);
+            // SAFETY: the old block's twin, allocated with its layout, goes with it.
+            unsafe { self.free_twin(e.twin, layout) };
         }
         // SAFETY: the block came from this allocator at `base` with `real`, and its entry is gone.
         unsafe { self.inner.dealloc(base, real) };

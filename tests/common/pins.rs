@@ -58,3 +58,37 @@ pub fn blocks(report: &frag::Report, function: &str) -> u64 {
     let rows = sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| super::frame_is(f, function)));
     rows.map(|r| r.inuse_blocks).sum()
 }
+
+/// jemalloc's own answer, block by block, to how much free space each block at `ptrs` pins: for
+/// each block in a slab of `region`-byte regions, `free × region / allocated regions` of its slab
+/// (`experimental.utilization.batch_query`, called here by name); blocks in other slabs count 0.
+/// Returns the sum and how many blocks were in such slabs.
+pub fn pinned_by(ptrs: &[usize], region: u64) -> (f64, usize) {
+    let (mut sum, mut counted) = (0.0, 0);
+    for chunk in ptrs.chunks(4096) {
+        // Per block: free regions, regions, slab bytes.
+        let mut out = vec![0usize; 3 * chunk.len()];
+        let mut out_len = out.len() * size_of::<usize>();
+        // SAFETY: `out` holds three `size_t` per pointer, its length in bytes is `out_len`, and the
+        // input is `chunk.len()` pointers, as jemalloc's `batch_query` takes them; jemalloc reads any
+        // address safely (an unknown one reads as zeros).
+        let code = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"experimental.utilization.batch_query".as_ptr(),
+                out.as_mut_ptr().cast(),
+                &mut out_len,
+                chunk.as_ptr() as *mut core::ffi::c_void,
+                size_of_val(chunk),
+            )
+        };
+        assert_eq!(code, 0, "batch_query");
+        for q in out.chunks_exact(3) {
+            let (free, regions, bytes) = (q[0] as u64, q[1] as u64, q[2] as u64);
+            if regions > free && bytes / regions.max(1) == region {
+                sum += (free * region) as f64 / (regions - free) as f64;
+                counted += 1;
+            }
+        }
+    }
+    (sum, counted)
+}

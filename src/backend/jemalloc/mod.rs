@@ -97,6 +97,7 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
     const BACKEND: Backend = Backend::Jemalloc;
     const VALUE: Self = tikv_jemallocator::Jemalloc;
     const RECLAIMS: bool = true;
+    const TWIN_MAX: usize = 4096;
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
