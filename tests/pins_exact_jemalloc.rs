@@ -12,7 +12,6 @@
 mod common;
 
 use common::pins::{blocks, pins, site_churned, site_kept};
-use common::symbolized_report;
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
@@ -31,15 +30,8 @@ fn jemalloc_holes() -> (u64, u64) {
 
 #[test]
 fn each_block_is_charged_its_own_slabs_free_space() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
-    // The unwind tables and the symbolizer's caches first, unsampled: the symbolizer keeps tens of
-    // thousands of blocks, which would crowd the side table.
-    frag::set_sampling(frag::Sampling::Off).unwrap();
-    drop(symbolized_report());
-    // Then the free regions the warm-up left in the class are filled (unsampled, and kept), so that
-    // the workload starts on fresh slabs: D's blocks fill slabs of their own.
-    let filler: Vec<Box<[u8; 40]>> = (0..50_000).map(|_| Box::new([0u8; 40])).collect();
-    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    // Fresh slabs, so that D's blocks fill slabs of their own.
+    let filler = common::pins::fresh_slabs();
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     // 4,000 blocks a site: A's and D's 8,000 live blocks fit the side table (16,384 entries).
     let n = 4_000;

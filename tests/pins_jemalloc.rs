@@ -55,7 +55,7 @@ struct Scenario {
 fn scenario() -> Scenario {
     assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)).unwrap();
-    drop(symbolized_report()); // the unwind tables and the symbolizer's caches, before the workload // the unwind tables, before the first sample
+    drop(symbolized_report()); // the unwind tables and the symbolizer's caches, before the workload
     let n = 200_000;
     let (mut kept, mut churned, mut dense) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n / 2));
     for _ in 0..n {
@@ -165,13 +165,7 @@ fn go_tool_pprof_selects_the_pinned_space() {
 #[test]
 #[allow(clippy::vec_box)]
 fn sampled_pins_match_each_blocks_own_slab() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
-    frag::set_sampling(frag::Sampling::Off).unwrap();
-    drop(symbolized_report());
-    // The free regions the warm-up left in the class are filled first (unsampled, kept), so that the
-    // workload starts on fresh slabs.
-    let filler: Vec<Box<[u8; 40]>> = (0..50_000).map(|_| Box::new([0u8; 40])).collect();
-    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    let filler = common::pins::fresh_slabs();
     frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)).unwrap();
     let n = 400_000;
     let (mut kept, mut churned, mut packed) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));

@@ -15,6 +15,20 @@ pub fn site_churned() -> Box<[u8; 40]> {
     std::hint::black_box(Box::new([2u8; 40]))
 }
 
+/// Readies a pins scenario, sampling off meanwhile: the unwind tables and the symbolizer's caches
+/// first (the symbolizer keeps tens of thousands of blocks, which would crowd the side table), then
+/// the free regions that warm-up left in the 48-byte class filled, so that the workload starts on
+/// fresh slabs. Returns the filler, to keep until the end.
+#[allow(clippy::vec_box)]
+pub fn fresh_slabs() -> Vec<Box<[u8; 40]>> {
+    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    frag::set_sampling(frag::Sampling::Off).unwrap();
+    drop(super::symbolized_report());
+    let filler = (0..50_000).map(|_| Box::new([0u8; 40])).collect();
+    frag::tune::jemalloc::flush_thread_tcache().unwrap();
+    filler
+}
+
 /// jemalloc's free bytes in the slabs of each small class, `(region size, holes)`, read by name
 /// after an `epoch` advance.
 pub fn jemalloc_holes() -> Vec<(u64, u64)> {
