@@ -115,20 +115,41 @@ fn is_plumbing_line(line: &Line) -> bool {
     is_plumbing(&line.function) || is_plumbing_file(&line.file)
 }
 
+/// Whether a function is the allocator shim the compiler generates (`__rust_alloc`, `__rg_alloc`,
+/// `__rdl_alloc` and their `zeroed` and `realloc` kin): a symbol of its own, named even where line
+/// tables name everything else briefly.
+fn is_shim(function: &str) -> bool {
+    let f = function.strip_prefix("__rustc::").unwrap_or(function);
+    let op = f.strip_prefix("__rust_").or_else(|| f.strip_prefix("__rg_")).or_else(|| f.strip_prefix("__rdl_"));
+    matches!(op, Some("alloc" | "alloc_zeroed" | "realloc"))
+}
+
 /// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
 /// used when the profile carries no names and `pprof` symbolizes it itself.
 pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*|.*frag::tracked::.*";
 
 /// A site's stack as logical frames, leaf first: each return address expanded into its inlined
 /// functions, leading allocation plumbing trimmed. Each frame is `(pc, index of its first kept line)`.
+///
+/// Where the stack shows the allocator shim (`__rust_alloc`), it and everything leafward of it are
+/// the global allocator's own code, trimmed whatever their names: a `GlobalAlloc` wrapper of the
+/// program's own, which a debug build with line tables only calls by its bare name (`alloc`), would
+/// otherwise stop the trimming at the leaf.
 pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usize)> {
+    // (frame, line) just past the shim, or the start.
+    let (shim_frame, past_shim) = stack
+        .iter()
+        .enumerate()
+        .find_map(|(i, &pc)| symbols.lines(pc).iter().position(|l| is_shim(&l.function)).map(|j| (i, j + 1)))
+        .unwrap_or((0, 0));
     let mut out = Vec::with_capacity(stack.len());
     let mut trimming = true;
-    for &pc in stack {
+    for (i, &pc) in stack.iter().enumerate().skip(shim_frame) {
         let lines = symbols.lines(pc);
         let mut first = 0;
         if trimming {
-            first = lines.iter().take_while(|l| is_plumbing_line(l)).count();
+            let start = if i == shim_frame { past_shim } else { 0 };
+            first = start + lines[start..].iter().take_while(|l| is_plumbing_line(l)).count();
             if first == lines.len() && !lines.is_empty() {
                 continue;
             }
@@ -147,6 +168,37 @@ pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(function: &str, file: &str) -> Line {
+        Line { function: function.into(), system_name: String::new(), file: file.into(), line: 1 }
+    }
+
+    /// Line tables only, a debug build, a `GlobalAlloc` wrapper of the program's own: the wrapper's
+    /// bare `alloc` is below the shim, and trimmed with it; the standard library's frames above the
+    /// shim go by their files.
+    #[test]
+    fn everything_leafward_of_the_shim_is_trimmed() {
+        let std_alloc = "/rustc/x/library/alloc/src/alloc.rs";
+        let frames = [
+            (1, vec![line("alloc", "/app/src/global_allocator.rs")]),
+            (2, vec![line("__rust_alloc", "/app/src/global_allocator.rs")]),
+            (3, vec![line("alloc", std_alloc), line("box_new_uninit", "/rustc/x/library/alloc/src/boxed.rs")]),
+            (4, vec![line("remember_session", "/app/src/main.rs")]),
+            (5, vec![line("main", "/app/src/main.rs")]),
+        ];
+        let mut symbols = Symbols::none();
+        symbols.cache.extend(frames.iter().cloned());
+        assert_eq!(trimmed(&mut symbols, &[1, 2, 3, 4, 5]), [(4, 0), (5, 0)]);
+        // Without the shim (inlined away), trimming goes by names and files alone, and stops at the
+        // first line it does not know.
+        assert_eq!(trimmed(&mut symbols, &[1, 3, 4]), [(1, 0), (3, 0), (4, 0)]);
+        assert_eq!(trimmed(&mut symbols, &[3, 4]), [(4, 0)]);
+        // The shim inlined into a frame with other lines: the lines after it stay.
+        symbols
+            .cache
+            .insert(6, vec![line("alloc", "/app/a.rs"), line("__rust_alloc", "/app/a.rs"), line("f", "/app/b.rs")]);
+        assert_eq!(trimmed(&mut symbols, &[6, 4]), [(6, 2), (4, 0)]);
+    }
 
     #[test]
     fn plumbing_files_are_the_standard_librarys_allocation_code() {
