@@ -226,6 +226,7 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = options()?;
+    global_allocator::start()?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

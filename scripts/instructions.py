@@ -123,6 +123,8 @@ PATH_ONLY = {"FRAG_NO_STACKS": "1"}
 # The stack walk of a sampled allocation, inclusive: its instructions per request are the unwinder's
 # cost, counted whatever the threads' interleaving (which moves a whole run's count by 0.3-0.5%).
 CAPTURE = "frag::sites::capture"
+# The stack walk when jemalloc samples: the backtrace hook (`src/hooked/hooks.rs`), inclusive.
+HOOK_WALK = "frag::hooked::hooks::backtrace"
 
 
 def inclusive(path, name):
@@ -168,7 +170,8 @@ def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=()):
 
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
-VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "exact": "exact", "jeprof": "1", "forward": "forward", "count": "count",
+VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "exact": "exact", "jeprof": "1",
+            "in-jemalloc": "in-jemalloc", "forward": "forward", "count": "count",
             "count-inline": "count-inline", "sample-only": "sample-only",
             "count-sample": "count-sample"}
 # jemalloc's own heap profiler: the bare backend built with profiling, sampling one per 512 KiB.
@@ -185,6 +188,8 @@ def build_service(backend, variant, salt=0):
     feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else [])
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
+    if variant == "in-jemalloc":
+        feats.append("jemalloc-prof")
     env = {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]}
     run(["cargo", "rustc", "--quiet", "--release", "--example", "service", "--no-default-features",
          "--features", ",".join(feats)] + (["--", "-C", f"metadata=salt{salt}"] if salt else []), env)
@@ -300,10 +305,11 @@ def main():
             [b for b in args.service_backends.split(",") if b]
         for backend in service_backends:
             variants = ["bare", "sampled"] + (["sampled-nostacks"] if args.stacks_off else []) + ["exact"] + \
-                (["jeprof"] if backend == "jemalloc" else []) + \
+                (["jeprof", "in-jemalloc"] if backend == "jemalloc" else []) + \
                 (["forward", "count", "count-inline", "sample-only", "count-sample"] if args.floor else [])
             r = {}
             walks = []
+            hook_walks = []
             for variant in variants:
                 env = JEPROF_ENV if variant == "jeprof" else {}
                 runs = []
@@ -313,16 +319,20 @@ def main():
                     for _ in range(max(1, args.repeat)):
                         counts = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"]
                                         + flags, SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env,
-                                        functions=(CAPTURE,) if variant == "sampled" else ())
+                                        functions=(CAPTURE,) if variant == "sampled" else
+                                        (HOOK_WALK,) if variant == "in-jemalloc" else ())
                         runs.append(counts["Ir"])
                         if variant == "sampled":
                             walks.append(counts[CAPTURE])
+                        if variant == "in-jemalloc":
+                            hook_walks.append(counts[HOOK_WALK])
                 runs.sort()
                 r[variant] = (runs[len(runs) // 2], runs[0], runs[-1])
             bare = r["bare"][0]
             names = {"bare": "bare", "sampled": "Tracked (sampled)",
                      "sampled-nostacks": "Tracked (sampled), stacks off", "exact": "Tracked<_, Exact>",
-                     "jeprof": "jemalloc's own profiler", "forward": "floor: forward", "count": "floor: count",
+                     "jeprof": "jemalloc's own profiler",
+                     "in-jemalloc": "bare, sampled inside jemalloc (`frag::sample_in_jemalloc`)", "forward": "floor: forward", "count": "floor: count",
                      "count-inline": "floor: count-inline", "sample-only": "floor: sample-only",
                      "count-sample": "floor: count-inline over sample-only"}
             for variant in variants:
@@ -336,6 +346,17 @@ def main():
             stacks = walk / bare
             print(f"| {backend} | stacks ({frag_unwinder()}): `{CAPTURE}` inclusive, in the sampled runs | "
                   f"{walk / 1e3:.1f} k [{walks[0] / 1e3:.1f}, {walks[-1] / 1e3:.1f}] | {100 * stacks:+.2f} points |")
+            if hook_walks:
+                hook_walks.sort()
+                hw = hook_walks[len(hook_walks) // 2]
+                print(f"| {backend} | stacks inside jemalloc: `{HOOK_WALK}` inclusive | {hw / 1e3:.1f} k | "
+                      f"{100 * hw / bare:+.2f} points |")
+                if hw / bare > args.stacks_budget:
+                    failures.append(f"{backend} service, stacks inside jemalloc: {100 * hw / bare:+.2f} points > "
+                                    f"+{100 * args.stacks_budget:.1f}")
+            if "in-jemalloc" in r and r["in-jemalloc"][0] >= r["jeprof"][0]:
+                failures.append(f"{backend} service: sampling inside jemalloc ({r['in-jemalloc'][0] / 1e6:.3f} M per "
+                                f"request) is not below jemalloc's own profiler ({r['jeprof'][0] / 1e6:.3f} M)")
             if "sampled-nostacks" in r:
                 off = (r["sampled"][0] - r["sampled-nostacks"][0]) / bare
                 print(f"| {backend} | stacks: sampled over the same build with --no-stacks (medians of separate "

@@ -108,6 +108,8 @@ struct ReadmeDoctests;
 mod backend;
 mod estimate;
 mod format;
+#[cfg(feature = "jemalloc")]
+mod hooked;
 mod loader;
 mod origin;
 mod process;
@@ -126,6 +128,8 @@ pub mod watch;
 
 pub use backend::select::Select;
 pub use backend::{AllocatorClass, AllocatorStats, Backend, Probe, UsableSource, WrappedBackend};
+#[cfg(feature = "jemalloc")]
+pub use hooked::{InJemallocError, sample_in_jemalloc, sampling_in_jemalloc};
 pub use process::{CgroupMemory, CgroupVersion, ProcessStats, set_pss};
 pub use publish::{Publisher, PublisherHandle, publish};
 pub use report::diagnosis;

@@ -13,8 +13,9 @@ const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate.
     "sync", "format", "estimate", "process", "loader", "reentry",
     // The counters (with the size classes) and the sampler, with what it feeds.
-    "stats", "sampler", "origin", "sites", // The allocators, then the allocation path that wraps them.
-    "backend", "tracked",
+    "stats", "sampler", "origin", "sites", // The allocators, then the allocation path that wraps them, and the
+    // hooks that sample inside jemalloc.
+    "backend", "tracked", "hooked",
     // What reads the counters and the allocator: tuning, the report (with its diagnosis), outputs.
     "tune", "report", "profile", "watch", "publish",
     // What acts on the allocator on its own, publishing as the publisher does.

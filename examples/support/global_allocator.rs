@@ -6,8 +6,9 @@
 //! `scripts/instructions.py` compares the builds of the service example. `FRAG_BARE_ALLOCATOR=exact`
 //! builds `Tracked`'s exact tier; `=forward`, `=count`, `=count-inline`, `=sample-only` or
 //! `=count-sample` one of the floor wrappers of `floor.rs` (what any wrapper, any exact per-class
-//! counter, any marking sampler, and the two together cost). The choice is a constant,
-//! so each build has only one code path.
+//! counter, any marking sampler, and the two together cost). `=in-jemalloc` (with the features
+//! `jemalloc-prof`) leaves the backend bare and samples inside jemalloc (`frag::sample_in_jemalloc`,
+//! started by [`start`]). The choice is a constant, so each build has only one code path.
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -45,6 +46,7 @@ enum Choice {
     CountInline,
     SampleOnly,
     CountSample,
+    InJemalloc,
 }
 
 const fn eq(a: &str, b: &str) -> bool {
@@ -71,6 +73,7 @@ const CHOICE: Choice = match option_env!("FRAG_BARE_ALLOCATOR") {
     Some(v) if eq(v, "count-inline") => Choice::CountInline,
     Some(v) if eq(v, "sample-only") => Choice::SampleOnly,
     Some(v) if eq(v, "count-sample") => Choice::CountSample,
+    Some(v) if eq(v, "in-jemalloc") => Choice::InJemalloc,
     Some(_) => Choice::Bare,
 };
 
@@ -88,7 +91,7 @@ macro_rules! chosen {
         match CHOICE {
             Choice::Tracked => TRACKED.$method($($arg),*),
             Choice::Exact => EXACT.$method($($arg),*),
-            Choice::Bare => BACKEND.$method($($arg),*),
+            Choice::Bare | Choice::InJemalloc => BACKEND.$method($($arg),*),
             Choice::Forward => FORWARD.$method($($arg),*),
             Choice::Count => COUNT.$method($($arg),*),
             Choice::CountInline => COUNT_INLINE.$method($($arg),*),
@@ -130,3 +133,26 @@ unsafe impl GlobalAlloc for Global {
 
 #[global_allocator]
 static A: Global = Global;
+
+// jemalloc's profiler, on at start-up but not sampling, for `start` to hand to frag.
+#[cfg(feature = "jemalloc-prof")]
+frag::jemalloc_conf!(if matches!(CHOICE, Choice::InJemalloc) {
+    frag::tune::jemalloc::JemallocConfig::new().prof(true).prof_active(false)
+} else {
+    frag::tune::jemalloc::JemallocConfig::new()
+});
+
+/// Starts sampling inside jemalloc, at the mean `frag::sampling()` says, when the build chose it
+/// (`FRAG_BARE_ALLOCATOR=in-jemalloc`); nothing otherwise.
+#[allow(dead_code)]
+pub fn start() -> Result<(), Box<dyn std::error::Error>> {
+    #[cfg(feature = "jemalloc-prof")]
+    if matches!(CHOICE, Choice::InJemalloc) {
+        frag::sample_in_jemalloc(frag::sampling())?;
+        return Ok(());
+    }
+    if matches!(CHOICE, Choice::InJemalloc) {
+        return Err("FRAG_BARE_ALLOCATOR=in-jemalloc needs the feature jemalloc-prof".into());
+    }
+    Ok(())
+}

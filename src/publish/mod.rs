@@ -233,6 +233,7 @@ impl Publisher {
                 backend = %report.backend.map_or("none", WrappedBackend::name),
                 allocator_config = %crate::tune::effective_config(),
                 sampling = ?crate::sampler::sampling(),
+                sampler = if crate::sampler::reported() { "jemalloc's profiler" } else { "frag's" },
                 unwinder = %crate::sites::unwinder(),
                 "frag publishing heap metrics"
             );

@@ -68,6 +68,7 @@ pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: 
     let freed = t.deallocations.saturating_add(t.reallocations);
     TrackedStats {
         estimated,
+        sampled_in_jemalloc: crate::sampler::reported(),
         allocations: t.allocations,
         deallocations: t.deallocations,
         reallocations: t.reallocations,

@@ -318,7 +318,11 @@ impl Display for Report {
             t.allocations,
             t.deallocations,
             t.reallocations,
-            if t.estimated { " (sampled tier: estimates from the samples)" } else { "" }
+            match (t.estimated, t.sampled_in_jemalloc) {
+                (true, true) => " (sampled inside jemalloc: estimates from its samples)",
+                (true, false) => " (sampled tier: estimates from the samples)",
+                (false, _) => "",
+            }
         )?;
         if let (Some(a), Some(d), Some(l)) = (t.allocations_interval, t.deallocations_interval, t.live_blocks_interval)
         {

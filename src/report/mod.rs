@@ -75,6 +75,9 @@ pub struct TrackedStats {
     /// Whether the figures below are estimates from the samples (the sampled tier), each sampled
     /// block standing for the inverse of its sampling probability; else they are exact counts.
     pub estimated: bool,
+    /// Whether the samples are jemalloc's own, handed over by its profiler's hooks
+    /// (`frag::sample_in_jemalloc`) rather than taken by a `Tracked`.
+    pub sampled_in_jemalloc: bool,
     /// Successful `alloc` and `alloc_zeroed` calls.
     pub allocations: u64,
     /// `dealloc` calls.

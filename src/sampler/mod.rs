@@ -140,6 +140,8 @@ pub enum SamplingError {
         /// The mean asked for (0 for `EveryBlock`).
         mean: u64,
     },
+    /// jemalloc's profiler samples (`frag::sample_in_jemalloc`): its mean is changed there.
+    InJemalloc,
 }
 
 impl fmt::Display for SamplingError {
@@ -163,6 +165,10 @@ impl fmt::Display for SamplingError {
                  marked blocks alone): use Tracked<_, frag::Exact> or a larger mean",
                 mark::MIN_MARKING_MEAN
             ),
+            Self::InJemalloc => f.write_str(
+                "jemalloc's profiler does the sampling (frag::sample_in_jemalloc): change its mean with \
+                 frag::sample_in_jemalloc",
+            ),
         }
     }
 }
@@ -176,7 +182,8 @@ impl std::error::Error for SamplingError {}
 /// # Errors
 ///
 /// [`SamplingError::TooSmall`] for a mean below 4096 bytes; [`SamplingError::NeedsExactTier`] for
-/// `EveryBlock` or a mean below 64 KiB under the sampled tier (`Tracked<A>`).
+/// `EveryBlock` or a mean below 64 KiB under the sampled tier (`Tracked<A>`);
+/// [`SamplingError::InJemalloc`] while jemalloc's profiler samples.
 ///
 /// # Example
 ///
@@ -191,6 +198,9 @@ impl std::error::Error for SamplingError {}
 /// ```
 pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
     let mean = s.mean()?;
+    if REPORTED.load(Ordering::Relaxed) {
+        return Err(SamplingError::InJemalloc);
+    }
     apply(mean)?;
     EXPLICIT.store(true, Ordering::Relaxed);
     if let Some(s) = crate::stats::pool::owned() {
@@ -269,6 +279,7 @@ fn refuse(e: SamplingError) {
     let (code, mean) = match e {
         SamplingError::TooSmall { mean } => (1, mean),
         SamplingError::NeedsExactTier { mean } => (2, mean),
+        SamplingError::InJemalloc => return,
     };
     INVALID_MEAN.store(mean, Ordering::Relaxed);
     INVALID.store(code, Ordering::Release);
@@ -311,6 +322,37 @@ pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
         mark::forgotten(ptr);
     }
     e
+}
+
+/// Sets the mean of a sampler that runs elsewhere (jemalloc's, see `hooked`): what weights and
+/// intervals assume. Nothing here samples at it.
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+pub(crate) fn set_reported_mean(mean: u64) {
+    MEAN.store(mean, Ordering::SeqCst);
+    EXPLICIT.store(true, Ordering::Relaxed);
+    REPORTED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the sampling runs elsewhere ([`set_reported_mean`]): [`set_sampling`] then refuses.
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the sampling runs in the allocator ([`set_reported_mean`]).
+pub(crate) fn reported() -> bool {
+    REPORTED.load(Ordering::Relaxed)
+}
+
+/// Puts a block sampled by an allocator that reports its sampled frees itself (jemalloc's hooks) in
+/// the side table: unmarked, found by its free's report rather than by its address. `false` when
+/// its neighbourhood is full.
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+pub(crate) fn keep_reported(ptr: *mut u8, entry: SampledBlock) -> bool {
+    TABLE.insert(ptr, entry)
+}
+
+/// Takes the entry of a block [`keep_reported`] put in the side table, if it is there. Owner only.
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+pub(crate) fn take_reported(ptr: *mut u8) -> Option<SampledBlock> {
+    if TABLE.may_contain(ptr) { TABLE.remove(ptr) } else { None }
 }
 
 /// Calls `f(slot, address, entry)` with every sampled block still live (report side; see

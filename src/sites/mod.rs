@@ -100,6 +100,21 @@ pub(crate) fn capture(entry: ColdFrame) -> u32 {
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }
 }
 
+/// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
+    if !STACKS.load(Ordering::Relaxed) {
+        return 0;
+    }
+    unwind::capture(entry, out)
+}
+
+/// The site of the first `depth` frames of `frames` (a stack walked earlier), interned.
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+pub(crate) fn intern(frames: &Frames, depth: usize) -> u32 {
+    SITES.intern(frames, depth)
+}
+
 /// The calling function's stack, captured as a sampled allocation's is, into `out`; returns the
 /// number of frames. For the unwind bench (`benches/unwind.rs`), not an API.
 #[doc(hidden)]

@@ -124,9 +124,19 @@ fn is_shim(function: &str) -> bool {
     matches!(op, Some("alloc" | "alloc_zeroed" | "realloc"))
 }
 
+/// How deep jemalloc's own frames can reach in a stack its profiler asked for (`hooked`): the hook,
+/// the profiler's backtrace and sample preparation, the allocation's slow path, its entry point.
+const JEMALLOC_DEPTH: usize = 16;
+
+/// Whether a function is jemalloc's: tikv-jemalloc-sys prefixes every jemalloc symbol, public and
+/// internal, with `_rjem_`.
+fn is_jemalloc(function: &str) -> bool {
+    function.starts_with("_rjem_")
+}
+
 /// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
 /// used when the profile carries no names and `pprof` symbolizes it itself.
-pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*|.*frag::tracked::.*";
+pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)|<?([^ ]* as )?<?(__rdl_|__rg_|alloc::|core::alloc::|std::alloc::|frag::).*|.*frag::tracked::.*|.*frag::hooked::.*|_rjem_.*";
 
 /// A site's stack as logical frames, leaf first: each return address expanded into its inlined
 /// functions, leading allocation plumbing trimmed. Each frame is `(pc, index of its first kept line)`.
@@ -137,11 +147,22 @@ pub(crate) const PLUMBING_REGEX: &str = r"(__rustc::)?__rust_(alloc|alloc_zeroed
 /// otherwise stop the trimming at the leaf.
 pub(crate) fn trimmed(symbols: &mut Symbols, stack: &[usize]) -> Vec<(usize, usize)> {
     // (frame, line) just past the shim, or the start.
-    let (shim_frame, past_shim) = stack
+    let shim = stack
         .iter()
         .enumerate()
-        .find_map(|(i, &pc)| symbols.lines(pc).iter().position(|l| is_shim(&l.function)).map(|j| (i, j + 1)))
-        .unwrap_or((0, 0));
+        .find_map(|(i, &pc)| symbols.lines(pc).iter().position(|l| is_shim(&l.function)).map(|j| (i, j + 1)));
+    // A stack jemalloc's profiler asked for (`hooked`) starts inside jemalloc: its outermost frame
+    // there, and everything leafward, is the allocator's.
+    let jemalloc = stack
+        .iter()
+        .take(JEMALLOC_DEPTH)
+        .enumerate()
+        .filter_map(|(i, &pc)| symbols.lines(pc).iter().rposition(|l| is_jemalloc(&l.function)).map(|j| (i, j + 1)))
+        .last();
+    let (shim_frame, past_shim) = match (shim, jemalloc) {
+        (Some(a), Some(b)) => a.max(b),
+        (a, b) => a.or(b).unwrap_or((0, 0)),
+    };
     let mut out = Vec::with_capacity(stack.len());
     let mut trimming = true;
     for (i, &pc) in stack.iter().enumerate().skip(shim_frame) {

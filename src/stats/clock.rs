@@ -139,6 +139,13 @@ impl Clock {
         moved
     }
 
+    /// Counts `bytes` allocated that the countdown did not see (an allocator that samples itself
+    /// reports its thread's bytes: see `hooked`). Owner only.
+    #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
+    pub(crate) fn add_allocated(&self, bytes: u64) {
+        self.finished.store(self.finished.load(Ordering::Relaxed).wrapping_add(bytes), Ordering::Relaxed);
+    }
+
     /// The owner published its live bytes.
     pub(crate) fn published(&self) {
         self.unpublished.store(0, Ordering::Relaxed);

@@ -56,7 +56,9 @@ fn conf_traps(var: &'static str, value: &str) -> Vec<Trap> {
             percpu_arena => "percpu_arena",
             thp => "thp",
             metadata_thp => "metadata_thp",
-            abort_conf => "abort_conf"
+            abort_conf => "abort_conf",
+            prof => "prof",
+            prof_active => "prof_active"
         );
     }
     traps

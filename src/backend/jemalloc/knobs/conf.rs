@@ -125,6 +125,13 @@ pub struct JemallocConfig {
     pub metadata_thp: Option<MetadataThp>,
     /// `abort_conf`: abort at start-up on an invalid option instead of printing a warning and going on.
     pub abort_conf: Option<bool>,
+    /// `prof`: jemalloc's heap profiler, which only start-up can turn on (and only in a jemalloc
+    /// built with it: feature `jemalloc-prof`). `frag::sample_in_jemalloc`
+    /// needs it.
+    pub prof: Option<bool>,
+    /// `prof_active`: whether the profiler samples from the start. `false` beside `prof: true` leaves
+    /// sampling off until `frag::sample_in_jemalloc` turns it on.
+    pub prof_active: Option<bool>,
 }
 
 macro_rules! setters {
@@ -158,6 +165,8 @@ impl JemallocConfig {
             thp: None,
             metadata_thp: None,
             abort_conf: None,
+            prof: None,
+            prof_active: None,
         }
     }
 
@@ -188,6 +197,10 @@ impl JemallocConfig {
         metadata_thp: MetadataThp;
         /// Sets `abort_conf`.
         abort_conf: bool;
+        /// Sets `prof`.
+        prof: bool;
+        /// Sets `prof_active`.
+        prof_active: bool;
     }
 
     /// Renders the `malloc_conf` string with a trailing NUL, in a fixed buffer, at compile time if
@@ -254,6 +267,12 @@ impl JemallocConfig {
         }
         if let Some(v) = self.abort_conf {
             out = out.key("abort_conf").boolean(v);
+        }
+        if let Some(v) = self.prof {
+            out = out.key("prof").boolean(v);
+        }
+        if let Some(v) = self.prof_active {
+            out = out.key("prof_active").boolean(v);
         }
         Ok(out)
     }

@@ -67,6 +67,9 @@ fn read_opts() -> Result<JemallocConfig, TuneError> {
         thp: Thp::parse(text(b"opt.thp\0")?),
         metadata_thp: MetadataThp::parse(text(b"opt.metadata_thp\0")?),
         abort_conf: Some(Key::<bool>::new(b"opt.abort_conf\0").read()?),
+        // Absent from a jemalloc built without its profiler.
+        prof: Key::<bool>::new(b"opt.prof\0").read().ok(),
+        prof_active: Key::<bool>::new(b"opt.prof_active\0").read().ok(),
     })
 }
 

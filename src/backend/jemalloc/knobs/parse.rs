@@ -290,6 +290,8 @@ impl JemallocConfig {
                 self.metadata_thp = Some(MetadataThp::parse(value).ok_or_else(|| bad(MetadataThp::EXPECTED))?)
             }
             "abort_conf" => self.abort_conf = Some(boolean()?),
+            "prof" => self.prof = Some(boolean()?),
+            "prof_active" => self.prof_active = Some(boolean()?),
             k if JEMALLOC_KEYS.contains(&k) => return Err(ConfError::Unmodelled { key: k.to_owned() }),
             k => return Err(ConfError::UnknownKey { key: k.to_owned(), did_you_mean: did_you_mean(k) }),
         }
@@ -327,7 +329,7 @@ mod tests {
     #[test]
     fn every_error_kind() {
         let (conf, errors) = JemallocConfig::parse_lenient(
-            "dirty_decay:1000,tcache_max:big,prof:true,nonsense,muzzy_decay_ms:-2,narenas:0,thp:sometimes,retain:true",
+            "dirty_decay:1000,tcache_max:big,prof_accum:true,nonsense,muzzy_decay_ms:-2,narenas:0,thp:sometimes,retain:true",
         );
         assert_eq!(conf, JemallocConfig::new().retain(true));
         assert_eq!(
@@ -335,7 +337,7 @@ mod tests {
             vec![
                 ConfError::UnknownKey { key: "dirty_decay".into(), did_you_mean: Some("dirty_decay_ms") },
                 ConfError::InvalidValue { key: "tcache_max".into(), value: "big".into(), expected: BYTES },
-                ConfError::Unmodelled { key: "prof".into() },
+                ConfError::Unmodelled { key: "prof_accum".into() },
                 ConfError::Syntax { pair: "nonsense".into() },
                 ConfError::InvalidValue { key: "muzzy_decay_ms".into(), value: "-2".into(), expected: DECAY },
                 ConfError::InvalidValue {
@@ -371,13 +373,15 @@ mod tests {
             .percpu_arena(PercpuArena::PhyCpu)
             .thp(Thp::Never)
             .metadata_thp(MetadataThp::Auto)
-            .abort_conf(true);
+            .abort_conf(true)
+            .prof(true)
+            .prof_active(false);
         let text = conf.to_string();
         assert_eq!(
             text,
             "background_thread:true,max_background_threads:2,dirty_decay_ms:-1,muzzy_decay_ms:250,tcache:false,\
              tcache_max:4096,narenas:4,retain:false,oversize_threshold:8388608,percpu_arena:phycpu,thp:never,\
-             metadata_thp:auto,abort_conf:true"
+             metadata_thp:auto,abort_conf:true,prof:true,prof_active:false"
         );
         assert_eq!(text.parse::<JemallocConfig>(), Ok(conf));
         assert_eq!(JemallocConfig::new().to_string(), "");
