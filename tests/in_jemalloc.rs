@@ -37,6 +37,7 @@ fn the_mean_is_jemallocs_and_set_sampling_says_where_to_change_it() {
     assert_eq!(frag::sampling(), frag::Sampling::MeanBytes(MEAN));
     // SAFETY: `prof.lg_sample` is a `size_t`, `prof.active` a `bool`.
     assert_eq!(unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"prof.lg_sample\0") }.unwrap(), 16);
+    // SAFETY: as above.
     assert!(unsafe { tikv_jemalloc_ctl::raw::read::<bool>(b"prof.active\0") }.unwrap());
     assert_eq!(frag::set_sampling(frag::Sampling::MeanBytes(1 << 20)), Err(frag::SamplingError::InJemalloc));
     assert_eq!(frag::sampling(), frag::Sampling::MeanBytes(MEAN));
@@ -99,6 +100,19 @@ fn sites_are_the_allocating_functions_with_their_bytes() {
         // 48 MiB at a 64 KiB mean: about 770 samples, a standard error of 3.6%; 16 MiB: 6.3%.
         assert!(err.abs() <= 0.25, "{name}: estimate {est} vs truth {truth}\n{report}");
     }
+    // The thread's allocated bytes are jemalloc's own count (usable bytes), brought up to date at
+    // its last sample: at least what the sites hold, at most what jemalloc counts now.
+    // SAFETY: `gettid` has no preconditions.
+    let tid = unsafe { libc::gettid() } as u64;
+    let row = report.threads.iter().find(|t| t.tid == Some(tid)).expect("this thread's row");
+    // SAFETY: `thread.allocated` is a `uint64_t`.
+    let now = unsafe { tikv_jemalloc_ctl::raw::read::<u64>(b"thread.allocated\0") }.unwrap();
+    assert!(
+        row.allocated_bytes >= a_truth + b_truth && row.allocated_bytes <= now,
+        "{} not in {}..={now}",
+        row.allocated_bytes,
+        a_truth + b_truth
+    );
     drop((a, b));
     let after = symbolized_report();
     assert!(in_use(&after, "site_a") < a_truth / 20, "site_a's samples were not settled at their frees\n{after}");

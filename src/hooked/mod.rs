@@ -87,11 +87,15 @@ const MAX_LG: u32 = 62;
 /// Everything `frag` estimates from samples works as under `Tracked<Jemalloc>`'s sampled tier
 /// (sizes, origin, sites, pins, profiles, the diagnosis), from the samples jemalloc takes; the
 /// allocation path is jemalloc's alone, which costs less than any wrapper (`docs/PERFORMANCE.md`).
-/// What only a wrapper sees is missing: a thread's exact allocated bytes (`frag::totals()` shows
-/// jemalloc's process-wide figures instead). Stacks come from the unwind tables (the
-/// frame-pointer walk stops at jemalloc's own frames, which keep no frame pointers).
+/// What only a wrapper sees differs: a thread's allocated bytes are jemalloc's `thread.allocated`
+/// (usable bytes, brought up to date at each of the thread's samples), not the requested bytes a
+/// `Tracked` counts. Stacks come from the unwind tables (the frame-pointer walk of a build with
+/// `-C force-frame-pointers=yes` stops at jemalloc's own frames, which keep no frame pointers).
 ///
-/// Calling it again changes the mean; [`Sampling::Off`] turns jemalloc's profiler off.
+/// jemalloc reports a reallocation as a free and an allocation, so the report counts it as such
+/// (its `reallocations` stay 0). Calling this again changes the mean (with `prof.reset`, which also
+/// clears jemalloc's own profile counts; blocks sampled before keep their weight);
+/// [`Sampling::Off`] turns jemalloc's profiler off.
 ///
 /// # Errors
 ///
