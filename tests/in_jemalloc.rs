@@ -101,14 +101,15 @@ fn sites_are_the_allocating_functions_with_their_bytes() {
         assert!(err.abs() <= 0.25, "{name}: estimate {est} vs truth {truth}\n{report}");
     }
     // The thread's allocated bytes are jemalloc's own count (usable bytes), brought up to date at
-    // its last sample: at least what the sites hold, at most what jemalloc counts now.
+    // its last sample: at most what jemalloc counts now, and at least what the sites hold less what
+    // came after the last sample (more than 1 MiB without one: e^-16 at this mean).
     // SAFETY: `gettid` has no preconditions.
     let tid = unsafe { libc::gettid() } as u64;
     let row = report.threads.iter().find(|t| t.tid == Some(tid)).expect("this thread's row");
     // SAFETY: `thread.allocated` is a `uint64_t`.
     let now = unsafe { tikv_jemalloc_ctl::raw::read::<u64>(b"thread.allocated\0") }.unwrap();
     assert!(
-        row.allocated_bytes >= a_truth + b_truth && row.allocated_bytes <= now,
+        row.allocated_bytes >= a_truth + b_truth - (1 << 20) && row.allocated_bytes <= now,
         "{} not in {}..={now}",
         row.allocated_bytes,
         a_truth + b_truth

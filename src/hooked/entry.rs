@@ -10,13 +10,11 @@
 //! binary, an unprefixed jemalloc) nothing is cut here, and symbolization still trims those frames
 //! by name (`sites::symbols`).
 
+use crate::sites::symbols::{JEMALLOC_DEPTH, JEMALLOC_PREFIX};
 use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 
 /// Most ranges kept: jemalloc 5.3 has about 1,100 prefixed functions.
 const CAPACITY: usize = 4096;
-
-/// How deep jemalloc's own frames can reach.
-const JEMALLOC_DEPTH: usize = 16;
 
 static STARTS: [AtomicUsize; CAPACITY] = [const { AtomicUsize::new(0) }; CAPACITY];
 static ENDS: [AtomicUsize; CAPACITY] = [const { AtomicUsize::new(0) }; CAPACITY];
@@ -51,7 +49,7 @@ fn read() -> Option<Vec<(usize, usize)>> {
     let mut malloc_at = None;
     for sym in elf.symbols() {
         let Ok(name) = sym.name() else { continue };
-        if sym.kind() != SymbolKind::Text || !name.starts_with("_rjem_") || sym.size() == 0 {
+        if sym.kind() != SymbolKind::Text || !name.starts_with(JEMALLOC_PREFIX) || sym.size() == 0 {
             continue;
         }
         if name == "_rjem_malloc" {

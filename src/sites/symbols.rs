@@ -126,12 +126,14 @@ fn is_shim(function: &str) -> bool {
 
 /// How deep jemalloc's own frames can reach in a stack its profiler asked for (`hooked`): the hook,
 /// the profiler's backtrace and sample preparation, the allocation's slow path, its entry point.
-const JEMALLOC_DEPTH: usize = 16;
+pub(crate) const JEMALLOC_DEPTH: usize = 16;
 
-/// Whether a function is jemalloc's: tikv-jemalloc-sys prefixes every jemalloc symbol, public and
-/// internal, with `_rjem_`.
+/// The prefix tikv-jemalloc-sys gives every jemalloc symbol, public and internal.
+pub(crate) const JEMALLOC_PREFIX: &str = "_rjem_";
+
+/// Whether a function is jemalloc's.
 fn is_jemalloc(function: &str) -> bool {
-    function.starts_with("_rjem_")
+    function.starts_with(JEMALLOC_PREFIX)
 }
 
 /// The same rule for pprof's `drop_frames` (a regular expression fully matching a function name),
