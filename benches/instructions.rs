@@ -21,6 +21,10 @@
 //! ```text
 //! ```
 //!
+//! Built with the feature `jemalloc-prof`, the process's global allocator is jemalloc, started
+//! with its profiler on but not sampling, and `<variant>` may also be `in-jemalloc`: the bare
+//! backend, sampled inside jemalloc (`frag::sample_in_jemalloc`, at the default mean).
+//!
 //! `FRAG_NO_STACKS=1` in the environment turns stack capture off (`frag::set_stacks(false)`).
 //!
 //! Run under `cargo bench` (no workload named) it prints where the counting script is and exits.
@@ -101,6 +105,13 @@ variant!(snmalloc_sampled, Tracked<snmalloc_rs::SnMalloc>, Tracked::new(snmalloc
 #[cfg(feature = "snmalloc")]
 variant!(snmalloc_exact, Tracked<snmalloc_rs::SnMalloc, Exact>, Tracked::new(snmalloc_rs::SnMalloc));
 
+#[cfg(feature = "jemalloc-prof")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[cfg(feature = "jemalloc-prof")]
+frag::jemalloc_conf!(frag::tune::jemalloc::JemallocConfig::new().prof(true).prof_active(false));
+
 fn variant(backend: &str, kind: &str) -> Option<Variant> {
     Some(match (backend, kind) {
         ("system", "bare") => system_bare::VARIANT,
@@ -112,6 +123,11 @@ fn variant(backend: &str, kind: &str) -> Option<Variant> {
         ("jemalloc", "bare") => jemalloc_bare::VARIANT,
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "sampled") => jemalloc_sampled::VARIANT,
+        #[cfg(feature = "jemalloc-prof")]
+        ("jemalloc", "in-jemalloc") => {
+            frag::sample_in_jemalloc(frag::Sampling::DEFAULT).expect("jemalloc's profiler");
+            jemalloc_bare::VARIANT
+        }
         #[cfg(feature = "jemalloc")]
         ("jemalloc", "floor") => jemalloc_floor::VARIANT,
         #[cfg(feature = "jemalloc")]
