@@ -223,6 +223,27 @@ mod tests {
         assert_eq!(trimmed(&mut symbols, &[6, 4]), [(6, 2), (4, 0)]);
     }
 
+    /// A stack jemalloc's profiler asked for (`hooked`) whose leading frames were not cut: jemalloc's
+    /// frames, prefixed or static, go up to its outermost prefixed one.
+    #[test]
+    fn jemallocs_leading_frames_are_trimmed() {
+        let c = "";
+        let frames = [
+            (1, vec![line("prof_backtrace_impl", c)]),
+            (2, vec![line("_rjem_je_prof_backtrace", c)]),
+            (3, vec![line("imalloc_body", c)]),
+            (4, vec![line("_rjem_je_malloc_default", c)]),
+            (5, vec![line("parse_request", "/app/src/main.rs")]),
+            (6, vec![line("main", "/app/src/main.rs")]),
+        ];
+        let mut symbols = Symbols::none();
+        symbols.cache.extend(frames.iter().cloned());
+        assert_eq!(trimmed(&mut symbols, &[1, 2, 3, 4, 5, 6]), [(5, 0), (6, 0)]);
+        // Only among the leading frames: a jemalloc name deeper down is left alone.
+        let deep: Vec<usize> = core::iter::repeat_n(5, JEMALLOC_DEPTH).chain([4, 6]).collect();
+        assert_eq!(trimmed(&mut symbols, &deep).len(), deep.len());
+    }
+
     #[test]
     fn plumbing_files_are_the_standard_librarys_allocation_code() {
         let rustc = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860";
