@@ -14,16 +14,14 @@ use core::ffi::{c_uint, c_void};
 
 use super::InJemallocError;
 use crate::backend::{Backend, usable};
-use crate::estimate::SampleSums;
-use crate::origin;
 use crate::sampler::{self, table::SampledBlock};
 use crate::sites::{self, unwind::ColdFrame};
 use crate::stats::class::Class;
 use crate::stats::clock;
-use crate::stats::live;
 use crate::stats::pool;
 use crate::stats::shard::{Anyone, Owner, Shard};
 use crate::sync::{AtomicBool, Ordering};
+use crate::tracked;
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -126,11 +124,7 @@ fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
         Ok(s) => {
             s.count_weighted::<Owner>(entering, class, size, usable, e.weight, random);
             catch_up(s);
-            let moved = s.hot.clock.freed((e.weight * size as f64) as u64);
-            if moved >= live::PUBLISH_BYTES {
-                s.publish_all();
-                s.hot.clock.published();
-            }
+            tracked::publish_if_due(s, s.hot.clock.freed((e.weight * size as f64) as u64));
         }
         Err(s) => s.count_weighted::<Anyone>(entering, class, size, usable, e.weight, random),
     }
@@ -169,20 +163,14 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
     if !sampler::keep_reported(address, entry) {
         return;
     }
-    let sums = SampleSums::of(weight, size as u64);
-    origin::taken(size as u64, sums);
-    sites::taken(site, sums);
+    tracked::taken(&entry);
     count(true, ptr, &entry);
 }
 
 /// Settles the entry `e` of a sampled block at `ptr`, freed (or replaced) by the calling thread.
 fn settle(e: &SampledBlock, ptr: *const c_void) {
     count(false, ptr, e);
-    let caller = pool::calling_thread();
-    let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
-    let sums = SampleSums::of(e.weight, e.size);
-    origin::freed(&caller, e, sums, lifetime_ns);
-    sites::freed(e.site, sums, e.tid != caller.tid, lifetime_ns);
+    tracked::settle(&pool::calling_thread(), e);
 }
 
 /// A sampled block is being freed (or was reallocated away).

@@ -75,14 +75,19 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) ->
     if !sampler::keep(ptr, entry) {
         return None;
     }
-    let sums = SampleSums::of(weight, size);
-    origin::taken(size, sums);
-    sites::taken(site, sums);
+    taken(&entry);
     Some(entry)
 }
 
+/// The sampled block of entry `e`, now in the side table, counted in the origin and site tallies.
+pub(crate) fn taken(e: &SampledBlock) {
+    let sums = SampleSums::of(e.weight, e.size);
+    origin::taken(e.size, sums);
+    sites::taken(e.site, sums);
+}
+
 /// Publishes the owner's live figure once `moved` bytes went through its shard since the last time.
-fn publish_if_due(s: &Shard, moved: u64) {
+pub(crate) fn publish_if_due(s: &Shard, moved: u64) {
     if moved >= live::PUBLISH_BYTES {
         s.publish_all();
         s.hot.clock.published();
@@ -90,7 +95,7 @@ fn publish_if_due(s: &Shard, moved: u64) {
 }
 
 /// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `caller`.
-fn settle(caller: &CallingThread, e: &SampledBlock) {
+pub(crate) fn settle(caller: &CallingThread, e: &SampledBlock) {
     let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
     let sums = SampleSums::of(e.weight, e.size);
     origin::freed(caller, e, sums, lifetime_ns);
