@@ -104,13 +104,7 @@ unsafe extern "C" fn backtrace(vec: *mut *mut c_void, len: *mut c_uint, max: c_u
 
 /// The calling thread's own shard (`Ok`), claimed at its first sample, or the overflow one (`Err`).
 fn shard() -> Result<&'static Shard, &'static Shard> {
-    match pool::owned() {
-        Some(s) => Ok(s),
-        None => {
-            let s = pool::slow(|| {}, sampler::mean);
-            pool::owned().ok_or(s)
-        }
-    }
+    pool::owned_or(|| pool::slow(|| {}, sampler::mean))
 }
 
 /// A sampled block entering or leaving its class's counters of the calling thread's shard, weighted.

@@ -352,7 +352,7 @@ pub(crate) fn keep_reported(ptr: *mut u8, entry: SampledBlock) -> bool {
 /// Takes the entry of a block [`keep_reported`] put in the side table, if it is there. Owner only.
 #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
 pub(crate) fn take_reported(ptr: *mut u8) -> Option<SampledBlock> {
-    if TABLE.may_contain(ptr) { TABLE.remove(ptr) } else { None }
+    TABLE.remove(ptr)
 }
 
 /// Calls `f(slot, address, entry)` with every sampled block still live (report side; see

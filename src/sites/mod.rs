@@ -92,16 +92,12 @@ pub fn unwind_tables() -> Option<UnwindTables> {
 /// full.
 #[cold]
 pub(crate) fn capture(entry: ColdFrame) -> u32 {
-    if !STACKS.load(Ordering::Relaxed) {
-        return NO_SITE;
-    }
     let mut frames: Frames = [0; MAX_FRAMES];
-    let depth = unwind::capture(entry, &mut frames);
+    let depth = walk(entry, &mut frames);
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }
 }
 
 /// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
-#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
 pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
     if !STACKS.load(Ordering::Relaxed) {
         return 0;

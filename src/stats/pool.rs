@@ -55,6 +55,19 @@ pub(crate) fn is_parked(s: &Shard) -> bool {
     core::ptr::eq(s, &PARKED)
 }
 
+/// The calling thread's own shard (`Ok`), or, for a thread without one, what `slow` gives: its new
+/// shard (`Ok`, once claimed) or the overflow one (`Err`).
+#[inline(always)]
+pub(crate) fn owned_or(slow: impl FnOnce() -> &'static Shard) -> Result<&'static Shard, &'static Shard> {
+    match owned() {
+        Some(s) => Ok(s),
+        None => {
+            let s = slow();
+            owned().ok_or(s)
+        }
+    }
+}
+
 /// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
 pub(crate) struct CallingThread {
     pub(crate) tid: u32,

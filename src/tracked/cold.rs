@@ -33,13 +33,7 @@ pub(super) fn failed(size: usize) -> *mut u8 {
 /// the shared overflow shard.
 #[inline(always)]
 fn shard<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Result<&'static Shard, &'static Shard> {
-    match pool::owned() {
-        Some(s) => Ok(s),
-        None => {
-            let s = t.slow_shard();
-            pool::owned().ok_or(s)
-        }
-    }
+    pool::owned_or(|| t.slow_shard())
 }
 
 /// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
