@@ -94,6 +94,22 @@ impl Display for Nanos {
     }
 }
 
+/// A longer duration, rounded to its largest unit: `45 s`, `3 min`, `2 h`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span(pub(crate) core::time::Duration);
+
+impl Display for Span {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs_f64();
+        let s = match secs {
+            s if s >= 5400.0 => format!("{} h", (s / 3600.0).round()),
+            s if s >= 90.0 => format!("{} min", (s / 60.0).round()),
+            s => format!("{} s", s.round()),
+        };
+        f.pad(&s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +134,7 @@ mod tests {
         assert_eq!(Nanos(92_681).to_string(), "92 us");
         assert_eq!(Nanos(2_000_000_000).to_string(), "2 s");
         assert_eq!(Nanos(999).to_string(), "999 ns");
+        let span = |s| Span(core::time::Duration::from_secs(s)).to_string();
+        assert_eq!((span(45), span(200), span(7200)), ("45 s".into(), "3 min".into(), "2 h".into()));
     }
 }

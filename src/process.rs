@@ -79,7 +79,8 @@ impl CgroupMemory {
         }
         let current_bytes = read_u64(&format!("{dir}/memory.usage_in_bytes"))?;
         // v1 says "no limit" with the largest page-aligned value that fits in an i64.
-        let max_bytes = read_u64(&format!("{dir}/memory.limit_in_bytes")).filter(|&m| m < (i64::MAX as u64) & !0xfff);
+        let max_bytes =
+            std::fs::read_to_string(format!("{dir}/memory.limit_in_bytes")).ok().and_then(|t| limit_value(&t));
         let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
         Some(Self {
             version: CgroupVersion::V1,
@@ -125,14 +126,34 @@ impl Place {
 }
 
 fn locate_v2(membership: &str) -> Option<String> {
+    locate_v2_under("", membership)
+}
+
+fn locate_v1(membership: &str) -> Option<String> {
+    locate_v1_under("", membership)
+}
+
+/// The v2 hierarchy's mount point under `root` ("" for the live system).
+fn v2_mount(root: &str) -> String {
+    format!("{root}/sys/fs/cgroup")
+}
+
+/// The v1 memory controller's mount point under `root`.
+fn v1_mount(root: &str) -> String {
+    format!("{root}/sys/fs/cgroup/memory")
+}
+
+/// The process's v2 cgroup directory under `root`, if it has the memory controller there.
+fn locate_v2_under(root: &str, membership: &str) -> Option<String> {
     let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
+    let dir = format!("{}{}", v2_mount(root), path.trim_end_matches('/'));
     // Hybrid hierarchies list a v2 path without the memory controller there: then v1 has it.
     let has_memory = std::fs::exists(format!("{dir}/memory.current")).unwrap_or(false);
     (has_memory && lists_this_process(&dir)).then_some(dir)
 }
 
-fn locate_v1(membership: &str) -> Option<String> {
+/// The process's v1 memory cgroup directory under `root`.
+fn locate_v1_under(root: &str, membership: &str) -> Option<String> {
     let path = membership.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -141,8 +162,63 @@ fn locate_v1(membership: &str) -> Option<String> {
     // Inside a container the process's own cgroup is often mounted as the root of the hierarchy,
     // and the path it is listed under may name another cgroup there: take the directory whose
     // `cgroup.procs` lists this process.
-    let dirs = [format!("/sys/fs/cgroup/memory{}", path.trim_end_matches('/')), "/sys/fs/cgroup/memory".to_owned()];
+    let dirs = [format!("{}{}", v1_mount(root), path.trim_end_matches('/')), v1_mount(root)];
     dirs.into_iter().find(|d| lists_this_process(d))
+}
+
+/// The memory limit the kernel holds the process to through its memory cgroup: the least limit of
+/// its cgroup and of every ancestor up to the hierarchy's mount point (a parent's limit covers its
+/// children). In each, v2's `memory.high` (where the kernel starts to throttle and reclaim) and
+/// `memory.max` (where it kills), v1's `memory.limit_in_bytes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CgroupLimit {
+    /// The limit in bytes.
+    pub(crate) bytes: u64,
+    /// The file it was read from, path and all.
+    pub(crate) file: String,
+}
+
+/// The process's memory cgroup limit, read from the files under `root` ("" for the live system:
+/// `/proc/self/cgroup`, `/sys/fs/cgroup`); `None` without a memory cgroup or without a limit in it.
+/// Reads `cgroup.procs` to find the process's own directory: not for the allocation path, nor for a
+/// loop (about 0.3 ms with 1,000 threads).
+pub(crate) fn cgroup_limit_under(root: &str) -> Option<CgroupLimit> {
+    let membership = std::fs::read_to_string(format!("{root}/proc/self/cgroup")).ok()?;
+    let (dir, mount, files): (String, String, &[&str]) = if let Some(dir) = locate_v2_under(root, &membership) {
+        (dir, v2_mount(root), &["memory.high", "memory.max"])
+    } else {
+        (locate_v1_under(root, &membership)?, v1_mount(root), &["memory.limit_in_bytes"])
+    };
+    let mut least: Option<CgroupLimit> = None;
+    let mut at = std::path::PathBuf::from(&dir);
+    loop {
+        for file in files {
+            let path = at.join(file);
+            let Some(bytes) = std::fs::read_to_string(&path).ok().and_then(|t| limit_value(&t)) else { continue };
+            if least.as_ref().is_none_or(|l| bytes < l.bytes) {
+                least = Some(CgroupLimit { bytes, file: path.display().to_string() });
+            }
+        }
+        if at.as_os_str().len() <= mount.len() || !at.pop() {
+            break;
+        }
+    }
+    least
+}
+
+/// A cgroup limit file's value: `None` for no limit (v2's `max`, v1's largest page-aligned `i64`).
+fn limit_value(text: &str) -> Option<u64> {
+    let v: u64 = text.trim().parse().ok()?;
+    (v < (i64::MAX as u64) & !0xfff).then_some(v)
+}
+
+/// Physical memory (`MemTotal` of `/proc/meminfo` under `root`).
+pub(crate) fn physical_memory_under(root: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("{root}/proc/meminfo")).ok()?;
+    text.lines().find_map(|l| {
+        let kib: u64 = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+        Some(kib * 1024)
+    })
 }
 
 /// Whether the cgroup directory `dir` has this process among its members.

@@ -113,6 +113,15 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
         Err(unsupported(Self::BACKEND, "purge delay", ""))
     }
 
+    /// The purge delay in force, as [`set_purge_delay`](Self::set_purge_delay) would set it back.
+    fn purge_delay() -> Result<Decay, TuneError> {
+        Err(unsupported(Self::BACKEND, "purge delay", ""))
+    }
+
+    /// The purge delay the soft memory limit's controller sets while RSS is over its target, where
+    /// the one in force is longer (`None`: the backend has no purge delay).
+    const PRESSURE_DECAY: Option<Decay> = None;
+
     /// The effective configuration in one line, for logs.
     fn effective_config() -> String {
         "no tunable configuration".to_owned()

@@ -77,6 +77,10 @@ metrics_table! {
     ReclaimRefaultFaults: Counter, "reclaim_refault_minor_faults_total", Unit::Count, "Minor page faults of the process within the refault window after actions";
     ReclaimThreadReleases: Counter, "reclaim_thread_releases_total", Unit::Count, "Releases idle threads made when asked through frag::reclaim::idle (label method: idle, collect)";
     ReclaimThreadReleasedBytes: Counter, "reclaim_thread_released_bytes_total", Unit::Bytes, "RSS before minus after the idle threads' releases (estimated)";
+    MemoryLimit: Gauge, "memory_limit_bytes", Unit::Bytes, "The soft memory limit the reclaimer keeps RSS under (absent without one)";
+    MemoryLimitTarget: Gauge, "memory_limit_target_bytes", Unit::Bytes, "The RSS over which the reclaimer acts while the heap is busy: the limit's target share";
+    ReclaimOverTarget: Total, "reclaim_over_target_seconds_total", Unit::Seconds, "Seconds RSS spent over the memory limit's target (a gauge that only grows)";
+    ReclaimCpuShare: Gauge, "reclaim_cpu_share", Unit::Count, "The share of one core the reclaimer may spend now: cpu_share, rising to max_cpu_share as RSS goes over the limit's target";
 }
 
 /// The full names for one prefix, built once and shared (cloning a name is a reference count), and

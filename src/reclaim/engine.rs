@@ -4,13 +4,18 @@
 use std::time::{Duration, Instant};
 
 use super::pacing::Budget;
+use super::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standing};
 use super::quiet::{Activity, Quiet};
 use super::record::{Action, Refault, Round, Skip, Totals};
-use crate::backend::knob::{Method, TuneError};
+use crate::backend::knob::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Part, Source};
 
 /// The quiet window grows at most to this multiple of the configured one after refaults.
 pub(crate) const MAX_BACKOFF: u32 = 8;
+
+/// The purge delay shortened over the limit's target is restored once RSS has stayed under it this
+/// long: a heap held at the target by the controller crosses it at every round.
+pub(crate) const RESTORE_AFTER: Duration = Duration::from_secs(30);
 
 /// What a round reads and does.
 pub(crate) trait Heap {
@@ -29,6 +34,16 @@ pub(crate) trait Heap {
     fn cpu(&mut self) -> Duration;
     /// Asks idle threads to return what only they can (`open`), or stops asking.
     fn ask_threads(&mut self, open: bool);
+    /// Shortens the backend's purge delay for the time RSS is over the limit's target; returns the
+    /// delay it replaced (`None`: nothing changed, the backend has none or it is as short already).
+    fn shorten_decay(&mut self) -> Option<Decay>;
+    /// Sets the purge delay back to `previous`, unless the one in force is no longer the one
+    /// [`shorten_decay`](Self::shorten_decay) set (somebody set another meanwhile: theirs stays).
+    fn restore_decay(&mut self, previous: Decay);
+    /// Says that live data and the allocator's floor exceed the limit (once per stretch over it).
+    fn warn_exhausted(&mut self, e: Exhausted);
+    /// Says that RSS will reach the limit in `eta` at `slope` bytes per second.
+    fn warn_eta(&mut self, eta: Duration, slope: f64, limit: u64);
 }
 
 /// The settings, checked by `Reclaimer::check`.
@@ -43,6 +58,12 @@ pub(crate) struct Settings {
     pub(crate) min_interval: Duration,
     pub(crate) cpu_share: f64,
     pub(crate) refault_window: Duration,
+    /// The share of the limit over which the controller acts.
+    pub(crate) target_share: f64,
+    /// The most CPU share the controller spends, at the limit.
+    pub(crate) max_cpu_share: f64,
+    /// Warns when RSS will reach the limit within this long.
+    pub(crate) eta_horizon: Duration,
 }
 
 /// An action whose refault window is open.
@@ -76,6 +97,11 @@ pub(crate) struct Engine {
     /// last asked.
     asking: bool,
     busy_since_asked: bool,
+    pressure: Pressure,
+    /// Since the purge delay was shortened: the delay it replaced, if any.
+    shortened: Option<Option<Decay>>,
+    /// Since when RSS has been at or under the target.
+    under_since: Option<Instant>,
     pub(crate) totals: Totals,
 }
 
@@ -83,6 +109,7 @@ impl Engine {
     pub(crate) fn new(settings: Settings, now: Instant) -> Self {
         Self {
             budget: Budget::new(settings.cpu_share),
+            totals: Totals { backoff: 1, share: settings.cpu_share, ..Totals::default() },
             settings,
             started: now,
             quiet: Quiet::default(),
@@ -91,8 +118,20 @@ impl Engine {
             pending: None,
             asking: false,
             busy_since_asked: false,
-            totals: Totals { backoff: 1, ..Totals::default() },
+            pressure: Pressure::default(),
+            shortened: None,
+            under_since: None,
         }
+    }
+
+    /// Sets the limit in force (`None`: none), in bytes; its target follows from the settings.
+    pub(crate) fn set_limit(&mut self, bytes: Option<u64>) {
+        self.pressure.limit = bytes.map(|b| Limit::new(b, self.settings.target_share));
+    }
+
+    /// The limit in force and its target, in bytes.
+    pub(crate) fn limit(&self) -> Option<(u64, u64)> {
+        self.pressure.limit.map(|l| (l.bytes, l.target))
     }
 
     /// How long to wait before the next round.
@@ -105,8 +144,14 @@ impl Engine {
         // Time never goes back: an earlier `now` (a caller's clock) is the previous round's time.
         let now = self.last_round.map_or(now, |last| now.max(last));
         let cpu = heap.cpu();
-        if let Some(then) = self.last_round.replace(now) {
-            self.budget.earn(now.saturating_duration_since(then));
+        let since_last = self.last_round.replace(now).map(|then| now.saturating_duration_since(then));
+        if let Some(dt) = since_last {
+            self.budget.earn(dt);
+        }
+        if self.pressure.limit.is_some() {
+            self.watch(now, since_last, heap);
+        } else {
+            self.shorten(false, heap);
         }
         let refault = self.follow(now, heap);
         let round = self.decide(now, heap);
@@ -172,6 +217,12 @@ impl Engine {
             }
             _ => {}
         }
+        if self.pressure.limit.is_some() {
+            if let Some(round) = self.over_target(now, heap) {
+                return round;
+            }
+        }
+        let s = &self.settings;
         match activity {
             Activity::First => return Round::Skipped(Skip::FirstRound),
             Activity::Busy { bytes_per_sec, quiet_below } => {
@@ -200,6 +251,91 @@ impl Engine {
             return Round::Skipped(Skip::Budget { short_by });
         }
         self.act(now, heap, predicted, from)
+    }
+
+    /// Follows RSS against the limit: time over the target, the time-to-limit warning, the purge
+    /// delay shortened while over and restored after.
+    fn watch(&mut self, now: Instant, since_last: Option<Duration>, heap: &mut impl Heap) {
+        let Some(rss) = heap.rss() else { return };
+        let over = self.pressure.observe(now, rss);
+        if over {
+            self.totals.over_target += since_last.unwrap_or_default();
+        }
+        if over {
+            self.under_since = None;
+            self.shorten(true, heap);
+        } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
+            self.shorten(false, heap);
+        }
+        if let (Some(eta), Some(limit)) = (self.pressure.warn_eta(now, self.settings.eta_horizon), self.pressure.limit)
+        {
+            heap.warn_eta(eta, self.pressure.slope(), limit.bytes);
+        }
+    }
+
+    /// Shortens the purge delay on the way over the target, restores it on the way back (`over`
+    /// false, once it has been under for [`RESTORE_AFTER`]).
+    fn shorten(&mut self, over: bool, heap: &mut impl Heap) {
+        match (over, self.shortened) {
+            (true, None) => self.shortened = Some(heap.shorten_decay()),
+            (false, Some(previous)) => {
+                self.shortened = None;
+                if let Some(previous) = previous {
+                    heap.restore_decay(previous);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The round over the limit's target: `None` under it, or where nothing the reclaimer can release
+    /// would bring RSS under it (live data exceeds the limit: said once, then the quiet rules at
+    /// `cpu_share` go on). Over it, the heap need not be quiet, the minimum interval is one round,
+    /// the threshold is [`OVER_MIN_BYTES`], and the CPU share rises with how far over RSS is.
+    fn over_target(&mut self, now: Instant, heap: &mut impl Heap) -> Option<Round> {
+        let s = &self.settings;
+        let limit = self.pressure.limit?;
+        let rss = heap.rss()?;
+        if rss <= limit.target {
+            self.set_share(s.cpu_share);
+            return None;
+        }
+        let breakdown = heap.breakdown();
+        let Some((available, from, rss)) = breakdown.as_ref().and_then(reclaimable) else {
+            self.set_share(s.cpu_share);
+            return Some(Round::Skipped(Skip::NotSplit));
+        };
+        let predicted = available.saturating_sub(s.keep);
+        match self.pressure.standing(rss, predicted, s.cpu_share, s.max_cpu_share) {
+            Standing::Under => {
+                self.set_share(s.cpu_share);
+                None
+            }
+            Standing::Exhausted => {
+                self.set_share(s.cpu_share);
+                if self.pressure.warn_exhausted() {
+                    let live = breakdown.as_ref().map_or(0, |b| b.live_bytes);
+                    heap.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
+                }
+                self.totals.exhausted_rounds += 1;
+                None
+            }
+            Standing::Over { share } => {
+                self.set_share(share);
+                if predicted < OVER_MIN_BYTES {
+                    return Some(Round::Skipped(Skip::Small { predicted, threshold: OVER_MIN_BYTES }));
+                }
+                if let Some(short_by) = self.budget.short_for(self.budget.expected(predicted)) {
+                    return Some(Round::Skipped(Skip::Budget { short_by }));
+                }
+                Some(self.act(now, heap, predicted, from))
+            }
+        }
+    }
+
+    fn set_share(&mut self, share: f64) {
+        self.budget.set_share(share);
+        self.totals.share = share;
     }
 
     fn act(&mut self, now: Instant, heap: &mut impl Heap, predicted: u64, from: Part) -> Round {
@@ -252,86 +388,8 @@ fn reclaimable(b: &Breakdown) -> Option<(u64, Part, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reclaim::model::{MIB, Model, settings};
     use crate::reclaim::pacing;
-    use crate::report::diagnosis::Sources;
-
-    const MIB: u64 = 1 << 20;
-
-    /// A model heap: what the program allocates, its RSS, what is reclaimable; an action releases it
-    /// all, at `action_ns_per_mib` of CPU per MiB; a round's reading of the heap costs `poll_cpu`.
-    #[derive(Default)]
-    struct Model {
-        allocated: u64,
-        rss: u64,
-        reclaimable: u64,
-        actions: u32,
-        action_ns_per_mib: u64,
-        poll_cpu: Duration,
-        cpu: Duration,
-        /// Each request to idle threads opened (`true`) or closed, with the model's allocated bytes.
-        asked: Vec<(bool, u64)>,
-    }
-
-    impl Heap for Model {
-        fn allocated_total(&mut self) -> u64 {
-            self.allocated
-        }
-        fn rss(&mut self) -> Option<u64> {
-            Some(self.rss)
-        }
-        fn minor_faults(&mut self) -> u64 {
-            0
-        }
-        fn breakdown(&mut self) -> Option<Breakdown> {
-            self.cpu += self.poll_cpu;
-            Some(Breakdown {
-                rss_bytes: self.rss,
-                live_bytes: self.rss - self.reclaimable,
-                rounding_bytes: 0,
-                holes_bytes: 0,
-                reclaimable_bytes: self.reclaimable,
-                metadata_bytes: 0,
-                outside_heap_bytes: 0,
-                unexplained_bytes: 0,
-                sources: Sources {
-                    live: Source::Measured,
-                    rounding: Source::Measured,
-                    holes: Source::Measured,
-                    reclaimable: Source::Measured,
-                    metadata: Source::Measured,
-                    outside_heap: Source::Measured,
-                },
-                not_split: Vec::new(),
-            })
-        }
-        fn reclaim(&mut self, _: u64, _: Duration) -> Result<Method, TuneError> {
-            self.cpu += Duration::from_nanos(self.reclaimable / MIB * self.action_ns_per_mib);
-            self.rss -= self.reclaimable;
-            self.reclaimable = 0;
-            self.actions += 1;
-            Ok(Method::Collect)
-        }
-        fn cpu(&mut self) -> Duration {
-            self.cpu
-        }
-        fn ask_threads(&mut self, open: bool) {
-            self.asked.push((open, self.allocated));
-        }
-    }
-
-    fn settings() -> Settings {
-        Settings {
-            poll: Duration::from_millis(250),
-            quiet: Duration::from_secs(1),
-            quiet_share: 0.1,
-            min_bytes: 16 * MIB,
-            min_share: 0.1,
-            keep: 0,
-            min_interval: Duration::from_secs(5),
-            cpu_share: 0.01,
-            refault_window: Duration::from_secs(2),
-        }
-    }
 
     /// Rounds every 250 ms from `from` ms to `to` ms; `busy` says whether the program allocates
     /// heavily in each; each busy round leaves 50 MiB reclaimable. Returns the times of the actions.

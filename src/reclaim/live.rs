@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use super::engine::Heap;
+use super::pressure::Exhausted;
 use crate::backend::Backend;
 use crate::backend::interface::KnownAllocator;
-use crate::backend::knob::{Method, TuneError};
+use crate::backend::knob::{Decay, Method, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;
+use crate::format::Bytes;
 use crate::process;
 use crate::report::{self, diagnosis::Breakdown};
 
@@ -71,4 +73,80 @@ impl Heap for Live {
     fn ask_threads(&mut self, open: bool) {
         if open { super::threads::open() } else { super::threads::close() }
     }
+
+    fn shorten_decay(&mut self) -> Option<Decay> {
+        with_backend!(self.backend, A => {
+            let short = A::PRESSURE_DECAY?;
+            let current = A::purge_delay().ok()?;
+            if !longer(current, short) {
+                return None;
+            }
+            match A::set_purge_delay(short) {
+                Ok(()) => {
+                    tracing::info!(target: "frag", from = %current, to = %short, "frag reclaimer: over the memory limit's target, purge delay shortened until RSS is back under it");
+                    Some(current)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the purge delay could not be shortened");
+                    None
+                }
+            }
+        })
+    }
+
+    fn restore_decay(&mut self, previous: Decay) {
+        with_backend!(self.backend, A => {
+            match A::purge_delay() {
+                Ok(now) if Some(now) == A::PRESSURE_DECAY => match A::set_purge_delay(previous) {
+                    Ok(()) => tracing::info!(target: "frag", to = %previous, "frag reclaimer: back under the memory limit's target, purge delay restored"),
+                    Err(e) => tracing::warn!(target: "frag", error = %e, "frag reclaimer: the purge delay could not be restored"),
+                },
+                Ok(now) => tracing::info!(target: "frag", now = %now, "frag reclaimer: the purge delay was set meanwhile; left as set"),
+                Err(e) => tracing::warn!(target: "frag", error = %e, "frag reclaimer: the purge delay could not be read to restore it"),
+            }
+        });
+    }
+
+    fn warn_exhausted(&mut self, e: Exhausted) {
+        tracing::warn!(
+            target: "frag",
+            rss = e.rss,
+            live_bytes = e.live,
+            releasable_bytes = e.releasable,
+            limit = e.limit.bytes,
+            target_bytes = e.limit.target,
+            "frag reclaimer: RSS {} is over the memory limit's target {} (limit {}), and releasing all {} the heap \
+             holds free would not bring it under: the program's live data ({}) and the allocator's floor exceed \
+             the limit. This is the program's data, not fragmentation: raise the limit or hold less. The reclaimer \
+             goes on at its base CPU share.",
+            Bytes(e.rss),
+            Bytes(e.limit.target),
+            Bytes(e.limit.bytes),
+            Bytes(e.releasable),
+            Bytes(e.live)
+        );
+    }
+
+    fn warn_eta(&mut self, eta: Duration, slope: f64, limit: u64) {
+        tracing::warn!(
+            target: "frag",
+            eta_secs = eta.as_secs(),
+            bytes_per_sec = slope as u64,
+            limit,
+            "frag reclaimer: memory limit {} in ~{} at +{}/s",
+            Bytes(limit),
+            crate::format::Span(eta),
+            Bytes(slope as u64)
+        );
+    }
+}
+
+/// Whether purge delay `a` keeps pages longer than `b` (never purging is the longest).
+fn longer(a: Decay, b: Decay) -> bool {
+    let rank = |d: Decay| match d {
+        Decay::Immediate => Duration::ZERO,
+        Decay::After(d) => d,
+        Decay::Disabled => Duration::MAX,
+    };
+    rank(a) > rank(b)
 }

@@ -29,8 +29,12 @@
 //! wraps, so it never starts a second one. A child of `fork` starts without it.
 
 mod engine;
+mod limit;
 mod live;
+#[cfg(test)]
+mod model;
 mod pacing;
+mod pressure;
 mod quiet;
 mod record;
 mod threads;
@@ -43,6 +47,7 @@ use std::time::{Duration, Instant};
 use metrics::{Label, SharedString};
 
 use self::engine::{Engine, Settings};
+pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
 use self::live::Live;
 pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
 pub use self::threads::{ThreadReleases, idle, thread_releases};
@@ -73,6 +78,14 @@ pub enum ReclaimError {
     /// No allocator to act on: no `Tracked` installed ([`TuneError::NotInstalled`]), or one that
     /// cannot return memory on request ([`TuneError::Unsupported`]: snmalloc, a user's allocator).
     Backend(TuneError),
+    /// The memory limit was refused: `FRAG_MEMORY_LIMIT`'s text (`from_env`), or a limit given that
+    /// cannot be resolved on this machine.
+    Limit {
+        /// Whether the limit came from `FRAG_MEMORY_LIMIT`.
+        from_env: bool,
+        /// Why it was refused.
+        error: LimitError,
+    },
     /// A spawned reclaimer is already running in this process.
     AlreadyRunning,
     /// The thread could not be spawned.
@@ -86,6 +99,8 @@ impl core::fmt::Display for ReclaimError {
                 write!(f, "reclaimer setting {setting} = {value}: expected {expected}")
             }
             Self::Backend(e) => write!(f, "the reclaimer has nothing to act on: {e}"),
+            Self::Limit { from_env: true, error } => write!(f, "{}: {error}", limit::ENV_VAR),
+            Self::Limit { from_env: false, error } => error.fmt(f),
             Self::AlreadyRunning => f.write_str("a reclaimer is already running in this process"),
             Self::Spawn(e) => write!(f, "spawning the reclaimer thread: {e}"),
         }
@@ -97,6 +112,7 @@ impl std::error::Error for ReclaimError {
         match self {
             Self::Backend(e) => Some(e),
             Self::Spawn(e) => Some(e),
+            Self::Limit { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -107,6 +123,8 @@ impl std::error::Error for ReclaimError {
 struct Shared {
     totals: Totals,
     actions: VecDeque<Action>,
+    /// A limit set through the handle, for the thread's next round to take.
+    new_limit: Option<Option<MemoryLimit>>,
 }
 
 /// Reads `Shared` for [`Reclaimer`] and [`ReclaimerHandle`] alike.
@@ -137,6 +155,29 @@ pub struct Reclaimer {
     last_skip: Option<&'static str>,
     /// The idle threads' releases already published.
     published_threads: ThreadReleases,
+    /// The limit asked for: `FRAG_MEMORY_LIMIT`'s, or the builder's.
+    limit: LimitSetting,
+    /// When a cgroup share was last read.
+    limit_read: Option<Instant>,
+}
+
+/// The limit asked for and where it came from.
+#[derive(Clone, Debug)]
+struct LimitSetting {
+    limit: Result<Option<MemoryLimit>, LimitError>,
+    from_env: bool,
+}
+
+impl LimitSetting {
+    /// The limit in bytes now (`None`: no limit).
+    fn resolve(&self) -> Result<Option<u64>, ReclaimError> {
+        let error = |error| ReclaimError::Limit { from_env: self.from_env, error };
+        match &self.limit {
+            Ok(Some(l)) => l.resolve().map(Some).map_err(error),
+            Ok(None) => Ok(None),
+            Err(e) => Err(error(e.clone())),
+        }
+    }
 }
 
 impl Default for Reclaimer {
@@ -172,6 +213,12 @@ impl Reclaimer {
     pub const DEFAULT_CPU_SHARE: f64 = 0.01;
     /// Default refault window.
     pub const DEFAULT_REFAULT_WINDOW: Duration = Duration::from_secs(2);
+    /// Default share of the memory limit over which the controller acts.
+    pub const DEFAULT_LIMIT_TARGET: f64 = 0.95;
+    /// Default CPU share at the memory limit.
+    pub const DEFAULT_MAX_CPU_SHARE: f64 = 0.1;
+    /// Default horizon of the time-to-limit warning.
+    pub const DEFAULT_LIMIT_HORIZON: Duration = Duration::from_secs(300);
 
     /// Every setting at its default; metrics with the prefix `frag_`.
     #[must_use]
@@ -187,12 +234,124 @@ impl Reclaimer {
                 min_interval: Self::DEFAULT_MIN_INTERVAL,
                 cpu_share: Self::DEFAULT_CPU_SHARE,
                 refault_window: Self::DEFAULT_REFAULT_WINDOW,
+                target_share: Self::DEFAULT_LIMIT_TARGET,
+                max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
+                eta_horizon: Self::DEFAULT_LIMIT_HORIZON,
             },
             series: Series::new(crate::publish::Publisher::DEFAULT_PREFIX, names::of_reclaimer),
             engine: None,
             shared: Arc::default(),
             last_skip: None,
             published_threads: ThreadReleases::default(),
+            limit: LimitSetting { limit: MemoryLimit::from_env(), from_env: true },
+            limit_read: None,
+        }
+    }
+
+    /// A soft memory limit: while RSS is over its target ([`limit_target`](Self::limit_target) of it),
+    /// the reclaimer acts whether or not the heap is quiet, at least every round, spending more CPU
+    /// the further over RSS is (up to [`max_cpu_share`](Self::max_cpu_share)), and the backend's
+    /// purge delay is shortened. Under the target, nothing changes. Replaces what
+    /// `FRAG_MEMORY_LIMIT` set. The rules: `docs/RECLAIM.md`.
+    ///
+    /// ```no_run
+    /// # #[global_allocator]
+    /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+    /// use frag::reclaim::{MemoryLimit, Reclaimer};
+    ///
+    /// // 90% of the container's memory cgroup limit.
+    /// let reclaimer = Reclaimer::new().limit(MemoryLimit::Cgroup { percent: 90.0 }).spawn()?;
+    /// // Later, at run time:
+    /// reclaimer.set_limit(Some(MemoryLimit::Bytes(2 << 30)))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn limit(mut self, limit: MemoryLimit) -> Self {
+        self.limit = LimitSetting { limit: Ok(Some(limit)), from_env: false };
+        self
+    }
+
+    /// No memory limit, whatever `FRAG_MEMORY_LIMIT` says.
+    #[must_use]
+    pub fn no_limit(mut self) -> Self {
+        self.limit = LimitSetting { limit: Ok(None), from_env: false };
+        self
+    }
+
+    /// The share of the limit over which the controller acts (0.5 to 1; default 0.95, as Go's
+    /// scavenger aims at 95% of `GOMEMLIMIT`).
+    #[must_use]
+    pub fn limit_target(mut self, share: f64) -> Self {
+        self.settings.target_share = share;
+        self
+    }
+
+    /// The most CPU the reclaimer spends over the limit's target, as a share of one core: reached at
+    /// the limit (at least `cpu_share`, at most 1; default 0.1).
+    #[must_use]
+    pub fn max_cpu_share(mut self, share: f64) -> Self {
+        self.settings.max_cpu_share = share;
+        self
+    }
+
+    /// Warns when RSS, at its rate over the last half minute or so, will reach the limit within this
+    /// long (at most 1 day; default 5 min; zero: never).
+    #[must_use]
+    pub fn limit_horizon(mut self, horizon: Duration) -> Self {
+        self.settings.eta_horizon = horizon;
+        self
+    }
+
+    /// Sets or removes the limit of a reclaimer run from a task of your own, from its next round.
+    ///
+    /// # Errors
+    ///
+    /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
+    /// stays.
+    pub fn set_limit(&mut self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
+        let setting = LimitSetting { limit: Ok(limit), from_env: false };
+        let bytes = setting.resolve()?;
+        self.limit = setting;
+        if let Some(engine) = &mut self.engine {
+            engine.set_limit(bytes);
+            self.limit_read = Some(Instant::now());
+        }
+        Ok(bytes)
+    }
+
+    /// Reads the limit again where it is a cgroup share and [`MemoryLimit::CGROUP_REREAD`] has
+    /// passed, and takes one set through the handle.
+    fn follow_limit(&mut self, now: Instant) {
+        let new = self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit.take();
+        if let Some(limit) = new {
+            self.limit = LimitSetting { limit: Ok(limit), from_env: false };
+            self.limit_read = None;
+        }
+        let due = match (&self.limit.limit, self.limit_read) {
+            (_, None) => true,
+            (Ok(Some(MemoryLimit::Cgroup { .. })), Some(t)) => {
+                now.saturating_duration_since(t) >= MemoryLimit::CGROUP_REREAD
+            }
+            _ => false,
+        };
+        if !due {
+            return;
+        }
+        self.limit_read = Some(now);
+        let Some(engine) = &mut self.engine else { return };
+        match self.limit.resolve() {
+            Ok(bytes) => {
+                if engine.limit().map(|(b, _)| b) != bytes {
+                    tracing::info!(target: "frag", limit = ?bytes, "frag reclaimer: memory limit in force");
+                }
+                engine.set_limit(bytes);
+            }
+            Err(e) => {
+                if engine.limit().is_some() {
+                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the memory limit is gone; the reclaimer goes on without one");
+                }
+                engine.set_limit(None);
+            }
         }
     }
 
@@ -279,10 +438,12 @@ impl Reclaimer {
     ///
     /// # Errors
     ///
-    /// [`ReclaimError::InvalidSetting`]; [`ReclaimError::Backend`] without a `Tracked` allocator,
-    /// or on snmalloc or a user's allocator.
+    /// [`ReclaimError::InvalidSetting`]; [`ReclaimError::Limit`] for a limit that cannot be resolved
+    /// (`FRAG_MEMORY_LIMIT`'s text included); [`ReclaimError::Backend`] without a `Tracked`
+    /// allocator, or on snmalloc or a user's allocator.
     pub fn check(&self) -> Result<(), ReclaimError> {
         check(&self.settings)?;
+        self.limit.resolve()?;
         Live::new().map(drop).map_err(ReclaimError::Backend)
     }
 
@@ -325,10 +486,17 @@ impl Reclaimer {
         let mut live = Live::new().map_err(ReclaimError::Backend)?;
         if self.engine.is_none() {
             check(&self.settings)?;
+            let bytes = self.limit.resolve()?;
+            let mut engine = Engine::new(self.settings.clone(), now);
+            engine.set_limit(bytes);
+            self.engine = Some(engine);
+            self.limit_read = Some(now);
         }
-        let engine = self.engine.get_or_insert_with(|| Engine::new(self.settings.clone(), now));
+        self.follow_limit(now);
+        let Some(engine) = self.engine.as_mut() else { unreachable!("set above") };
         let step = engine.round(now, &mut live);
         engine.totals.threads = thread_releases();
+        (engine.totals.limit_bytes, engine.totals.target_bytes) = engine.limit().unzip();
         let totals = engine.totals;
         self.publish(&step.round, step.refault.as_ref(), &totals);
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -409,6 +577,12 @@ impl Reclaimer {
             l
         };
         metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
+        metrics::gauge!(names.get(Metric::ReclaimCpuShare), labels(None)).set(totals.share);
+        if let (Some(limit), Some(target)) = (totals.limit_bytes, totals.target_bytes) {
+            metrics::gauge!(names.get(Metric::MemoryLimit), labels(None)).set(limit as f64);
+            metrics::gauge!(names.get(Metric::MemoryLimitTarget), labels(None)).set(target as f64);
+            metrics::gauge!(names.get(Metric::ReclaimOverTarget), labels(None)).set(totals.over_target.as_secs_f64());
+        }
         let (now, before) = (totals.threads, core::mem::replace(&mut self.published_threads, totals.threads));
         for method in [ThreadMethod::Idle, ThreadMethod::Collect] {
             let new = now.count(method).saturating_sub(before.count(method));
@@ -494,6 +668,15 @@ fn check(s: &Settings) -> Result<(), ReclaimError> {
     if s.refault_window > Duration::from_secs(600) {
         return invalid("refault_window", format!("{:?}", s.refault_window), "at most 10 min");
     }
+    if !(0.5..=1.0).contains(&s.target_share) {
+        return invalid("limit_target", s.target_share.to_string(), "0.5 to 1");
+    }
+    if !(share(s.max_cpu_share) && s.max_cpu_share >= s.cpu_share) {
+        return invalid("max_cpu_share", s.max_cpu_share.to_string(), "at least cpu_share, at most 1");
+    }
+    if s.eta_horizon > Duration::from_secs(86_400) {
+        return invalid("limit_horizon", format!("{:?}", s.eta_horizon), "at most 1 day");
+    }
     Ok(())
 }
 
@@ -516,6 +699,18 @@ impl ReclaimerHandle {
     #[must_use]
     pub fn actions(&self) -> Vec<Action> {
         read(&self.shared, |s| s.actions.iter().cloned().collect())
+    }
+
+    /// Sets or removes the memory limit; the thread takes it at its next round.
+    ///
+    /// # Errors
+    ///
+    /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
+    /// stays.
+    pub fn set_limit(&self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
+        let bytes = LimitSetting { limit: Ok(limit), from_env: false }.resolve()?;
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit = Some(limit);
+        Ok(bytes)
     }
 
     /// Stops the thread and waits for it.

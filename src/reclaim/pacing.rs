@@ -41,6 +41,13 @@ impl Budget {
         Self { share, credit: 0.0, per_byte: None, poll_cost: 0.0 }
     }
 
+    /// Changes the share (the soft limit's controller raises it while RSS is over the target): credit
+    /// is earned at the new rate from now on, and the cap follows it.
+    pub(crate) fn set_share(&mut self, share: f64) {
+        self.share = share;
+        self.credit = self.credit.min(self.cap());
+    }
+
     /// The most credit kept, in seconds.
     fn cap(&self) -> f64 {
         self.share * CREDIT_WINDOW.as_secs_f64()

@@ -257,6 +257,18 @@ pub struct Totals {
     pub backoff: u32,
     /// What idle threads released through [`idle`](super::idle) (process-wide, as of the last round).
     pub threads: super::ThreadReleases,
+    /// Time RSS spent over the memory limit's target (see [`MemoryLimit`](super::MemoryLimit)).
+    pub over_target: Duration,
+    /// Rounds over the target in which nothing the reclaimer could release would bring RSS under it:
+    /// live data and the allocator's floor exceed the limit.
+    pub exhausted_rounds: u64,
+    /// The share of a core the reclaimer may spend now: `cpu_share`, or more while RSS is over the
+    /// limit's target, up to `max_cpu_share`.
+    pub share: f64,
+    /// The memory limit in force, in bytes.
+    pub limit_bytes: Option<u64>,
+    /// Its target: the RSS over which the reclaimer acts while the heap is busy.
+    pub target_bytes: Option<u64>,
 }
 
 impl Totals {

@@ -182,6 +182,14 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
         knobs::set_decay(knobs::DecayKind::Dirty, decay).map(drop)
     }
 
+    fn purge_delay() -> Result<Decay, TuneError> {
+        knobs::decay(knobs::DecayKind::Dirty)
+    }
+
+    /// A second: freed pages go back within about a second of going unused, purged a little at a
+    /// time on the allocation path (immediate purging would call `madvise` at every free page).
+    const PRESSURE_DECAY: Option<Decay> = Some(Decay::After(core::time::Duration::from_secs(1)));
+
     fn effective_config() -> String {
         knobs::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
     }

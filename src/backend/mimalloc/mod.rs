@@ -95,6 +95,19 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
         knobs::set(knobs::MimallocOption::PurgeDelay(decay)).map(drop)
     }
 
+    fn purge_delay() -> Result<Decay, TuneError> {
+        knobs::current()?
+            .into_iter()
+            .find_map(|o| match o {
+                knobs::MimallocOption::PurgeDelay(d) => Some(d),
+                _ => None,
+            })
+            .ok_or_else(|| crate::backend::knob::unsupported(Backend::Mimalloc, "purge delay", "not in the linked mimalloc"))
+    }
+
+    /// A millisecond, the shortest mimalloc takes at run time (its default is 10 ms).
+    const PRESSURE_DECAY: Option<Decay> = Some(Decay::After(core::time::Duration::from_millis(1)));
+
     fn effective_config() -> String {
         knobs::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
     }

@@ -100,6 +100,17 @@ pub(crate) fn decay_from(knob: &str, ms: isize) -> Result<Decay, TuneError> {
     })
 }
 
+/// The purge delay of arenas created from now on (`arenas.dirty_decay_ms` or `muzzy_decay_ms`):
+/// what [`set_decay`] last set, or the start-up configuration's.
+///
+/// # Errors
+///
+/// [`TuneError::WrongBackend`] unless jemalloc is wrapped; jemalloc's refusal.
+pub fn decay(kind: DecayKind) -> Result<Decay, TuneError> {
+    require()?;
+    decay_from(kind.leaf(), kind.defaults_key().read()?)
+}
+
 /// Sets a purge delay for every existing arena and as the default for arenas created later.
 ///
 /// `arenas.dirty_decay_ms` alone only changes the default for future arenas; the arenas already

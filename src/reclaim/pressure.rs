@@ -1,0 +1,302 @@
+//! The soft memory limit's controller state: whether RSS is over the target, how much CPU the
+//! reclaimer may spend because of it, whether anything it can release would help, and how long until
+//! RSS reaches the limit at its present rate. The rules, with their reasons: `docs/RECLAIM.md`.
+
+use std::time::{Duration, Instant};
+
+/// Over the target, an action runs only when at least this much is predicted to be released.
+pub(crate) const OVER_MIN_BYTES: u64 = 1 << 20;
+
+/// The RSS trend is smoothed over about this long.
+const TREND_WINDOW: Duration = Duration::from_secs(30);
+
+/// Warnings of the same kind are at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(600);
+
+/// A limit in force, resolved to bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limit {
+    pub(crate) bytes: u64,
+    pub(crate) target: u64,
+}
+
+impl Limit {
+    /// `bytes` with its target at `share` of it.
+    pub(crate) fn new(bytes: u64, share: f64) -> Self {
+        Self { bytes, target: (bytes as f64 * share) as u64 }
+    }
+}
+
+/// Where RSS stands against the limit, as one round sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Standing {
+    /// No limit, or RSS at or under the target: the quiet rules, at `cpu_share`.
+    Under,
+    /// Over the target, and releasing what the heap holds free would help: act while busy, at
+    /// `share`.
+    Over { share: f64 },
+    /// Over the target, and even releasing everything free would leave RSS over it: live data and
+    /// the allocator's floor exceed the limit. The quiet rules, at `cpu_share`.
+    Exhausted,
+}
+
+/// The controller's state across rounds.
+#[derive(Debug, Default)]
+pub(crate) struct Pressure {
+    pub(crate) limit: Option<Limit>,
+    /// Whether the live-data warning was given in this stretch over the target.
+    exhausted_warned: bool,
+    /// The previous RSS reading, and the smoothed RSS slope in bytes per second.
+    last: Option<(Instant, u64)>,
+    slope: f64,
+    last_eta_warning: Option<Instant>,
+}
+
+/// What the live-data warning says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Exhausted {
+    pub(crate) rss: u64,
+    pub(crate) live: u64,
+    pub(crate) releasable: u64,
+    pub(crate) limit: Limit,
+}
+
+impl Pressure {
+    /// The share of a core the reclaimer may spend at `rss`: `cpu_share` at the target, rising in
+    /// proportion to how far over it RSS is, up to `max_share` at the limit and above.
+    pub(crate) fn share(limit: Limit, rss: u64, cpu_share: f64, max_share: f64) -> f64 {
+        let span = limit.bytes.saturating_sub(limit.target).max(1) as f64;
+        let over = (rss.saturating_sub(limit.target) as f64 / span).min(1.0);
+        cpu_share + (max_share - cpu_share).max(0.0) * over
+    }
+
+    /// Follows RSS at `now`: whether it is over the target (the stretch over it, and the warning
+    /// given in it, end when it is not) and the trend.
+    pub(crate) fn observe(&mut self, now: Instant, rss: u64) -> bool {
+        if let Some((then, before)) = self.last.replace((now, rss)) {
+            let dt = now.saturating_duration_since(then).as_secs_f64();
+            if dt > 0.0 {
+                let rate = (rss as f64 - before as f64) / dt;
+                let w = (dt / TREND_WINDOW.as_secs_f64()).min(1.0);
+                self.slope = (1.0 - w) * self.slope + w * rate;
+            }
+        }
+        let over = self.limit.is_some_and(|l| rss > l.target);
+        if !over {
+            self.exhausted_warned = false;
+        }
+        over
+    }
+
+    /// The standing at `rss`, where releasing everything free would release `releasable`.
+    pub(crate) fn standing(&self, rss: u64, releasable: u64, cpu_share: f64, max_share: f64) -> Standing {
+        match self.limit {
+            Some(limit) if rss > limit.target => {
+                if rss.saturating_sub(releasable) > limit.target {
+                    Standing::Exhausted
+                } else {
+                    Standing::Over { share: Self::share(limit, rss, cpu_share, max_share) }
+                }
+            }
+            _ => Standing::Under,
+        }
+    }
+
+    /// Whether to warn that live data exceeds the limit: once per stretch over the target.
+    pub(crate) fn warn_exhausted(&mut self) -> bool {
+        !core::mem::replace(&mut self.exhausted_warned, true)
+    }
+
+    /// How long until RSS reaches the limit at its smoothed rate, if it is rising and under it.
+    pub(crate) fn eta(&self) -> Option<Duration> {
+        let limit = self.limit?;
+        let (_, rss) = self.last?;
+        (self.slope > 0.0 && rss < limit.bytes)
+            .then(|| Duration::from_secs_f64((limit.bytes - rss) as f64 / self.slope))
+    }
+
+    /// The smoothed RSS slope, bytes per second.
+    pub(crate) fn slope(&self) -> f64 {
+        self.slope
+    }
+
+    /// Whether to warn that the limit is `eta` away, within `horizon`: at most once per ten minutes.
+    pub(crate) fn warn_eta(&mut self, now: Instant, horizon: Duration) -> Option<Duration> {
+        let eta = self.eta().filter(|&e| e <= horizon)?;
+        if self.last_eta_warning.is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY) {
+            return None;
+        }
+        self.last_eta_warning = Some(now);
+        Some(eta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reclaim::engine::{Engine, RESTORE_AFTER, Settings};
+    use crate::reclaim::model::{MIB, Model, settings};
+    use crate::reclaim::record::{Round, Skip};
+
+    /// The workload the limit is for, on the model: never quiet (512 MiB allocated per 250 ms round),
+    /// each round leaving 40 MiB more free in the heap over 150 MiB live, so that RSS climbs without
+    /// end where nothing returns it. Releasing costs 100 us of CPU per MiB (about what `madvise`
+    /// costs here). Rounds at the engine's own pace for `secs`; returns the highest RSS after the
+    /// first `settle` seconds and the rounds.
+    fn steady(e: &mut Engine, m: &mut Model, t0: Instant, secs: u64, settle: u64) -> (u64, u64) {
+        let (mut at, mut highest, mut rounds) = (Duration::ZERO, 0, 0);
+        while at < Duration::from_secs(secs) {
+            let wait = e.wait();
+            let growth = (40 * MIB) * wait.as_millis() as u64 / 250;
+            m.allocated += 512 * MIB * wait.as_millis() as u64 / 250;
+            m.rss += growth;
+            m.reclaimable += growth;
+            at += wait;
+            e.round(t0 + at, m);
+            rounds += 1;
+            if at >= Duration::from_secs(settle) {
+                highest = highest.max(m.rss);
+            }
+        }
+        (highest, rounds)
+    }
+
+    fn busy_model() -> Model {
+        Model { rss: 150 * MIB, action_ns_per_mib: 100_000, ..Model::default() }
+    }
+
+    /// Never quiet: without a limit the reclaimer never acts and RSS climbs; with one between the
+    /// live bytes and that climb, RSS stays within one round's growth of the target, the purge
+    /// delay is shortened, and CPU stays within the most the controller may spend.
+    #[test]
+    fn a_busy_heap_is_held_under_the_limit() {
+        let t0 = Instant::now();
+        let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
+        let (highest, _) = steady(&mut e, &mut m, t0, 60, 0);
+        assert_eq!(m.actions, 0, "no limit: never quiet, never acts");
+        assert!(highest > 9000 * MIB, "{highest}");
+
+        let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
+        e.set_limit(Some(400 * MIB));
+        let (highest, _) = steady(&mut e, &mut m, t0, 120, 2);
+        assert!(highest <= 380 * MIB + 40 * MIB, "highest RSS {} MiB", highest / MIB);
+        assert!(m.actions > 10, "{}", m.actions);
+        assert_eq!(m.decay_changes, [true], "shortened once, not yet restored");
+        let s = settings();
+        let slack = s.max_cpu_share * crate::reclaim::pacing::CREDIT_WINDOW.as_secs_f64();
+        assert!(m.cpu.as_secs_f64() <= s.max_cpu_share * 120.0 + slack, "{:?}", m.cpu);
+        assert!(e.totals.over_target > Duration::ZERO && e.totals.over_target < Duration::from_secs(120));
+        assert!(m.exhausted_warnings.is_empty());
+    }
+
+    /// A limit below live data: nothing the reclaimer can release brings RSS under it. It says so
+    /// once, names the live bytes, spends no more than its base share, and acts no more than
+    /// without a limit (never, on a busy heap: no thrash).
+    #[test]
+    fn a_limit_below_live_data_is_said_once_and_does_not_thrash() {
+        let t0 = Instant::now();
+        let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
+        e.set_limit(Some(100 * MIB));
+        let (mut at, mut busy) = (Duration::ZERO, 0);
+        while at < Duration::from_secs(60) {
+            at += e.wait();
+            m.allocated += 512 * MIB;
+            if let Round::Skipped(Skip::Busy { .. }) = e.round(t0 + at, &mut m).round {
+                busy += 1;
+            }
+            assert!(e.totals.share <= settings().cpu_share, "{}", e.totals.share);
+        }
+        assert_eq!(m.actions, 0);
+        assert!(busy > 100, "{busy}");
+        assert_eq!(m.exhausted_warnings.len(), 1, "{:?}", m.exhausted_warnings);
+        assert_eq!(m.exhausted_warnings[0].live, 150 * MIB);
+        assert!(e.totals.exhausted_rounds > 100);
+    }
+
+    /// A limit set, changed and removed at run time: each takes effect at the next round, and the
+    /// purge delay comes back when RSS is under the target again.
+    #[test]
+    fn a_limit_changed_at_run_time_takes_effect() {
+        let t0 = Instant::now();
+        let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
+        steady(&mut e, &mut m, t0, 10, 0);
+        assert_eq!(m.actions, 0);
+        e.set_limit(Some(300 * MIB));
+        let (highest, _) = steady(&mut e, &mut m, t0 + Duration::from_secs(10), 20, 2);
+        assert!(highest <= 285 * MIB + 40 * MIB, "{}", highest / MIB);
+        let acted = m.actions;
+        assert!(acted > 0);
+        // Raised well above: under the target again, nothing acts, and the delay is restored once
+        // RSS has stayed under for the hold time.
+        e.set_limit(Some(100_000 * MIB));
+        m.rss = 150 * MIB;
+        m.reclaimable = 0;
+        steady(&mut e, &mut m, t0 + Duration::from_secs(30), 20, 0);
+        assert_eq!(m.decay_changes, [true], "held while under for less than {RESTORE_AFTER:?}");
+        steady(&mut e, &mut m, t0 + Duration::from_secs(50), 20, 0);
+        assert_eq!(m.actions, acted);
+        assert_eq!(m.decay_changes, [true, false]);
+        e.set_limit(None);
+        assert_eq!(e.limit(), None);
+    }
+
+    /// The base settings' CPU share is the floor of the controller's, and its ceiling is reached
+    /// only at the limit.
+    #[test]
+    fn the_share_is_published_in_the_totals() {
+        let t0 = Instant::now();
+        let (mut e, mut m) = (Engine::new(Settings { max_cpu_share: 0.2, ..settings() }, t0), busy_model());
+        e.set_limit(Some(1000 * MIB));
+        m.rss = 1000 * MIB;
+        m.reclaimable = 850 * MIB;
+        e.round(t0, &mut m);
+        e.round(t0 + Duration::from_millis(250), &mut m);
+        assert!((e.totals.share - 0.2).abs() < 1e-9, "{}", e.totals.share);
+    }
+
+    #[test]
+    fn the_share_rises_from_the_target_to_the_limit() {
+        let l = Limit::new(1000 * MIB, 0.95);
+        assert_eq!(l.target, 950 * MIB);
+        assert!((Pressure::share(l, 950 * MIB, 0.01, 0.1) - 0.01).abs() < 1e-12);
+        assert!((Pressure::share(l, 975 * MIB, 0.01, 0.1) - 0.055).abs() < 1e-12);
+        assert!((Pressure::share(l, 2000 * MIB, 0.01, 0.1) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn standing_tells_help_from_live_data() {
+        let p = Pressure { limit: Some(Limit::new(1000 * MIB, 0.95)), ..Pressure::default() };
+        assert_eq!(p.standing(900 * MIB, 0, 0.01, 0.1), Standing::Under);
+        assert!(matches!(p.standing(990 * MIB, 500 * MIB, 0.01, 0.1), Standing::Over { .. }));
+        assert_eq!(p.standing(990 * MIB, 10 * MIB, 0.01, 0.1), Standing::Exhausted);
+        assert_eq!(Pressure::default().standing(u64::MAX, 0, 0.01, 0.1), Standing::Under);
+    }
+
+    #[test]
+    fn the_eta_follows_the_trend() {
+        let t0 = Instant::now();
+        let mut p = Pressure { limit: Some(Limit::new(1000 * MIB, 0.95)), ..Pressure::default() };
+        // +12 MiB/s from 100 MiB, for two minutes.
+        for s in 0..=120u64 {
+            p.observe(t0 + Duration::from_secs(s), 100 * MIB + s * 12 * MIB);
+        }
+        // At 120 s RSS is 1540 MiB: over the limit, no time to it.
+        assert_eq!(p.eta(), None);
+        let mut p = Pressure { limit: Some(Limit::new(1000 * MIB, 0.95)), ..Pressure::default() };
+        for s in 0..=30u64 {
+            p.observe(t0 + Duration::from_secs(s), 100 * MIB + s * 12 * MIB);
+        }
+        // 460 MiB at 30 s; the smoothed slope lags the true 12 MiB/s, so the time is longer than the
+        // true 45 s, within the window.
+        let eta = p.eta().unwrap().as_secs_f64();
+        assert!((45.0..45.0 + TREND_WINDOW.as_secs_f64()).contains(&eta), "{eta}");
+        assert_eq!(p.warn_eta(t0, Duration::from_secs(60)), None, "beyond the horizon");
+        assert!(p.warn_eta(t0, Duration::from_secs(600)).is_some());
+        assert_eq!(p.warn_eta(t0 + Duration::from_secs(60), Duration::from_secs(600)), None, "once per ten minutes");
+        // Falling RSS: no time to the limit.
+        for s in 31..=120u64 {
+            p.observe(t0 + Duration::from_secs(s), 460 * MIB - (s - 30) * MIB);
+        }
+        assert_eq!(p.eta(), None);
+    }
+}
