@@ -1,6 +1,7 @@
 //! Test helpers shared by the integration tests (each test file installs its own global allocator).
 #![allow(dead_code)]
 
+pub mod churn;
 pub mod example;
 pub mod go;
 #[cfg(feature = "jemalloc")]
