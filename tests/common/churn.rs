@@ -37,7 +37,7 @@ impl Churn {
     /// About `live` bytes of blocks, a quarter made on each worker's thread.
     pub fn new(live: u64) -> Self {
         let mut workers: Vec<Worker> = (0..WORKERS)
-            .map(|i| Worker { rng: 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1) * 0x1234_5678, ..Worker::default() })
+            .map(|i| Worker { rng: 0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1234_5678), ..Worker::default() })
             .collect();
         std::thread::scope(|s| {
             for w in &mut workers {
