@@ -4,6 +4,7 @@
 pub mod churn;
 pub mod example;
 pub mod go;
+pub mod limit;
 #[cfg(feature = "jemalloc")]
 pub mod pins;
 pub mod reclaim;

@@ -9,7 +9,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use frag::reclaim::{Action, Reclaimer, ReclaimerHandle, Round, Skip};
+use frag::reclaim::{Action, MemoryLimit, Reclaimer, ReclaimerHandle, Round, Skip};
 
 use super::rss_bytes;
 
@@ -62,7 +62,7 @@ pub fn first_action(handle: &ReclaimerHandle) -> Action {
 /// advances: each round comes `next_round_in()` after the previous one, as a spawned reclaimer's
 /// would, but without waiting for it.
 pub struct Driven {
-    ask: Option<mpsc::Sender<()>>,
+    ask: Option<mpsc::Sender<Ask>>,
     answer: mpsc::Receiver<(Duration, Round, Duration)>,
     thread: Option<std::thread::JoinHandle<Reclaimer>>,
     /// The clock's time at the last round, from the first round.
@@ -71,6 +71,14 @@ pub struct Driven {
     pub last_busy: Duration,
     /// How long after the last round the next one comes, on the clock.
     pub next_in: Duration,
+}
+
+/// What the rounds' thread is asked to do.
+enum Ask {
+    /// A round, at the clock's next time.
+    Round,
+    /// `Reclaimer::set_limit`, between rounds.
+    Limit(Option<MemoryLimit>),
 }
 
 /// The rate at which every burst allocates, in bytes per second of the clock: none is quiet against
@@ -83,7 +91,7 @@ pub const ROUNDS_THREAD: &str = "frag-rounds";
 impl Driven {
     /// Starts the thread; the first round runs at once, and has no rate yet.
     pub fn new(reclaimer: Reclaimer) -> Self {
-        let (ask, asked) = mpsc::channel::<()>();
+        let (ask, asked) = mpsc::channel::<Ask>();
         let (tell, answer) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(ROUNDS_THREAD.into())
@@ -92,7 +100,11 @@ impl Driven {
                 let start = Instant::now();
                 let mut clock = start;
                 let mut first = true;
-                while asked.recv().is_ok() {
+                while let Ok(ask) = asked.recv() {
+                    if let Ask::Limit(limit) = ask {
+                        reclaimer.set_limit(limit).expect("a limit this machine can have");
+                        continue;
+                    }
                     if !first {
                         clock += reclaimer.next_round_in();
                     }
@@ -118,9 +130,14 @@ impl Driven {
         driven
     }
 
+    /// Sets or removes the reclaimer's memory limit, from the next round.
+    pub fn set_limit(&mut self, limit: Option<MemoryLimit>) {
+        self.ask.as_ref().expect("running").send(Ask::Limit(limit)).expect("the rounds' thread runs");
+    }
+
     /// One round, at the next time of the clock.
     pub fn round(&mut self) -> Round {
-        self.ask.as_ref().expect("running").send(()).expect("the rounds' thread runs");
+        self.ask.as_ref().expect("running").send(Ask::Round).expect("the rounds' thread runs");
         let (now, round, next_in) = self.answer.recv().expect("the rounds' thread answers");
         (self.now, self.next_in) = (now, next_in);
         round

@@ -1,0 +1,99 @@
+//! The soft memory limit against `/proc`, on whichever backend the test binary installs: a workload
+//! that never pauses ([`Churn`]) whose live set drops. Without a limit the reclaimer never acts (the
+//! heap is never quiet); with one between the low live set and the peak, RSS must come under the
+//! limit's target plus the allocator's floor within 2 s on the clock and stay there. Rounds on a
+//! clock the test sets ([`Driven`]).
+
+use std::time::Duration;
+
+use frag::reclaim::{MemoryLimit, Reclaimer, Round, Skip, Totals};
+
+use super::churn::Churn;
+use super::reclaim::{BUSY_RATE, Driven, reclaimer};
+use super::rss_bytes;
+
+const MIB: u64 = 1 << 20;
+
+/// The tests' scale: 1 natively, 100 under valgrind (`FRAG_TEST_SCALE`).
+pub fn scale() -> u64 {
+    std::env::var("FRAG_TEST_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+}
+
+/// Steps of the churn, each followed by a round, for `clock` on the clock; returns the highest RSS
+/// seen after a round.
+pub fn run(rounds: &mut Driven, churn: &mut Churn, clock: Duration) -> u64 {
+    let end = rounds.now + clock;
+    let mut highest = 0;
+    while rounds.now < end {
+        churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64 / scale());
+        let round = rounds.round();
+        assert!(!matches!(round, Round::Skipped(Skip::Failed(_))), "{round:?}");
+        highest = highest.max(rss_bytes());
+    }
+    highest
+}
+
+/// What [`live_set_drops`] saw.
+pub struct Dropped {
+    /// The highest RSS before the drop.
+    pub peak: u64,
+    /// RSS after the drop, the highest in each half second: (seconds after the drop, bytes).
+    pub after: Vec<(f64, u64)>,
+    /// The reclaimer's totals at the end.
+    pub totals: Totals,
+    /// The rounds, still running (the limit removed).
+    pub rounds: Driven,
+}
+
+/// The limit of [`live_set_drops`], and its live sets before and after the drop.
+pub const LIMIT: u64 = 320 * MIB;
+pub const HIGH: u64 = 480 * MIB;
+pub const LOW: u64 = 96 * MIB;
+
+/// `HIGH` live bytes churned for 4 s on the clock, then `LOW` for 12 s, with a [`LIMIT`]; then the
+/// limit is removed. `during` runs after each half second of the low phase.
+pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
+    let limit = LIMIT / scale();
+    // The live set first: made between two rounds, it would set a busiest rate that the churn never
+    // comes near, and the heap would count as quiet.
+    let mut churn = Churn::new(HIGH / scale());
+    let mut rounds = Driven::new(reclaimer().limit(MemoryLimit::Bytes(limit)));
+    let peak = run(&mut rounds, &mut churn, Duration::from_secs(4));
+    churn.shrink_to(LOW / scale());
+    let dropped = rounds.now;
+    let mut after = Vec::new();
+    while rounds.now < dropped + Duration::from_secs(12) {
+        let highest = run(&mut rounds, &mut churn, Duration::from_millis(500));
+        after.push(((rounds.now - dropped).as_secs_f64(), highest));
+        during();
+    }
+    rounds.set_limit(None);
+    run(&mut rounds, &mut churn, Duration::from_millis(200));
+    let (reclaimer, _) = rounds.stop();
+    let totals = reclaimer.totals();
+    eprintln!(
+        "peak {} MiB, live after the drop {} MiB, limit {} MiB; RSS after the drop (s, MiB): {:?}; {totals}",
+        peak / MIB,
+        churn.live() / MIB,
+        limit / MIB,
+        after.iter().map(|(s, b)| ((s * 10.0).round() / 10.0, b / MIB)).collect::<Vec<_>>()
+    );
+    let rounds = Driven::new(Reclaimer::new().no_limit());
+    Dropped { peak, after, totals, rounds }
+}
+
+/// The checks every backend passes: the workload reached past the limit; the heap was never quiet,
+/// so every action came from the limit; from 2 s after the drop RSS stayed at or under the target
+/// plus `floor`; the high phase's live set alone exceeded the limit, and that was said.
+pub fn check(d: &Dropped, floor: u64) {
+    let limit = LIMIT / scale();
+    let target = (limit as f64 * Reclaimer::DEFAULT_LIMIT_TARGET) as u64;
+    let t = &d.totals;
+    assert!(d.peak > limit, "the workload must reach past the limit unmanaged: {} MiB", d.peak / MIB);
+    assert_eq!(t.skipped.settling, 0, "never quiet: {t}");
+    assert!(t.actions > 0, "{t}");
+    for &(at, rss) in d.after.iter().filter(|(at, _)| *at >= 2.0) {
+        assert!(rss <= target + floor, "{} MiB at {at:.1} s after the drop: over the target", rss / MIB);
+    }
+    assert!(t.exhausted_rounds > 0, "the high phase's live set alone exceeds the limit: {t}");
+}

@@ -1,0 +1,29 @@
+//! The soft memory limit on mimalloc (`common::limit`): under a never-quiet load whose live set
+//! drops, collections over the target hold RSS under it; `purge_delay` is shortened while over and
+//! restored after, as mimalloc itself reads it.
+#![cfg(feature = "mimalloc")]
+
+mod common;
+
+use common::limit::{check, live_set_drops, scale};
+
+#[global_allocator]
+static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
+
+/// mimalloc's `purge_delay` option (number 15 in mimalloc 2 and 3's `mi_option_t`), read without
+/// frag.
+fn purge_delay_ms() -> libc::c_long {
+    // SAFETY: mi_option_get has no preconditions, and 15 is an option of the linked mimalloc.
+    unsafe { libmimalloc_sys::mi_option_get(15) }
+}
+
+#[test]
+fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
+    let before = purge_delay_ms();
+    let mut during = Vec::new();
+    let d = live_set_drops(|| during.push(purge_delay_ms()));
+    check(&d, (16 << 20) / scale());
+    assert!(during.iter().all(|&ms| ms == 1), "shortened to 1 ms while over: {during:?}");
+    assert_eq!(purge_delay_ms(), before, "restored once the limit is gone");
+    drop(d.rounds);
+}
