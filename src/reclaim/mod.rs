@@ -497,6 +497,7 @@ impl Reclaimer {
         let step = engine.round(now, &mut live);
         engine.totals.threads = thread_releases();
         (engine.totals.limit_bytes, engine.totals.target_bytes) = engine.limit().unzip();
+        crate::report::diagnosis::set_limit_in_force(engine.limit());
         let totals = engine.totals;
         self.publish(&step.round, step.refault.as_ref(), &totals);
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -720,6 +721,7 @@ impl ReclaimerHandle {
 
     fn shutdown(&mut self) {
         self.worker.stop();
+        crate::report::diagnosis::set_limit_in_force(None);
         // In a fork's child this clears the parent's claim from the child's copy, where none runs.
         let _ = RUNNING.compare_exchange(self.worker.pid(), 0, Ordering::AcqRel, Ordering::Acquire);
     }

@@ -145,6 +145,7 @@ pub fn report() -> Report {
             origin: origin.as_ref(),
             sites: sites.as_ref(),
             traps,
+            limit: diagnosis::limit_in_force(),
         });
         Diagnosis { breakdown, findings }
     });

@@ -41,6 +41,8 @@ pub struct Dropped {
     pub after: Vec<(f64, u64)>,
     /// The reclaimer's totals at the end.
     pub totals: Totals,
+    /// The report's over-limit finding at the end of the high phase, and at the end of the low one.
+    pub over_limit: [Option<frag::diagnosis::Finding>; 2],
     /// The rounds, still running (the limit removed).
     pub rounds: Driven,
 }
@@ -59,6 +61,7 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
     let mut churn = Churn::new(HIGH / scale());
     let mut rounds = Driven::new(reclaimer().limit(MemoryLimit::Bytes(limit)));
     let peak = run(&mut rounds, &mut churn, Duration::from_secs(4));
+    let high = over_limit();
     churn.shrink_to(LOW / scale());
     let dropped = rounds.now;
     let mut after = Vec::new();
@@ -67,6 +70,7 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
         after.push(((rounds.now - dropped).as_secs_f64(), highest));
         during();
     }
+    let low = over_limit();
     rounds.set_limit(None);
     run(&mut rounds, &mut churn, Duration::from_millis(200));
     let (reclaimer, _) = rounds.stop();
@@ -79,7 +83,14 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
         after.iter().map(|(s, b)| ((s * 10.0).round() / 10.0, b / MIB)).collect::<Vec<_>>()
     );
     let rounds = Driven::new(Reclaimer::new().no_limit());
-    Dropped { peak, after, totals, rounds }
+    Dropped { peak, after, totals, over_limit: [high, low], rounds }
+}
+
+/// The report's over-limit finding, if any.
+fn over_limit() -> Option<frag::diagnosis::Finding> {
+    let report = frag::report();
+    let findings = report.diagnosis.map(|d| d.findings).unwrap_or_default();
+    findings.into_iter().find(|f| f.kind == frag::diagnosis::FindingKind::OverLimit)
 }
 
 /// The checks every backend passes: the workload reached past the limit; the heap was never quiet,
@@ -96,4 +107,9 @@ pub fn check(d: &Dropped, floor: u64) {
         assert!(rss <= target + floor, "{} MiB at {at:.1} s after the drop: over the target", rss / MIB);
     }
     assert!(t.exhausted_rounds > 0, "the high phase's live set alone exceeds the limit: {t}");
+    // The report says so while it lasts, naming the live bytes, and not once live data fits.
+    let high = d.over_limit[0].as_ref().expect("an over-limit finding while live data exceeds the limit");
+    assert!(high.summary.contains("live data") && high.severity == frag::diagnosis::Severity::Warn, "{high:?}");
+    assert!(high.bytes > 0 && high.bytes <= HIGH / scale(), "{high:?}");
+    assert!(d.over_limit[1].is_none(), "{:?}", d.over_limit[1]);
 }

@@ -22,6 +22,8 @@ pub(crate) struct Evidence<'a> {
     pub origin: Option<&'a Origin>,
     pub sites: Option<&'a Sites>,
     pub traps: &'a [Trap],
+    /// The soft memory limit a reclaimer keeps, and its target.
+    pub limit: Option<(u64, u64)>,
 }
 
 /// A class row's request sizes, `64..=80 B`.
@@ -153,6 +155,30 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
                      heaps (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
                 .to_owned(),
         });
+    }
+
+    if let Some((limit, target)) = e.limit {
+        let kept = b.rss_bytes.saturating_sub(b.reclaimable_bytes);
+        if b.rss_bytes > target && kept > target {
+            out.push(Finding {
+                kind: FindingKind::OverLimit,
+                severity: Severity::Warn,
+                bytes: kept - target,
+                estimated: estimated(Part::Live) || estimated(Part::Reclaimable),
+                summary: format!(
+                    "the heap cannot release enough to meet the memory limit: {} resident, of which {} is live \
+                     data and {} could be released, against the limit's target {} (limit {})",
+                    Bytes(b.rss_bytes),
+                    Approx(Bytes(b.live_bytes), estimated(Part::Live)),
+                    Approx(Bytes(b.reclaimable_bytes), estimated(Part::Reclaimable)),
+                    Bytes(target),
+                    Bytes(limit)
+                ),
+                remedy: "this is the program's data, not fragmentation: raise the limit (FRAG_MEMORY_LIMIT, \
+                         Reclaimer::limit) or hold less; the sites section names what holds the live bytes"
+                    .to_owned(),
+            });
+        }
     }
 
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.severity.cmp(&a.severity)));

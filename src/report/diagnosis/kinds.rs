@@ -22,11 +22,14 @@ pub enum FindingKind {
     OutsideHeap,
     /// An allocator setting that does not do what it seems to.
     ConfigTrap,
+    /// What the heap cannot release (live data, rounding, holes, the allocator's bookkeeping) exceeds
+    /// the soft memory limit's target: no reclaimer can keep RSS under it.
+    OverLimit,
 }
 
 impl FindingKind {
     /// Every kind.
-    pub const ALL: [FindingKind; 8] = [
+    pub const ALL: [FindingKind; 9] = [
         FindingKind::LiveData,
         FindingKind::Rounding,
         FindingKind::Holes,
@@ -35,6 +38,7 @@ impl FindingKind {
         FindingKind::Metadata,
         FindingKind::OutsideHeap,
         FindingKind::ConfigTrap,
+        FindingKind::OverLimit,
     ];
 
     /// The kind's name as in the JSON report.
@@ -49,6 +53,7 @@ impl FindingKind {
             FindingKind::Metadata => "metadata",
             FindingKind::OutsideHeap => "outside_heap",
             FindingKind::ConfigTrap => "config_trap",
+            FindingKind::OverLimit => "over_limit",
         }
     }
 }

@@ -8,6 +8,7 @@
 mod breakdown;
 mod findings;
 mod kinds;
+mod limit;
 mod thresholds;
 
 pub use crate::backend::split::{NotSplit, Part, Source};
@@ -17,6 +18,7 @@ pub use thresholds::MIN_BYTES;
 
 pub(crate) use breakdown::split;
 pub(crate) use findings::{Evidence, find};
+pub(crate) use limit::{in_force as limit_in_force, set_in_force as set_limit_in_force};
 
 /// Where resident memory goes, and what it means.
 ///
