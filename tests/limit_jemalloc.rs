@@ -24,5 +24,6 @@ fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
     check(&d, (16 << 20) / scale());
     assert!(during.iter().all(|&ms| ms == 1000), "shortened to 1 s while over: {during:?}");
     assert_eq!(dirty_decay_ms(), before, "restored once the limit is gone");
+    assert!(d.totals.assists > 0, "the workers flushed their caches at their samples: {}", d.totals);
     drop(d.rounds);
 }

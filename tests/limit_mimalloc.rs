@@ -1,6 +1,8 @@
 //! The soft memory limit on mimalloc (`common::limit`): under a never-quiet load whose live set
-//! drops, collections over the target hold RSS under it; `purge_delay` is shortened while over and
-//! restored after, as mimalloc itself reads it.
+//! drops, RSS comes under the target; `purge_delay` is shortened while over and restored after, as
+//! mimalloc itself reads it. A collection from the reclaimer's thread reaches little of the pages
+//! the workers' threads own: their own collections at their samples (assists) do the rest (without
+//! them, 397 MiB 2 s after the drop against a target of 304).
 #![cfg(feature = "mimalloc")]
 
 mod common;
@@ -25,5 +27,6 @@ fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
     check(&d, (16 << 20) / scale());
     assert!(during.iter().all(|&ms| ms == 1), "shortened to 1 ms while over: {during:?}");
     assert_eq!(purge_delay_ms(), before, "restored once the limit is gone");
+    assert!(d.totals.assists > 0, "the workers helped at their samples: {}", d.totals);
     drop(d.rounds);
 }

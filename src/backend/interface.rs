@@ -107,6 +107,12 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
         ))
     }
 
+    /// What only the calling thread can release, from the allocation path (`backend::assist`):
+    /// allocation-, lock- and panic-free, never inside the allocator itself. `false`: nothing done.
+    fn assist() -> bool {
+        false
+    }
+
     /// Sets how long freed pages stay resident before the backend returns them.
     fn set_purge_delay(decay: Decay) -> Result<(), TuneError> {
         let _ = decay;

@@ -7,6 +7,7 @@
 //! answers the same questions through a [`Probe`]. Backends know nothing of reports: the report, the
 //! diagnosis and `frag::tune` ask them.
 
+pub(crate) mod assist;
 mod classes;
 pub(crate) mod interface;
 pub(crate) mod knob;

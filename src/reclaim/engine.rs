@@ -40,6 +40,11 @@ pub(crate) trait Heap {
     /// Sets the purge delay back to `previous`, unless the one in force is no longer the one
     /// [`shorten_decay`](Self::shorten_decay) set (somebody set another meanwhile: theirs stays).
     fn restore_decay(&mut self, previous: Decay);
+    /// Asks allocating threads to help return memory at their next sampled allocation, once each
+    /// (`true`), or stops asking.
+    fn want_assists(&mut self, on: bool);
+    /// CPU time the allocating threads' assists have taken so far, process-wide.
+    fn assist_cpu(&mut self) -> Duration;
     /// Says that live data and the allocator's floor exceed the limit (once per stretch over it).
     fn warn_exhausted(&mut self, e: Exhausted);
     /// Says that RSS will reach the limit in `eta` at `slope` bytes per second.
@@ -102,6 +107,9 @@ pub(crate) struct Engine {
     shortened: Option<Option<Decay>>,
     /// Since when RSS has been at or under the target.
     under_since: Option<Instant>,
+    /// The assists' CPU time as of the last round, and whether they are asked for now.
+    assist_cpu: Duration,
+    assisting: bool,
     pub(crate) totals: Totals,
 }
 
@@ -121,6 +129,8 @@ impl Engine {
             pressure: Pressure::default(),
             shortened: None,
             under_since: None,
+            assist_cpu: Duration::ZERO,
+            assisting: false,
         }
     }
 
@@ -152,10 +162,14 @@ impl Engine {
             self.watch(now, since_last, heap);
         } else {
             self.shorten(false, heap);
+            self.set_share(self.settings.cpu_share, heap);
         }
         let refault = self.follow(now, heap);
         let round = self.decide(now, heap);
-        let spent = heap.cpu().saturating_sub(cpu);
+        // The allocating threads' assists are spent from the same budget as the rounds.
+        let assists = heap.assist_cpu();
+        let assisted = assists.saturating_sub(core::mem::replace(&mut self.assist_cpu, assists));
+        let spent = heap.cpu().saturating_sub(cpu) + assisted;
         self.budget.spend(spent, matches!(round, Round::Acted(_)));
         let t = &mut self.totals;
         t.elapsed = now.saturating_duration_since(self.started);
@@ -297,22 +311,22 @@ impl Engine {
         let limit = self.pressure.limit?;
         let rss = heap.rss()?;
         if rss <= limit.target {
-            self.set_share(s.cpu_share);
+            self.set_share(s.cpu_share, heap);
             return None;
         }
         let breakdown = heap.breakdown();
         let Some((available, from, rss)) = breakdown.as_ref().and_then(reclaimable) else {
-            self.set_share(s.cpu_share);
+            self.set_share(s.cpu_share, heap);
             return Some(Round::Skipped(Skip::NotSplit));
         };
         let predicted = available.saturating_sub(s.keep);
         match self.pressure.standing(rss, predicted, s.cpu_share, s.max_cpu_share) {
             Standing::Under => {
-                self.set_share(s.cpu_share);
+                self.set_share(s.cpu_share, heap);
                 None
             }
             Standing::Exhausted => {
-                self.set_share(s.cpu_share);
+                self.set_share(s.cpu_share, heap);
                 if self.pressure.warn_exhausted() {
                     let live = breakdown.as_ref().map_or(0, |b| b.live_bytes);
                     heap.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
@@ -321,7 +335,7 @@ impl Engine {
                 None
             }
             Standing::Over { share } => {
-                self.set_share(share);
+                self.set_share(share, heap);
                 if predicted < OVER_MIN_BYTES {
                     return Some(Round::Skipped(Skip::Small { predicted, threshold: OVER_MIN_BYTES }));
                 }
@@ -333,8 +347,16 @@ impl Engine {
         }
     }
 
-    fn set_share(&mut self, share: f64) {
+    /// Sets the CPU share, and asks allocating threads for help while it is raised (RSS over the
+    /// target, and releasing would help) and the budget is not in debt.
+    fn set_share(&mut self, share: f64, heap: &mut impl Heap) {
         self.budget.set_share(share);
+        let help = share > self.settings.cpu_share && !self.budget.in_debt();
+        // A new request every round while help is wanted: each thread helps once per round.
+        if help || self.assisting {
+            self.assisting = help;
+            heap.want_assists(help);
+        }
         self.totals.share = share;
     }
 

@@ -107,6 +107,14 @@ impl Heap for Live {
         });
     }
 
+    fn want_assists(&mut self, on: bool) {
+        crate::backend::assist::ask(on);
+    }
+
+    fn assist_cpu(&mut self) -> Duration {
+        crate::backend::assist::made().1
+    }
+
     fn warn_exhausted(&mut self, e: Exhausted) {
         tracing::warn!(
             target: "frag",

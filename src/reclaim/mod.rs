@@ -155,6 +155,8 @@ pub struct Reclaimer {
     last_skip: Option<&'static str>,
     /// The idle threads' releases already published.
     published_threads: ThreadReleases,
+    /// The allocating threads' assists already published.
+    published_assists: u64,
     /// The limit asked for: `FRAG_MEMORY_LIMIT`'s, or the builder's.
     limit: LimitSetting,
     /// When a cgroup share was last read.
@@ -243,6 +245,7 @@ impl Reclaimer {
             shared: Arc::default(),
             last_skip: None,
             published_threads: ThreadReleases::default(),
+            published_assists: 0,
             limit: LimitSetting { limit: MemoryLimit::from_env(), from_env: true },
             limit_read: None,
         }
@@ -496,6 +499,7 @@ impl Reclaimer {
         let Some(engine) = self.engine.as_mut() else { unreachable!("set above") };
         let step = engine.round(now, &mut live);
         engine.totals.threads = thread_releases();
+        (engine.totals.assists, engine.totals.assist_cpu) = crate::backend::assist::made();
         (engine.totals.limit_bytes, engine.totals.target_bytes) = engine.limit().unzip();
         crate::report::diagnosis::set_limit_in_force(engine.limit());
         let totals = engine.totals;
@@ -579,6 +583,11 @@ impl Reclaimer {
         };
         metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
         metrics::gauge!(names.get(Metric::ReclaimCpuShare), labels(None)).set(totals.share);
+        let assists = totals.assists.saturating_sub(core::mem::replace(&mut self.published_assists, totals.assists));
+        if assists > 0 {
+            metrics::counter!(names.get(Metric::ReclaimAssists), labels(None)).increment(assists);
+        }
+        metrics::gauge!(names.get(Metric::ReclaimAssistSeconds), labels(None)).set(totals.assist_cpu.as_secs_f64());
         if let (Some(limit), Some(target)) = (totals.limit_bytes, totals.target_bytes) {
             metrics::gauge!(names.get(Metric::MemoryLimit), labels(None)).set(limit as f64);
             metrics::gauge!(names.get(Metric::MemoryLimitTarget), labels(None)).set(target as f64);

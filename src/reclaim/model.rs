@@ -26,6 +26,8 @@ pub(crate) struct Model {
     /// Each purge delay shortened (`true`) or restored.
     pub(crate) decay_changes: Vec<bool>,
     pub(crate) exhausted_warnings: Vec<Exhausted>,
+    /// Each request for allocating threads' help opened (`true`) or closed.
+    pub(crate) assists_wanted: Vec<bool>,
     pub(crate) eta_warnings: Vec<Duration>,
 }
 
@@ -81,6 +83,12 @@ impl Heap for Model {
     fn restore_decay(&mut self, previous: Decay) {
         assert_eq!(previous, Decay::After(Duration::from_secs(10)));
         self.decay_changes.push(false);
+    }
+    fn want_assists(&mut self, on: bool) {
+        self.assists_wanted.push(on);
+    }
+    fn assist_cpu(&mut self) -> Duration {
+        Duration::ZERO
     }
     fn warn_exhausted(&mut self, e: Exhausted) {
         self.exhausted_warnings.push(e);

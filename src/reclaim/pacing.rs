@@ -80,6 +80,11 @@ impl Budget {
         (self.credit < need).then(|| Duration::from_secs_f64(need - self.credit.min(need)))
     }
 
+    /// Whether more was spent than earned.
+    pub(crate) fn in_debt(&self) -> bool {
+        self.credit < 0.0
+    }
+
     /// The credit left now (zero when in debt).
     pub(crate) fn credit(&self) -> Duration {
         Duration::from_secs_f64(self.credit.max(0.0))

@@ -182,6 +182,7 @@ mod tests {
         assert!(highest <= 380 * MIB + 40 * MIB, "highest RSS {} MiB", highest / MIB);
         assert!(m.actions > 10, "{}", m.actions);
         assert_eq!(m.decay_changes, [true], "shortened once, not yet restored");
+        assert_eq!(m.assists_wanted.first(), Some(&true), "allocating threads asked to help");
         let s = settings();
         let slack = s.max_cpu_share * crate::reclaim::pacing::CREDIT_WINDOW.as_secs_f64();
         assert!(m.cpu.as_secs_f64() <= s.max_cpu_share * 120.0 + slack, "{:?}", m.cpu);
@@ -207,6 +208,7 @@ mod tests {
             assert!(e.totals.share <= settings().cpu_share, "{}", e.totals.share);
         }
         assert_eq!(m.actions, 0);
+        assert!(m.assists_wanted.is_empty(), "no help asked where none can help: {:?}", m.assists_wanted);
         assert!(busy > 100, "{busy}");
         assert_eq!(m.exhausted_warnings.len(), 1, "{:?}", m.exhausted_warnings);
         assert_eq!(m.exhausted_warnings[0].live, 150 * MIB);
@@ -236,6 +238,7 @@ mod tests {
         steady(&mut e, &mut m, t0 + Duration::from_secs(50), 20, 0);
         assert_eq!(m.actions, acted);
         assert_eq!(m.decay_changes, [true, false]);
+        assert_eq!(m.assists_wanted.last(), Some(&false), "help no longer asked: {:?}", m.assists_wanted);
         e.set_limit(None);
         assert_eq!(e.limit(), None);
     }

@@ -265,6 +265,11 @@ pub struct Totals {
     /// The share of a core the reclaimer may spend now: `cpu_share`, or more while RSS is over the
     /// limit's target, up to `max_cpu_share`.
     pub share: f64,
+    /// Allocating threads' assists over the limit's target (process-wide, as of the last round): at
+    /// their sampled allocations, each released what only it can, at most once per round per thread.
+    pub assists: u64,
+    /// The CPU time those assists took, on the allocating threads.
+    pub assist_cpu: Duration,
     /// The memory limit in force, in bytes.
     pub limit_bytes: Option<u64>,
     /// Its target: the RSS over which the reclaimer acts while the heap is busy.
@@ -284,7 +289,8 @@ impl fmt::Display for Totals {
         write!(
             f,
             "{} actions in {:.1?}: released {} of {} predicted (estimated), CPU {:.1?} ({:.3}% of a core), \
-             {} regained after releases (estimated), {} rounds skipped, {} releases by idle threads",
+             {} regained after releases (estimated), {} rounds skipped, {} releases by idle threads, {} assists \
+             by allocating threads ({:.1?} CPU)",
             self.actions,
             self.elapsed,
             Bytes(self.released_bytes),
@@ -293,7 +299,9 @@ impl fmt::Display for Totals {
             self.cpu_share() * 100.0,
             Bytes(self.refault_bytes),
             self.rounds - self.actions,
-            self.threads.total()
+            self.threads.total(),
+            self.assists,
+            self.assist_cpu
         )
     }
 }

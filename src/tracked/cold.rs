@@ -162,6 +162,9 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
         let (base, real) = real(ptr, layout, kept.as_ref());
         count::<W, T>(s, true, size, self.usable(base, layout, real), kept.as_ref());
+        if weight.is_some() {
+            backend::assist::at_sample(backend::backend_of_value(&self.inner));
+        }
         ptr
     }
 

@@ -1,24 +1,36 @@
 //! The steady workload a memory limit is for: four workers that never pause, replacing random
 //! blocks of 32 B – 48 KiB in their live sets, each handing half the blocks it replaces to the next
-//! worker to free (cross-thread frees, as a work-stealing runtime makes). Each step runs the four on
-//! threads of their own and joins them, so that a test drives it round by round on its clock.
+//! worker to free (cross-thread frees, as a work-stealing runtime makes). The workers are threads
+//! that live as long as the workload (as a runtime's workers do, and never call
+//! `frag::reclaim::idle`); each step hands them their share of the bytes and waits for all four, so
+//! that a test drives the workload round by round on its clock.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use super::xorshift;
 
-/// Workers, each on a thread of its own in every step.
+/// Workers, each a thread of its own.
 pub const WORKERS: usize = 4;
 
-/// One worker's live blocks, and the blocks the previous worker handed it to free.
-#[derive(Default)]
-struct Worker {
-    blocks: Vec<Vec<u8>>,
-    inbox: Vec<Vec<u8>>,
-    rng: u64,
+/// What a worker is asked to do.
+enum Ask {
+    /// Free the blocks handed to it, then allocate about this many bytes in replacements.
+    Step(u64, Vec<Vec<u8>>),
+    /// Free random blocks until about this many bytes are left.
+    Shrink(u64),
 }
 
-/// The four workers' live sets.
+/// A worker's answer: the blocks it hands to the next worker, and its live bytes.
+type Answer = (usize, Vec<Vec<u8>>, u64);
+
+/// The four workers.
 pub struct Churn {
-    workers: Vec<Worker>,
+    asks: Vec<mpsc::Sender<Ask>>,
+    answers: mpsc::Receiver<Answer>,
+    threads: Vec<JoinHandle<()>>,
+    inboxes: Vec<Vec<Vec<u8>>>,
+    live: Vec<u64>,
 }
 
 /// A block size, spread evenly over the powers of two from 32 B to 32 KiB, up to 48 KiB.
@@ -33,76 +45,105 @@ fn block(n: usize, tag: u64) -> Vec<u8> {
     vec![tag as u8 | 1; n]
 }
 
+/// A worker's loop: about `live` bytes of blocks made first, then what it is asked.
+fn work(i: usize, live: u64, asks: mpsc::Receiver<Ask>, answers: mpsc::Sender<Answer>) {
+    let mut rng = 0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1234_5678);
+    let mut blocks = Vec::new();
+    let mut have = 0u64;
+    while have < live {
+        let n = size(&mut rng);
+        blocks.push(block(n, rng));
+        have += n as u64;
+    }
+    let _ = answers.send((i, Vec::new(), have));
+    while let Ok(ask) = asks.recv() {
+        let mut handed = Vec::new();
+        match ask {
+            Ask::Step(bytes, inbox) => {
+                drop(inbox);
+                let mut made = 0u64;
+                while made < bytes && !blocks.is_empty() {
+                    let n = size(&mut rng);
+                    let at = xorshift(&mut rng) as usize % blocks.len();
+                    let old = std::mem::replace(&mut blocks[at], block(n, rng));
+                    have = have + n as u64 - old.len() as u64;
+                    if rng & 1 == 0 {
+                        handed.push(old);
+                    }
+                    made += n as u64;
+                }
+            }
+            Ask::Shrink(to) => {
+                while have > to && !blocks.is_empty() {
+                    let at = xorshift(&mut rng) as usize % blocks.len();
+                    have -= blocks.swap_remove(at).len() as u64;
+                }
+            }
+        }
+        if answers.send((i, handed, have)).is_err() {
+            break;
+        }
+    }
+}
+
 impl Churn {
     /// About `live` bytes of blocks, a quarter made on each worker's thread.
     pub fn new(live: u64) -> Self {
-        let mut workers: Vec<Worker> = (0..WORKERS)
-            .map(|i| Worker { rng: 0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1234_5678), ..Worker::default() })
-            .collect();
-        std::thread::scope(|s| {
-            for w in &mut workers {
-                s.spawn(move || {
-                    let mut made = 0u64;
-                    while made < live / WORKERS as u64 {
-                        let n = size(&mut w.rng);
-                        w.blocks.push(block(n, w.rng));
-                        made += n as u64;
-                    }
-                });
-            }
-        });
-        Self { workers }
+        let (tell, answers) = mpsc::channel();
+        let (asks, threads) = (0..WORKERS)
+            .map(|i| {
+                let (ask, asked) = mpsc::channel();
+                let tell = tell.clone();
+                let t = std::thread::Builder::new()
+                    .name(format!("churn-{i}"))
+                    .spawn(move || work(i, live / WORKERS as u64, asked, tell))
+                    .expect("spawn a worker");
+                (ask, t)
+            })
+            .unzip();
+        let mut churn = Self { asks, answers, threads, inboxes: vec![Vec::new(); WORKERS], live: vec![0; WORKERS] };
+        churn.collect();
+        churn
+    }
+
+    /// Waits for every worker's answer; each one's handed blocks go to the next worker's inbox.
+    fn collect(&mut self) {
+        for _ in 0..WORKERS {
+            let (i, handed, have) = self.answers.recv().expect("a worker answers");
+            self.inboxes[(i + 1) % WORKERS] = handed;
+            self.live[i] = have;
+        }
     }
 
     /// Each worker frees what it was handed, then allocates about `bytes / 4` in blocks that replace
     /// random ones of its own, handing every other replaced block to the next worker.
     pub fn step(&mut self, bytes: u64) {
-        let handed: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
-            let threads: Vec<_> = self
-                .workers
-                .iter_mut()
-                .map(|w| {
-                    s.spawn(move || {
-                        w.inbox.clear();
-                        let mut handed = Vec::new();
-                        let mut made = 0u64;
-                        while made < bytes / WORKERS as u64 && !w.blocks.is_empty() {
-                            let n = size(&mut w.rng);
-                            let at = xorshift(&mut w.rng) as usize % w.blocks.len();
-                            let old = std::mem::replace(&mut w.blocks[at], block(n, w.rng));
-                            if w.rng & 1 == 0 {
-                                handed.push(old);
-                            }
-                            made += n as u64;
-                        }
-                        handed
-                    })
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().expect("a worker")).collect()
-        });
-        for (i, blocks) in handed.into_iter().enumerate() {
-            self.workers[(i + 1) % WORKERS].inbox = blocks;
+        for (ask, inbox) in self.asks.iter().zip(&mut self.inboxes) {
+            ask.send(Ask::Step(bytes / WORKERS as u64, std::mem::take(inbox))).expect("a worker runs");
         }
+        self.collect();
     }
 
     /// Frees random blocks on their workers' threads until about `live` bytes are left.
     pub fn shrink_to(&mut self, live: u64) {
-        std::thread::scope(|s| {
-            for w in &mut self.workers {
-                s.spawn(move || {
-                    let mut have: u64 = w.blocks.iter().map(|b| b.len() as u64).sum();
-                    while have > live / WORKERS as u64 && !w.blocks.is_empty() {
-                        let at = xorshift(&mut w.rng) as usize % w.blocks.len();
-                        have -= w.blocks.swap_remove(at).len() as u64;
-                    }
-                });
-            }
-        });
+        for ask in &self.asks {
+            ask.send(Ask::Shrink(live / WORKERS as u64)).expect("a worker runs");
+        }
+        self.collect();
     }
 
     /// The live bytes the workers hold.
     pub fn live(&self) -> u64 {
-        self.workers.iter().flat_map(|w| &w.blocks).map(|b| b.len() as u64).sum()
+        self.live.iter().sum()
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.asks.clear();
+        self.inboxes.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }

@@ -182,6 +182,24 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
         knobs::set_decay(knobs::DecayKind::Dirty, decay).map(drop)
     }
 
+    /// `thread.tcache.flush`: the thread's cached blocks back in their arena, where the reclaimer's
+    /// purge reaches the pages they free. Not `thread.idle`, which also purges the arena on the
+    /// allocating thread (12 ms per call measured under the limit tests' load, where the flush takes
+    /// tens of microseconds). Called between allocations, never inside one; a raw `mallctl`, so that
+    /// no error is built.
+    fn assist() -> bool {
+        // SAFETY: `thread.tcache.flush` takes and returns nothing; the name is NUL-terminated.
+        unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"thread.tcache.flush".as_ptr(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            ) == 0
+        }
+    }
+
     fn purge_delay() -> Result<Decay, TuneError> {
         knobs::decay(knobs::DecayKind::Dirty)
     }

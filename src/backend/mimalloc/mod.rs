@@ -95,6 +95,14 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
         knobs::set(knobs::MimallocOption::PurgeDelay(decay)).map(drop)
     }
 
+    /// `mi_collect(true)` on the calling thread: its heap collected, the blocks other threads freed
+    /// into its pages included, and what is free purged.
+    fn assist() -> bool {
+        // SAFETY: mi_collect has no preconditions.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+        true
+    }
+
     fn purge_delay() -> Result<Decay, TuneError> {
         knobs::current()?
             .into_iter()
