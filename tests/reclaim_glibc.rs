@@ -130,3 +130,77 @@ fn a_forked_child_starts_without_the_reclaimer() {
     drop(handle);
     drop(publisher);
 }
+
+/// Bursts as a service sees them, on the default rules: three bursts of 1 s, each 256 MiB in
+/// 1–16 KiB blocks made by four threads (one block in 64 kept until the next burst's end, so that no
+/// heap's top can shrink; the rest freed on the next thread over), 5 s of nothing between them, five
+/// runs. Four seconds after each burst, RSS is within max(1.15×, +8 MiB) of what a `malloc_trim(0)`
+/// called by hand then leaves.
+#[test]
+fn each_burst_is_trimmed_within_four_seconds() {
+    let mut seen = Vec::new();
+    for run in 0..5u64 {
+        let mut rounds = Driven::new(Reclaimer::new().no_limit());
+        let mut pins: Vec<Vec<u8>> = Vec::new();
+        for burst in 0..3u64 {
+            let mut blocks: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 4];
+            let mut kept = Vec::new();
+            rounds.burst(256 * MIB, |n| {
+                let made: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = std::thread::scope(|s| {
+                    let threads: Vec<_> = (0..4u64)
+                        .map(|t| {
+                            s.spawn(move || {
+                                let mut rng = 0x51_7cc1_b727_220a_u64 ^ (run << 40 | burst << 32 | t << 24 | n);
+                                let (mut blocks, mut kept) = (Vec::new(), Vec::new());
+                                let mut done = 0;
+                                while done < n / 4 {
+                                    let size = 1024 + (common::xorshift(&mut rng) % (15 << 10)) as usize;
+                                    let b = vec![burst as u8 | 1; size];
+                                    if rng % 64 == 0 {
+                                        kept.push(b)
+                                    } else {
+                                        blocks.push(b)
+                                    }
+                                    done += size as u64;
+                                }
+                                (blocks, kept)
+                            })
+                        })
+                        .collect();
+                    threads.into_iter().map(|t| t.join().unwrap()).collect()
+                });
+                for (t, (b, k)) in made.into_iter().enumerate() {
+                    blocks[(t + 1) % 4].extend(b);
+                    kept.extend(k);
+                }
+            });
+            std::thread::scope(|s| {
+                for b in blocks {
+                    s.spawn(move || drop(b));
+                }
+            });
+            pins = kept;
+            let end = rounds.now;
+            while rounds.now < end + Duration::from_secs(4) {
+                rounds.round();
+            }
+            let at_4s = rss_bytes();
+            let by_hand = at_4s - hand_trim_releases();
+            seen.push((run, burst, at_4s / MIB, by_hand / MIB));
+            let allowed = (by_hand as f64 * 1.15).max((by_hand + 8 * MIB) as f64) as u64;
+            assert!(
+                at_4s <= allowed,
+                "run {run}, burst {burst}: {} MiB 4 s after the burst, {} MiB after a trim by hand: {seen:?}",
+                at_4s / MIB,
+                by_hand / MIB
+            );
+            while rounds.now < end + Duration::from_secs(5) {
+                rounds.round();
+            }
+        }
+        let (reclaimer, _) = rounds.stop();
+        eprintln!("run {run}: {}", reclaimer.totals());
+        drop(pins);
+    }
+    eprintln!("(run, burst, RSS 4 s after in MiB, after a trim by hand): {seen:?}");
+}

@@ -6,7 +6,8 @@
 //! nothing happens. Once it has been quiet for the quiet window (1 s), at least the minimum interval
 //! (5 s) after the last action, the reclaimer reads the diagnosis's breakdown; if the reclaimable
 //! part, less the bytes to keep, is at least 16 MiB and 10% of RSS, and its CPU budget (1% of one
-//! core) covers the expected cost, it asks the wrapped backend to return it:
+//! core) is not in debt, it asks the wrapped backend to return it (an action's cost beyond the
+//! credit is repaid before the next one):
 //!
 //! | backend | action |
 //! |---|---|

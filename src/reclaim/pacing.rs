@@ -4,13 +4,12 @@
 //!
 //! - Credit grows by `share` × the wall time between rounds, up to `share` × [`CREDIT_WINDOW`]: a
 //!   reclaimer idle for an hour cannot spend an hour's savings at once.
-//! - Every round's CPU time is spent from it. An action needs credit for its expected cost (the cost
-//!   per byte of earlier actions, times the bytes predicted), or, when that is more than the credit
-//!   can ever hold, a full credit: then it runs anyway (partly, where the backend can stop between
-//!   steps, as jemalloc does between arenas), and what it costs beyond the credit is a debt. No
-//!   action runs until a debt is repaid. So an action is never put off for good, however large the
-//!   heap or the cost learned from an earlier one: it waits at most [`CREDIT_WINDOW`] for the
-//!   credit, or its own cost ÷ `share` for an earlier action's debt.
+//! - Every round's CPU time is spent from it. An action runs when there is credit (any at all), and
+//!   what it costs beyond the credit is a debt, repaid before the next action: the pace is set by
+//!   what the actions really cost, paid after each one. Waiting for an action's whole expected cost
+//!   before it runs would not spend less over time, only later: after a release that cost more
+//!   than a cycle's credit, the next one would wait for a debt and then a full cost, two cycles.
+//!   So an action waits at most for the previous one's debt: its cost ÷ `share`.
 //! - Polls (rounds that do not act) may use at most half the share: when they would use more, the
 //!   time between them grows to fit, so that they can never leave actions without credit.
 //!
@@ -26,8 +25,6 @@ pub(crate) const CREDIT_WINDOW: Duration = Duration::from_secs(10);
 pub(crate) struct Budget {
     share: f64,
     credit: f64,
-    /// CPU seconds per byte released by earlier actions, smoothed.
-    per_byte: Option<f64>,
     /// CPU seconds of a round that did not act, smoothed.
     poll_cost: f64,
 }
@@ -36,9 +33,9 @@ pub(crate) struct Budget {
 pub(crate) const POLL_SHARE: f64 = 0.5;
 
 impl Budget {
-    /// Starts with no credit: the first action waits for `share` of its cost in wall time.
+    /// Starts with no credit: the first action waits for the first round's earnings.
     pub(crate) fn new(share: f64) -> Self {
-        Self { share, credit: 0.0, per_byte: None, poll_cost: 0.0 }
+        Self { share, credit: 0.0, poll_cost: 0.0 }
     }
 
     /// Changes the share (the soft limit's controller raises it while RSS is over the target): credit
@@ -68,16 +65,10 @@ impl Budget {
         }
     }
 
-    /// What an action releasing about `bytes` is expected to cost.
-    pub(crate) fn expected(&self, bytes: u64) -> Duration {
-        Duration::from_secs_f64(self.per_byte.map_or(0.0, |p| p * bytes as f64))
-    }
-
-    /// `None` when the credit covers an action of `expected` cost, or is full while the action would
-    /// cost more than a full credit; else how much is missing.
-    pub(crate) fn short_for(&self, expected: Duration) -> Option<Duration> {
-        let need = expected.as_secs_f64().max(f64::MIN_POSITIVE).min(self.cap());
-        (self.credit < need).then(|| Duration::from_secs_f64(need - self.credit.min(need)))
+    /// `None` when an action may run now: there is credit. Else what is owed (zero before any credit
+    /// was earned).
+    pub(crate) fn owed(&self) -> Option<Duration> {
+        (self.credit <= 0.0).then(|| Duration::from_secs_f64(-self.credit))
     }
 
     /// Whether more was spent than earned.
@@ -88,15 +79,6 @@ impl Budget {
     /// The credit left now (zero when in debt).
     pub(crate) fn credit(&self) -> Duration {
         Duration::from_secs_f64(self.credit.max(0.0))
-    }
-
-    /// Learns an action's cost per byte released.
-    pub(crate) fn learn(&mut self, cpu: Duration, released: u64) {
-        if released < 1 << 20 {
-            return;
-        }
-        let p = cpu.as_secs_f64() / released as f64;
-        self.per_byte = Some(self.per_byte.map_or(p, |old| 0.5 * old + 0.5 * p));
     }
 
     /// The wait before the next round: `poll`, or longer where polls would use more than their part
@@ -130,10 +112,9 @@ mod tests {
             let round = Duration::from_micros(50);
             b.spend(round, false);
             cpu += round;
-            if wall - last_action >= Duration::from_secs(6) && b.short_for(b.expected(100 << 20)).is_none() {
+            if wall - last_action >= Duration::from_secs(6) && b.owed().is_none() {
                 let action = Duration::from_millis(80);
                 b.spend(action, true);
-                b.learn(action, 100 << 20);
                 cpu += action;
                 last_action = wall;
                 actions += 1;
@@ -145,31 +126,30 @@ mod tests {
     }
 
     #[test]
-    fn a_debt_lengthens_the_wait() {
+    fn a_debt_lengthens_the_wait_and_holds_actions_back() {
         let mut b = Budget::new(0.01);
+        assert_eq!(b.owed(), Some(Duration::ZERO), "no credit earned yet");
+        b.earn(Duration::from_millis(250));
+        assert_eq!(b.owed(), None);
         b.spend(Duration::from_millis(20), true);
-        assert_eq!(b.wait(Duration::from_millis(250)), Duration::from_secs(2));
-        assert!(b.short_for(Duration::ZERO).is_some());
-        b.earn(Duration::from_secs(2));
+        assert!(b.owed().is_some());
+        assert_eq!(b.wait(Duration::from_millis(250)), Duration::from_millis(1750));
+        b.earn(Duration::from_millis(1750));
         assert!(b.wait(Duration::from_millis(250)) <= Duration::from_millis(250));
     }
 
-    /// An action that costs more than the credit can hold runs once the credit is full, and its
-    /// debt then holds the next one back: the stall of a learned cost above the cap is gone.
+    /// An action that costs far more than the credit can hold runs on any credit, and its debt then
+    /// holds the next one back for its cost ÷ the share.
     #[test]
-    fn an_action_above_the_cap_runs_on_a_full_credit() {
+    fn an_action_above_the_cap_runs_and_is_repaid_after() {
         let mut b = Budget::new(0.01);
-        b.learn(Duration::from_millis(10), 10 << 20); // 1 ms per MiB
-        let expected = b.expected(1 << 30); // 1 s: ten times the 100 ms cap
-        b.earn(Duration::from_secs(5));
-        assert!(b.short_for(expected).is_some(), "half a credit is not enough");
-        b.earn(Duration::from_secs(5));
-        assert_eq!(b.short_for(expected), None, "a full credit is");
-        b.spend(expected, true);
+        b.earn(Duration::from_secs(1));
+        assert_eq!(b.owed(), None);
+        b.spend(Duration::from_secs(1), true); // ten times the 100 ms cap
         b.earn(Duration::from_secs(60));
-        assert!(b.short_for(expected).is_some(), "the debt of 0.92 s takes 92 s to repay, then the cap 10 s");
-        b.earn(Duration::from_secs(45));
-        assert_eq!(b.short_for(expected), None);
+        assert!(b.owed().is_some(), "the debt of 0.99 s takes 99 s to repay");
+        b.earn(Duration::from_secs(40));
+        assert_eq!(b.owed(), None);
     }
 
     /// Polls that would use most of the share are spaced out to half of it.

@@ -54,7 +54,7 @@ pub enum Skip {
     },
     /// The CPU budget is spent: the reclaimer waits until its share of a core has paid for it.
     Budget {
-        /// CPU time owed (spent beyond the share so far) or missing for the expected cost.
+        /// CPU time owed: spent beyond the share so far (zero before any credit was earned).
         short_by: Duration,
     },
     /// The wrapped backend's figures do not say what is reclaimable (no statistics, or no `/proc`).
