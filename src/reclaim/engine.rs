@@ -581,8 +581,8 @@ mod tests {
     /// MiB, a glibc trim of a fragmented heap on a loaded machine): 10 ms of credit per second at 1%
     /// pays for one release per 6 s cycle. Each burst's memory goes back within 2 s of its end, the
     /// burst after the first included: an action runs once the budget is out of debt, and its cost
-    /// is repaid after it (waiting for its whole expected cost first put the second release after the
-    /// third burst).
+    /// is repaid after it (waiting for its whole expected cost first released the second burst 4 s
+    /// after its end).
     #[test]
     fn each_burst_of_a_cycle_the_budget_pays_for_is_released() {
         let t0 = Instant::now();
