@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::limit::{check, live_set_drops, scale};
+use common::limit::{BELOW_LIMIT, check, live_below_the_limit, live_set_drops, scale};
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
@@ -26,4 +26,13 @@ fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
     assert_eq!(dirty_decay_ms(), before, "restored once the limit is gone");
     assert!(d.totals.assists > 0, "the workers flushed their caches at their samples: {}", d.totals);
     drop(d.rounds);
+}
+
+/// Live data below the limit at all times: the kernel's peak RSS stays at or under the limit, where
+/// the same run without one goes past it.
+#[test]
+fn live_data_below_the_limit_never_takes_rss_over_it() {
+    let [limited, unmanaged] = live_below_the_limit();
+    assert!(unmanaged > BELOW_LIMIT / scale(), "without a limit the run must pass it: {} MiB", unmanaged >> 20);
+    assert!(limited <= BELOW_LIMIT / scale(), "VmHWM {} MiB over the limit", limited >> 20);
 }

@@ -131,6 +131,9 @@ fn a_forked_child_starts_without_the_reclaimer() {
     drop(publisher);
 }
 
+/// Blocks a thread made.
+type Blocks = Vec<Vec<u8>>;
+
 /// Bursts as a service sees them, on the default rules: three bursts of 1 s, each 256 MiB in
 /// 1–16 KiB blocks made by four threads (one block in 64 kept until the next burst's end, so that no
 /// heap's top can shrink; the rest freed on the next thread over), 5 s of nothing between them, five
@@ -146,7 +149,7 @@ fn each_burst_is_trimmed_within_four_seconds() {
             let mut blocks: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 4];
             let mut kept = Vec::new();
             rounds.burst(256 * MIB, |n| {
-                let made: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = std::thread::scope(|s| {
+                let made: Vec<(Blocks, Blocks)> = std::thread::scope(|s| {
                     let threads: Vec<_> = (0..4u64)
                         .map(|t| {
                             s.spawn(move || {

@@ -144,9 +144,12 @@ impl Engine {
         self.pressure.limit.map(|l| (l.bytes, l.target))
     }
 
-    /// How long to wait before the next round.
+    /// How long to wait before the next round: the poll, or longer while polls would use more than
+    /// their part of the budget, or while it is in debt (without a limit in force).
     pub(crate) fn wait(&self) -> Duration {
-        self.budget.wait(self.settings.poll)
+        // With a limit in force RSS is watched at every poll, a debt or not: the debt holds actions
+        // back, and RSS may cross the target meanwhile.
+        self.budget.wait(self.settings.poll, self.pressure.limit.is_none())
     }
 
     /// One round at `now`.
@@ -162,7 +165,7 @@ impl Engine {
             self.watch(now, since_last, heap);
         } else {
             self.shorten(false, heap);
-            self.set_share(self.settings.cpu_share, heap);
+            self.pace(self.settings.cpu_share, false, heap);
         }
         let refault = self.follow(now, heap);
         let round = self.decide(now, heap);
@@ -305,28 +308,31 @@ impl Engine {
     /// The round over the limit's target: `None` under it, or where nothing the reclaimer can release
     /// would bring RSS under it (live data exceeds the limit: said once, then the quiet rules at
     /// `cpu_share` go on). Over it, the heap need not be quiet, the minimum interval is one round,
-    /// the threshold is [`OVER_MIN_BYTES`], and the CPU share rises with how far over RSS is.
+    /// the threshold is [`OVER_MIN_BYTES`], and allocating threads are asked to help. The CPU share
+    /// rises with RSS from below the target (see [`Pressure::share`]), so that credit is earned for
+    /// the first action over it.
     fn over_target(&mut self, now: Instant, heap: &mut impl Heap) -> Option<Round> {
         let s = &self.settings;
+        let (cpu_share, max_share) = (s.cpu_share, s.max_cpu_share);
         let limit = self.pressure.limit?;
         let rss = heap.rss()?;
         if rss <= limit.target {
-            self.set_share(s.cpu_share, heap);
+            self.pace(Pressure::share(limit, rss, cpu_share, max_share), false, heap);
             return None;
         }
         let breakdown = heap.breakdown();
         let Some((available, from, rss)) = breakdown.as_ref().and_then(reclaimable) else {
-            self.set_share(s.cpu_share, heap);
+            self.pace(cpu_share, false, heap);
             return Some(Round::Skipped(Skip::NotSplit));
         };
         let predicted = available.saturating_sub(s.keep);
-        match self.pressure.standing(rss, predicted, s.cpu_share, s.max_cpu_share) {
+        match self.pressure.standing(rss, predicted, cpu_share, max_share) {
             Standing::Under => {
-                self.set_share(s.cpu_share, heap);
+                self.pace(cpu_share, false, heap);
                 None
             }
             Standing::Exhausted => {
-                self.set_share(s.cpu_share, heap);
+                self.pace(cpu_share, false, heap);
                 if self.pressure.warn_exhausted() {
                     let live = breakdown.as_ref().map_or(0, |b| b.live_bytes);
                     heap.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
@@ -335,7 +341,7 @@ impl Engine {
                 None
             }
             Standing::Over { share } => {
-                self.set_share(share, heap);
+                self.pace(share, true, heap);
                 if predicted < OVER_MIN_BYTES {
                     return Some(Round::Skipped(Skip::Small { predicted, threshold: OVER_MIN_BYTES }));
                 }
@@ -347,11 +353,11 @@ impl Engine {
         }
     }
 
-    /// Sets the CPU share, and asks allocating threads for help while it is raised (RSS over the
-    /// target, and releasing would help) and the budget is not in debt.
-    fn set_share(&mut self, share: f64, heap: &mut impl Heap) {
+    /// Sets the CPU share, and asks allocating threads for help (`help`: RSS over the target, and
+    /// releasing would help) while the budget is not in debt.
+    fn pace(&mut self, share: f64, help: bool, heap: &mut impl Heap) {
         self.budget.set_share(share);
-        let help = share > self.settings.cpu_share && !self.budget.in_debt();
+        let help = help && !self.budget.in_debt();
         // A new request every round while help is wanted: each thread helps once per round.
         if help || self.assisting {
             self.assisting = help;

@@ -82,11 +82,12 @@ impl Budget {
     }
 
     /// The wait before the next round: `poll`, or longer where polls would use more than their part
-    /// of the share, or while in debt, so that the debt is repaid by the time the round runs.
-    pub(crate) fn wait(&self, poll: Duration) -> Duration {
+    /// of the share, or (with `repay`) while in debt, so that the debt is repaid by the time the
+    /// round runs. Without `repay` the rounds go on watching while the debt holds actions back.
+    pub(crate) fn wait(&self, poll: Duration, repay: bool) -> Duration {
         let window = CREDIT_WINDOW.as_secs_f64();
         let polls = (self.poll_cost / (POLL_SHARE * self.share)).min(window);
-        let debt = if self.credit < 0.0 { (-self.credit / self.share).min(window) } else { 0.0 };
+        let debt = if repay && self.credit < 0.0 { (-self.credit / self.share).min(window) } else { 0.0 };
         poll.max(Duration::from_secs_f64(polls.max(debt)))
     }
 }
@@ -106,7 +107,7 @@ mod tests {
         let mut last_action = Duration::ZERO;
         let mut actions = 0;
         while wall < Duration::from_secs(600) {
-            let poll = b.wait(Duration::from_millis(250));
+            let poll = b.wait(Duration::from_millis(250), true);
             wall += poll;
             b.earn(poll);
             let round = Duration::from_micros(50);
@@ -133,9 +134,9 @@ mod tests {
         assert_eq!(b.owed(), None);
         b.spend(Duration::from_millis(20), true);
         assert!(b.owed().is_some());
-        assert_eq!(b.wait(Duration::from_millis(250)), Duration::from_millis(1750));
+        assert_eq!(b.wait(Duration::from_millis(250), true), Duration::from_millis(1750));
         b.earn(Duration::from_millis(1750));
-        assert!(b.wait(Duration::from_millis(250)) <= Duration::from_millis(250));
+        assert!(b.wait(Duration::from_millis(250), true) <= Duration::from_millis(250));
     }
 
     /// An action that costs far more than the credit can hold runs on any credit, and its debt then
@@ -160,6 +161,6 @@ mod tests {
             b.earn(Duration::from_millis(450));
             b.spend(Duration::from_micros(2250), false); // 0.9% of a core at one poll per 250 ms
         }
-        assert_eq!(b.wait(Duration::from_millis(250)), Duration::from_millis(450));
+        assert_eq!(b.wait(Duration::from_millis(250), true), Duration::from_millis(450));
     }
 }

@@ -62,11 +62,16 @@ pub(crate) struct Exhausted {
 }
 
 impl Pressure {
-    /// The share of a core the reclaimer may spend at `rss`: `cpu_share` at the target, rising in
-    /// proportion to how far over it RSS is, up to `max_share` at the limit and above.
+    /// The share of a core the reclaimer may spend at `rss`: `cpu_share` up to as far below the
+    /// target as the limit is above it (90% of the limit at the default 95% target), rising in
+    /// proportion to RSS from there to `max_share` at the limit and above: half-way at the target.
+    /// Credit is earned at the raised share while RSS nears the target, so that the first action
+    /// over it need not wait for the base share to pay for it.
     pub(crate) fn share(limit: Limit, rss: u64, cpu_share: f64, max_share: f64) -> f64 {
-        let span = limit.bytes.saturating_sub(limit.target).max(1) as f64;
-        let over = (rss.saturating_sub(limit.target) as f64 / span).min(1.0);
+        let margin = limit.bytes.saturating_sub(limit.target);
+        let from = limit.target.saturating_sub(margin);
+        let span = (limit.bytes - from).max(1) as f64;
+        let over = (rss.saturating_sub(from) as f64 / span).min(1.0);
         cpu_share + (max_share - cpu_share).max(0.0) * over
     }
 
@@ -167,7 +172,8 @@ mod tests {
 
     /// Never quiet: without a limit the reclaimer never acts and RSS climbs; with one between the
     /// live bytes and that climb, RSS stays within one round's growth of the target, the purge
-    /// delay is shortened, and CPU stays within the most the controller may spend.
+    /// delay is shortened, allocating threads are asked to help, and CPU stays within the most the
+    /// controller may spend.
     #[test]
     fn a_busy_heap_is_held_under_the_limit() {
         let t0 = Instant::now();
@@ -258,11 +264,12 @@ mod tests {
     }
 
     #[test]
-    fn the_share_rises_from_the_target_to_the_limit() {
+    fn the_share_rises_from_below_the_target_to_the_limit() {
         let l = Limit::new(1000 * MIB, 0.95);
         assert_eq!(l.target, 950 * MIB);
-        assert!((Pressure::share(l, 950 * MIB, 0.01, 0.1) - 0.01).abs() < 1e-12);
-        assert!((Pressure::share(l, 975 * MIB, 0.01, 0.1) - 0.055).abs() < 1e-12);
+        assert!((Pressure::share(l, 500 * MIB, 0.01, 0.1) - 0.01).abs() < 1e-12);
+        assert!((Pressure::share(l, 900 * MIB, 0.01, 0.1) - 0.01).abs() < 1e-12);
+        assert!((Pressure::share(l, 950 * MIB, 0.01, 0.1) - 0.055).abs() < 1e-12);
         assert!((Pressure::share(l, 2000 * MIB, 0.01, 0.1) - 0.1).abs() < 1e-12);
     }
 

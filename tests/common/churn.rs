@@ -19,6 +19,8 @@ enum Ask {
     Step(u64, Vec<Vec<u8>>),
     /// Free random blocks until about this many bytes are left.
     Shrink(u64),
+    /// Allocate new blocks of the workload's sizes until about this many bytes are live.
+    Grow(u64),
 }
 
 /// A worker's answer: the blocks it hands to the next worker, and its live bytes.
@@ -71,6 +73,13 @@ fn work(i: usize, live: u64, asks: mpsc::Receiver<Ask>, answers: mpsc::Sender<An
                         handed.push(old);
                     }
                     made += n as u64;
+                }
+            }
+            Ask::Grow(to) => {
+                while have < to {
+                    let n = size(&mut rng);
+                    blocks.push(block(n, rng));
+                    have += n as u64;
                 }
             }
             Ask::Shrink(to) => {
@@ -128,6 +137,17 @@ impl Churn {
     pub fn shrink_to(&mut self, live: u64) {
         for ask in &self.asks {
             ask.send(Ask::Shrink(live / WORKERS as u64)).expect("a worker runs");
+        }
+        self.collect();
+    }
+
+    /// Brings each worker's live bytes to about its share in `live`: it allocates new blocks or frees
+    /// random ones of its own (each arena, magazine or heap of the worker's then grows or has room).
+    pub fn set_live(&mut self, live: [u64; WORKERS]) {
+        for (i, ask) in self.asks.iter().enumerate() {
+            let to = live[i];
+            let ask_one = if to >= self.live[i] { Ask::Grow(to) } else { Ask::Shrink(to) };
+            ask.send(ask_one).expect("a worker runs");
         }
         self.collect();
     }

@@ -113,3 +113,56 @@ pub fn check(d: &Dropped, floor: u64) {
     assert!(high.bytes > 0 && high.bytes <= HIGH / scale(), "{high:?}");
     assert!(d.over_limit[1].is_none(), "{:?}", d.over_limit[1]);
 }
+
+/// The kernel's peak RSS of this process (`VmHWM`), in bytes.
+pub fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .expect("VmHWM");
+    kib << 10
+}
+
+/// Starts the kernel's peak RSS over from the current RSS (`/proc/self/clear_refs`, this process's
+/// own counter).
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("/proc/self/clear_refs");
+}
+
+/// The limit of [`live_below_the_limit`]: above its live data.
+pub const BELOW_LIMIT: u64 = 400 * MIB;
+
+/// Live data below the limit at all times, moving between workers as a runtime's work does: in each
+/// of eight phases one worker grows to 200 MiB at a quarter of the busy rate (64 MiB/s) while the
+/// others shrink to 24 MiB, and all churn. Each worker's allocator keeps what the worker freed for the worker's own reuse
+/// (glibc's arenas, jemalloc's and mimalloc's per-thread caches and heaps), so that without a
+/// limit RSS grows towards every worker's peak together. Under the limit, then (after the peak is
+/// reset) the same without one. Returns the peak RSS (`VmHWM`) of each, limited first.
+pub fn live_below_the_limit() -> [u64; 2] {
+    let limit = BELOW_LIMIT / scale();
+    let (big, small) = (200 * MIB / scale(), 24 * MIB / scale());
+    let mut churn = Churn::new(4 * small);
+    let mut peaks = [0; 2];
+    for (i, limited) in [true, false].into_iter().enumerate() {
+        reset_peak_rss();
+        let r = if limited { reclaimer().limit(MemoryLimit::Bytes(limit)) } else { reclaimer().no_limit() };
+        let mut rounds = Driven::new(r);
+        for phase in 0..8 {
+            let mut live = [small; super::churn::WORKERS];
+            churn.set_live(live);
+            let grower = phase % super::churn::WORKERS;
+            while live[grower] < big {
+                live[grower] += (BUSY_RATE as f64 / 4.0 * rounds.next_in.as_secs_f64()) as u64 / scale();
+                churn.set_live(live);
+                churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64 / scale());
+                rounds.round();
+            }
+            run(&mut rounds, &mut churn, Duration::from_secs(1));
+        }
+        let (reclaimer, _) = rounds.stop();
+        peaks[i] = peak_rss();
+        eprintln!("limited {limited}: peak {} MiB; {}", peaks[i] / MIB, reclaimer.totals());
+    }
+    peaks
+}
