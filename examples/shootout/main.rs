@@ -22,7 +22,9 @@
 //! heap pinned by its top block, then trimmed; (8) the server pattern in bursts with idle gaps, without
 //! and with the reclaimer (timelines pictured); (9) what a released page costs when it is touched
 //! again; (10) four workers handing blocks to each other in bursts, without and with the reclaimer,
-//! and with its hook for idle threads.
+//! and with its hook for idle threads; (11) four workers that never pause, whose live set drops,
+//! without and with a memory limit: throughput, RSS and what the reclaimer and the workers' assists
+//! cost.
 
 #[path = "../support/measure.rs"]
 mod measure;
@@ -75,6 +77,9 @@ fn plans(quick: bool) -> Vec<Plan> {
         add("bursts", "with reclaimer", b);
         for variant in ["without", "with reclaimer", "with reclaimer and idle hook"] {
             add("handoff", variant, b);
+        }
+        for variant in ["without", "with limit"] {
+            add("limit", variant, b);
         }
     }
     #[cfg(feature = "jemalloc")]

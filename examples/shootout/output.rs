@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use serde_json::{Value, json};
 
 /// Workloads in the order the tables show them, with a line on what each shows.
-const WORKLOADS: [(&str, &str); 10] = [
+const WORKLOADS: [(&str, &str); 11] = [
     ("alternating", "10,000 blocks alternating 64 B / 4 KiB: freeing the small ones returns nothing"),
     ("server", "async-server pattern: 2-5 buffers of 128 B-16 KiB per iteration, 30% long-lived"),
     ("threads", "4 threads, 5,000 live blocks of 128 B-8 KiB each, replaced at random"),
@@ -25,6 +25,10 @@ const WORKLOADS: [(&str, &str); 10] = [
         "4 workers, bursts of blocks half freed by another worker, 1% kept; without and with the reclaimer, and with the idle hook",
     ),
     ("refault", "190 MiB touched, returned with MADV_DONTNEED, touched again: the cost of reusing released memory"),
+    (
+        "limit",
+        "4 workers that never pause, live set 480 MiB then 96 MiB; the reclaimer without and with a 320 MiB limit",
+    ),
 ];
 
 fn rows(run: &Value) -> impl Iterator<Item = &Value> {

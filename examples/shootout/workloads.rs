@@ -727,8 +727,158 @@ pub fn run(name: &str, variant: &str, scale: Scale) -> Option<Outcome> {
         "bursts" => bursts(scale, variant),
         "handoff" => handoff(scale, variant),
         "refault" => refault(scale),
+        "limit" => limit(scale, variant),
         _ => return None,
     })
+}
+
+/// CPU time (user and system) of the whole process so far, in seconds.
+fn process_cpu() -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// One worker of [`limit`]: replaces random blocks of its own without pause, keeping its live bytes
+/// at `target`, handing every other replaced block to the next worker (`to_next`) and freeing what
+/// it is handed (`inbox`); counts replacements in `ops`.
+fn limit_worker(
+    w: u64,
+    target: &std::sync::atomic::AtomicU64,
+    stop: &std::sync::atomic::AtomicBool,
+    ops: &std::sync::atomic::AtomicU64,
+    inbox: &mpsc::Receiver<Vec<Vec<u8>>>,
+    to_next: &mpsc::Sender<Vec<Vec<u8>>>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut rng = 0x9e37_79b9_u64 ^ (w + 1) << 32;
+    let size = |rng: &mut u64| {
+        let r = next(rng);
+        let base = 32usize << (r % 11);
+        (base + (r >> 8) as usize % base).min(48 << 10)
+    };
+    let (mut blocks, mut have): (Vec<Vec<u8>>, u64) = (Vec::new(), 0);
+    while !stop.load(Relaxed) {
+        while let Ok(handed) = inbox.try_recv() {
+            drop(handed);
+        }
+        let t = target.load(Relaxed);
+        while have < t {
+            let n = size(&mut rng);
+            blocks.push(vec![1u8; n]);
+            have += n as u64;
+        }
+        while have > t && !blocks.is_empty() {
+            let at = next(&mut rng) as usize % blocks.len();
+            have -= blocks.swap_remove(at).len() as u64;
+        }
+        let mut handed = Vec::new();
+        for _ in 0..256 {
+            let n = size(&mut rng);
+            let at = next(&mut rng) as usize % blocks.len().max(1);
+            let Some(slot) = blocks.get_mut(at) else { break };
+            let old = std::mem::replace(slot, vec![1u8; n]);
+            have = have + n as u64 - old.len() as u64;
+            if rng & 1 == 0 {
+                handed.push(old);
+            }
+        }
+        ops.fetch_add(256, Relaxed);
+        let _ = to_next.send(handed);
+    }
+}
+
+/// 11. The soft memory limit under steady load: four workers replace random blocks of 32 B – 48 KiB
+///     without pause, each handing every other replaced block to the next worker to free; their live
+///     set drops from 480 to 96 MiB after 4 s and they go on for 8 s more (quick: a quarter of the
+///     bytes, 2 + 4 s). `variant` "without" (the reclaimer, no limit) or "with limit" (320 MiB, a
+///     quarter when quick). Per phase: replacements per second; after the drop, RSS from 2 s on
+///     (median and highest), and the CPU the reclaimer's thread and the workers' assists took.
+pub fn limit(scale: Scale, variant: &str) -> Outcome {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    const WORKERS: u64 = 4;
+    const M: u64 = 1 << 20;
+    let q = scale.pick(1, 4);
+    let (high, low, limit) = (480 * M / q, 96 * M / q, 320 * M / q);
+    let (before, after) = scale.pick((4.0, 8.0), (2.0, 4.0));
+    let reclaimer = match variant {
+        "with limit" => frag::reclaim::Reclaimer::new().limit(frag::reclaim::MemoryLimit::Bytes(limit)),
+        _ => frag::reclaim::Reclaimer::new().no_limit(),
+    };
+    let mut rows = Vec::new();
+    let handle = match reclaimer.spawn() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            rows.push(Row { case: format!("no reclaimer: {e}"), figures: Vec::new() });
+            None
+        }
+    };
+    let target = Arc::new(AtomicU64::new(high / WORKERS));
+    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..WORKERS).map(|_| mpsc::channel::<Vec<Vec<u8>>>()).unzip();
+    let workers: Vec<_> = receivers
+        .into_iter()
+        .enumerate()
+        .map(|(w, inbox)| {
+            let (target, stop, ops) = (Arc::clone(&target), Arc::clone(&stop), Arc::clone(&ops));
+            let to_next = senders[(w + 1) % WORKERS as usize].clone();
+            std::thread::spawn(move || limit_worker(w as u64, &target, &stop, &ops, &inbox, &to_next))
+        })
+        .collect();
+    drop(senders);
+    let start = Instant::now();
+    let (mut timeline, mut after_drop) = (Vec::new(), Vec::new());
+    let (mut dropped, mut ops_before, mut cpu_at_drop) = (None, 0, 0.0);
+    while start.elapsed().as_secs_f64() < before + after {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = start.elapsed().as_secs_f64();
+        let rss = statm_rss_mib();
+        timeline.push((t, rss, tracked_mib()));
+        match dropped {
+            None if t >= before => {
+                ops_before = ops.load(Relaxed);
+                cpu_at_drop = process_cpu();
+                target.store(low / WORKERS, Relaxed);
+                dropped = Some(t);
+            }
+            Some(d) if t >= d + 2.0 => after_drop.push(rss),
+            _ => {}
+        }
+    }
+    stop.store(true, Relaxed);
+    let ops_total = ops.load(Relaxed);
+    let cpu_after = process_cpu() - cpu_at_drop;
+    workers.into_iter().for_each(|w| drop(w.join()));
+    let totals = handle.as_ref().map(frag::reclaim::ReclaimerHandle::totals);
+    let peak_before = timeline.iter().filter(|p| p.0 < before).map(|p| p.1).fold(0.0, f64::max);
+    rows.push(Row {
+        case: "before the drop".into(),
+        figures: vec![("ops_per_s", ops_before as f64 / before), ("rss_max_mib", peak_before)],
+    });
+    after_drop.sort_by(f64::total_cmp);
+    let median = after_drop.get(after_drop.len() / 2).copied().unwrap_or(f64::NAN);
+    let highest = after_drop.last().copied().unwrap_or(f64::NAN);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    rows.push(Row {
+        case: "after the drop".into(),
+        figures: vec![
+            ("ops_per_s", (ops_total - ops_before) as f64 / after),
+            ("rss_median_mib", median),
+            ("rss_max_mib", highest),
+            ("limit_mib", if variant == "with limit" { limit as f64 / MIB } else { f64::NAN }),
+            ("process_cpu_s", cpu_after),
+            ("reclaimer_cpu_ms", totals.map_or(f64::NAN, |t| ms(t.cpu))),
+            ("assist_cpu_ms", totals.map_or(f64::NAN, |t| ms(t.assist_cpu))),
+            ("actions", totals.map_or(f64::NAN, |t| t.actions as f64)),
+            ("assists", totals.map_or(f64::NAN, |t| t.assists as f64)),
+        ],
+    });
+    drop(handle);
+    Outcome { rows, timeline }
 }
 
 /// The figures of a row, keyed by name (for JSON).
