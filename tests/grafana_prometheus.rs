@@ -175,6 +175,9 @@ fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
         .min_interval(Duration::ZERO)
         .refault_window(Duration::from_millis(300))
         .cpu_share(0.5)
+        .max_cpu_share(0.5)
+        // Far above the workload: the limit's series are published, the quiet rules act.
+        .limit(frag::reclaim::MemoryLimit::Bytes(4 << 30))
         .spawn()
         .unwrap();
     let (server, prometheus) = start_prometheus(exporter, &dir);

@@ -585,7 +585,8 @@ impl Reclaimer {
         metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
         metrics::gauge!(names.get(Metric::ReclaimCpuShare), labels(None)).set(totals.share);
         let assists = totals.assists.saturating_sub(core::mem::replace(&mut self.published_assists, totals.assists));
-        if assists > 0 {
+        // Registered from the first round with a limit, so that a dashboard shows zero, not nothing.
+        if assists > 0 || totals.limit_bytes.is_some() {
             metrics::counter!(names.get(Metric::ReclaimAssists), labels(None)).increment(assists);
         }
         metrics::gauge!(names.get(Metric::ReclaimAssistSeconds), labels(None)).set(totals.assist_cpu.as_secs_f64());
