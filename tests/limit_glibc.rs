@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::limit::{BELOW_LIMIT, check, live_below_the_limit, live_set_drops, scale};
+use common::limit::{BELOW_LIMIT, check, live_below_the_limit, live_set_drops};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
@@ -13,7 +13,7 @@ static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::Sys
 #[test]
 fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
     let d = live_set_drops(|| {});
-    check(&d, (16 << 20) / scale());
+    check(&d, 16 << 20);
     drop(d.rounds);
 }
 
@@ -75,6 +75,6 @@ fn env_child() {
 #[test]
 fn live_data_below_the_limit_never_takes_rss_over_it() {
     let [limited, unmanaged] = live_below_the_limit();
-    assert!(unmanaged > BELOW_LIMIT / scale(), "without a limit the run must pass it: {} MiB", unmanaged >> 20);
-    assert!(limited <= BELOW_LIMIT / scale(), "VmHWM {} MiB over the limit", limited >> 20);
+    assert!(unmanaged > BELOW_LIMIT, "without a limit the run must pass it: {} MiB", unmanaged >> 20);
+    assert!(limited <= BELOW_LIMIT, "VmHWM {} MiB over the limit", limited >> 20);
 }

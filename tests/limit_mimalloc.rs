@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::limit::{BELOW_LIMIT, check, live_below_the_limit, live_set_drops, scale};
+use common::limit::{BELOW_LIMIT, check, live_below_the_limit, live_set_drops};
 
 #[global_allocator]
 static A: frag::Tracked<mimalloc::MiMalloc> = frag::Tracked::new(mimalloc::MiMalloc);
@@ -24,7 +24,7 @@ fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
     let before = purge_delay_ms();
     let mut during = Vec::new();
     let d = live_set_drops(|| during.push(purge_delay_ms()));
-    check(&d, (16 << 20) / scale());
+    check(&d, 16 << 20);
     assert!(during.iter().all(|&ms| ms == 1), "shortened to 1 ms while over: {during:?}");
     assert_eq!(purge_delay_ms(), before, "restored once the limit is gone");
     assert!(d.totals.assists > 0, "the workers helped at their samples: {}", d.totals);
@@ -38,5 +38,5 @@ fn a_busy_heap_is_held_under_the_limit_after_its_live_set_drops() {
 fn live_data_below_the_limit_never_takes_rss_over_it() {
     let [limited, unmanaged] = live_below_the_limit();
     eprintln!("without a limit: {} MiB", unmanaged >> 20);
-    assert!(limited <= BELOW_LIMIT / scale(), "VmHWM {} MiB over the limit", limited >> 20);
+    assert!(limited <= BELOW_LIMIT, "VmHWM {} MiB over the limit", limited >> 20);
 }

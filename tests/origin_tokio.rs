@@ -38,6 +38,12 @@ async fn workload(tasks: usize, rounds: usize, size: usize) {
     }
 }
 
+/// Rounds per task: 100, or 10 under valgrind (`FRAG_TEST_SCALE`), where 200,000 timer sleeps take
+/// minutes; 20,000 still hold buffers across awaits on every worker.
+fn rounds() -> usize {
+    common::scaled(1_000).clamp(10, 100)
+}
+
 /// Cross-thread ratio of the class of `size`, once enough of its blocks were sampled.
 fn ratio(size: usize) -> f64 {
     let r = frag::report();
@@ -51,7 +57,7 @@ fn multi_thread_runtime_frees_across_workers() {
     const SIZE: usize = 2900; // class 2817..=3072
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
-    rt.block_on(workload(2_000, 100, SIZE));
+    rt.block_on(workload(2_000, rounds(), SIZE));
     drop(rt);
     let r = ratio(SIZE);
     eprintln!("multi-thread runtime: cross-thread ratio {r:.3}");
@@ -66,7 +72,7 @@ fn current_thread_runtime_frees_locally() {
     const SIZE: usize = 3300; // class 3073..=3584
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(workload(2_000, 100, SIZE));
+    rt.block_on(workload(2_000, rounds(), SIZE));
     drop(rt);
     assert_eq!(ratio(SIZE), 0.0);
 }

@@ -14,18 +14,13 @@ use super::rss_bytes;
 
 const MIB: u64 = 1 << 20;
 
-/// The tests' scale: 1 natively, 100 under valgrind (`FRAG_TEST_SCALE`).
-pub fn scale() -> u64 {
-    std::env::var("FRAG_TEST_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
-}
-
 /// Steps of the churn, each followed by a round, for `clock` on the clock; returns the highest RSS
 /// seen after a round.
 pub fn run(rounds: &mut Driven, churn: &mut Churn, clock: Duration) -> u64 {
     let end = rounds.now + clock;
     let mut highest = 0;
     while rounds.now < end {
-        churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64 / scale());
+        churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64);
         let round = rounds.round();
         assert!(!matches!(round, Round::Skipped(Skip::Failed(_))), "{round:?}");
         highest = highest.max(rss_bytes());
@@ -55,14 +50,14 @@ pub const LOW: u64 = 96 * MIB;
 /// `HIGH` live bytes churned for 4 s on the clock, then `LOW` for 12 s, with a [`LIMIT`]; then the
 /// limit is removed. `during` runs after each half second of the low phase.
 pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
-    let limit = LIMIT / scale();
+    let limit = LIMIT;
     // The live set first: made between two rounds, it would set a busiest rate that the churn never
     // comes near, and the heap would count as quiet.
-    let mut churn = Churn::new(HIGH / scale());
+    let mut churn = Churn::new(HIGH);
     let mut rounds = Driven::new(reclaimer().limit(MemoryLimit::Bytes(limit)));
     let peak = run(&mut rounds, &mut churn, Duration::from_secs(4));
     let high = over_limit();
-    churn.shrink_to(LOW / scale());
+    churn.shrink_to(LOW);
     let dropped = rounds.now;
     let mut after = Vec::new();
     while rounds.now < dropped + Duration::from_secs(12) {
@@ -97,7 +92,7 @@ fn over_limit() -> Option<frag::diagnosis::Finding> {
 /// so every action came from the limit; from 2 s after the drop RSS stayed at or under the target
 /// plus `floor`; the high phase's live set alone exceeded the limit, and that was said.
 pub fn check(d: &Dropped, floor: u64) {
-    let limit = LIMIT / scale();
+    let limit = LIMIT;
     let target = (limit as f64 * Reclaimer::DEFAULT_LIMIT_TARGET) as u64;
     let t = &d.totals;
     assert!(d.peak > limit, "the workload must reach past the limit unmanaged: {} MiB", d.peak / MIB);
@@ -110,7 +105,7 @@ pub fn check(d: &Dropped, floor: u64) {
     // The report says so while it lasts, naming the live bytes, and not once live data fits.
     let high = d.over_limit[0].as_ref().expect("an over-limit finding while live data exceeds the limit");
     assert!(high.summary.contains("live data") && high.severity == frag::diagnosis::Severity::Warn, "{high:?}");
-    assert!(high.bytes > 0 && high.bytes <= HIGH / scale(), "{high:?}");
+    assert!(high.bytes > 0 && high.bytes <= HIGH, "{high:?}");
     assert!(d.over_limit[1].is_none(), "{:?}", d.over_limit[1]);
 }
 
@@ -140,8 +135,8 @@ pub const BELOW_LIMIT: u64 = 400 * MIB;
 /// limit RSS grows towards every worker's peak together. Under the limit, then (after the peak is
 /// reset) the same without one. Returns the peak RSS (`VmHWM`) of each, limited first.
 pub fn live_below_the_limit() -> [u64; 2] {
-    let limit = BELOW_LIMIT / scale();
-    let (big, small) = (200 * MIB / scale(), 24 * MIB / scale());
+    let limit = BELOW_LIMIT;
+    let (big, small) = (200 * MIB, 24 * MIB);
     let mut churn = Churn::new(4 * small);
     let mut peaks = [0; 2];
     for (i, limited) in [true, false].into_iter().enumerate() {
@@ -153,9 +148,9 @@ pub fn live_below_the_limit() -> [u64; 2] {
             churn.set_live(live);
             let grower = phase % super::churn::WORKERS;
             while live[grower] < big {
-                live[grower] += (BUSY_RATE as f64 / 4.0 * rounds.next_in.as_secs_f64()) as u64 / scale();
+                live[grower] += (BUSY_RATE as f64 / 4.0 * rounds.next_in.as_secs_f64()) as u64;
                 churn.set_live(live);
-                churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64 / scale());
+                churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64);
                 rounds.round();
             }
             run(&mut rounds, &mut churn, Duration::from_secs(1));
