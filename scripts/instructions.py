@@ -21,18 +21,20 @@ the instruction for the single-threaded cases: a regression check, not a timing.
            sampled runs: deterministic, where two runs' totals move with the threads' interleaving;
            `--stacks-off` also runs the sampled build with `--no-stacks`, for the difference of totals.
 
-Builds go to target/instructions-build/ without frame pointers (RUSTFLAGS set empty): the build a
-service gets by default, where stacks come from the unwind tables. `--frame-pointers` measures the
-build with `-C force-frame-pointers=yes` instead (the frame-pointer walk; target/instructions-build-fp/).
+Builds go to target/instructions-build/ (or `--target-dir`) without frame pointers (RUSTFLAGS set
+empty): the build a service gets by default, where stacks come from the unwind tables.
+`--frame-pointers` measures the build with `-C force-frame-pointers=yes` instead (the frame-pointer
+walk; target/instructions-build-fp/). The two run lengths of each figure run side by side.
 
 Usage:
     python3 scripts/instructions.py [--backends jemalloc,system] [--no-service] [--floor] [--check]
-                                    [--frame-pointers] [--repeat N] [--salts N] [--no-pairs]
+                                    [--frame-pointers] [--repeat N] [--salts N] [--no-pairs] [--target-dir DIR]
 
 `--check` exits 1 when a budget is exceeded. Needs valgrind (CI installs it).
 """
 
 import argparse
+import concurrent.futures
 import os
 import re
 import shutil
@@ -163,8 +165,11 @@ def callgrind(cmd, cache=False, extra=(), env=None, functions=()):
 
 
 def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=()):
-    a = callgrind(cmd_for(lengths[0]), cache, extra, env, functions)
-    b = callgrind(cmd_for(lengths[1]), cache, extra, env, functions)
+    """Per operation: the difference of the two run lengths' counts over the difference of lengths.
+    The two runs go side by side (callgrind runs one thread at a time, and its counts, simulated
+    cache included, do not depend on what else the machine runs)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        a, b = pool.map(lambda n: callgrind(cmd_for(n), cache, extra, env, functions), lengths)
     n = lengths[1] - lengths[0]
     return {k: (b[k] - a[k]) / n for k in a}
 
@@ -235,13 +240,17 @@ def main():
                     help="callgrind runs of the service per build (median and range reported; default 3)")
     ap.add_argument("--service-backends", default=None,
                     help="backends to count the service example on (default: --backends)")
+    ap.add_argument("--target-dir", default=None,
+                    help="the builds' target directory (default target/instructions-build, or -fp): CI shares its "
+                         "release builds' one, so that the dependencies are built once")
     ap.add_argument("--floor", action="store_true",
                     help="also count the service with the floor wrappers of examples/support/floor.rs "
                          "(forwarding only; minimal exact per-class counter)")
     args = ap.parse_args()
     fp = args.frame_pointers
     BUILD_ENV["RUSTFLAGS"] = "-C force-frame-pointers=yes" if fp else ""
-    BUILD_ENV["CARGO_TARGET_DIR"] = os.path.join(ROOT, "target", "instructions-build" + ("-fp" if fp else ""))
+    BUILD_ENV["CARGO_TARGET_DIR"] = args.target_dir or os.path.join(ROOT, "target",
+                                                                  "instructions-build" + ("-fp" if fp else ""))
     print(f"build: {'with' if fp else 'without'} frame pointers ({BUILD_ENV['CARGO_TARGET_DIR']})\n")
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:

@@ -10,8 +10,10 @@ pub fn build(name: &str) -> PathBuf {
     // <target>/<profile>/deps/<test binary>
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("<profile>/deps");
     let target = profile_dir.parent().expect("<target>/<profile>");
+    // Every feature of the test build, so that the example reuses its dependencies as they are.
     let features: Vec<&str> = [
         ("jemalloc", cfg!(feature = "jemalloc")),
+        ("jemalloc-prof", cfg!(feature = "jemalloc-prof")),
         ("mimalloc", cfg!(feature = "mimalloc")),
         ("snmalloc", cfg!(feature = "snmalloc")),
         ("serde", cfg!(feature = "serde")),
