@@ -5,7 +5,8 @@
 //! - `GET /debug/frag`: the `frag::report()` as JSON; `GET /debug/frag/text`: the table;
 //! - `GET /debug/pprof/heap` and `GET /debug/pprof/allocs`: Go's memory profiles by allocation site
 //!   (`frag::profile::http::handle`: `go tool pprof -top http://127.0.0.1:3000/debug/pprof/heap`;
-//!   `?seconds=N` for a delta, `?debug=1` for text, `?symbolize=1` for names resolved in process);
+//!   `?seconds=N` for a delta, `?debug=1` for text, `?symbolize=1` for names resolved in process),
+//!   and `/debug/pprof/symbol`, where `go tool pprof` asks the names of an unsymbolized profile;
 //! - Prometheus metrics on `http://127.0.0.1:<metrics-port>/metrics` (metrics-exporter-prometheus),
 //!   published by a `frag::Publisher` thread every `--interval-ms`, with stair-step alerts as
 //!   `tracing` warnings on stderr.
@@ -107,10 +108,13 @@ async fn debug_text() -> String {
     tokio::task::spawn_blocking(|| named_report().to_string()).await.expect("report task")
 }
 
-/// Go's `/debug/pprof/heap` and `/debug/pprof/allocs`, on a blocking thread (`?seconds=N` waits).
+/// Go's `/debug/pprof/heap`, `/debug/pprof/allocs` and `/debug/pprof/symbol`, on a blocking thread
+/// (`?seconds=N` waits; symbolizing reads debug information).
 async fn debug_pprof(request: axum::extract::Request) -> axum::response::Response {
-    let (parts, _body) = request.into_parts();
-    let request = axum::http::Request::from_parts(parts, ());
+    let (parts, body) = request.into_parts();
+    // Only `/debug/pprof/symbol`'s addresses come in a body: a few KiB.
+    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default().to_vec();
+    let request = axum::http::Request::from_parts(parts, body);
     let response =
         tokio::task::spawn_blocking(move || frag::profile::http::handle(&request)).await.expect("profile task");
     response.map(axum::body::Body::from)
@@ -121,7 +125,7 @@ fn app(delay: Duration) -> Router {
         .route("/echo", post(echo))
         .route("/debug/frag", get(debug_json))
         .route("/debug/frag/text", get(debug_text))
-        .route("/debug/pprof/{profile}", get(debug_pprof))
+        .route("/debug/pprof/{profile}", get(debug_pprof).post(debug_pprof))
         .with_state(delay)
 }
 

@@ -147,3 +147,62 @@ fn go_tool_pprof_diffs_two_scrapes_of_the_service_under_load() {
         assert!(lower.is_empty(), "{index} fell between the scrapes: {lower:?}");
     }
 }
+
+/// `go tool pprof <args>` with `HOME` in a directory of its own (pprof saves each fetched profile
+/// under `$HOME/pprof`): status and the text, stdout then stderr.
+fn go_pprof(args: &[String]) -> (bool, String) {
+    let home = std::env::temp_dir().join(format!("frag-pprof-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .env("HOME", &home)
+        .output()
+        .expect("`go` on PATH (Debian: apt-get install golang-go)");
+    let _ = std::fs::remove_dir_all(&home);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// The README's `go tool pprof` line, as written but for the service's port, against the service
+/// example: `pprof` fetches the unsymbolized profile, names what it can from the binary, and asks the
+/// service's `/debug/pprof/symbol` for the rest, as it does of a Go service (before the endpoint it
+/// failed with a 405); its sites come out by name. With `-symbolize=remote`, every name comes from
+/// the endpoint: the allocation profile names serde_json's key and value sites.
+#[test]
+#[ignore = "needs go (golang-go) and builds the service example; run by .ci/run"]
+fn the_readmes_go_tool_pprof_line_reads_the_service() {
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let readme = include_str!("../README.md");
+    let command = readme
+        .split('`')
+        .find(|quoted| quoted.starts_with("go tool pprof ") && quoted.contains("/debug/pprof/heap"))
+        .expect("a `go tool pprof ...` line in the README");
+    let service = common::example::build("service");
+    let (child, addr) = start(&service);
+    let _child = Killed(child);
+    for i in 0..200 {
+        assert_eq!(request(addr, "POST", "/echo", &measured_body(i)).0, 200);
+    }
+    let args: Vec<String> =
+        command.split_whitespace().skip(3).map(|a| a.replace("127.0.0.1:3000", &addr.to_string())).collect();
+    let (ok, text) = go_pprof(&args);
+    let named = common::go::rows(&text);
+    assert!(ok && !text.contains("405") && !named.is_empty(), "{command}:\n{text}");
+    assert!(named.iter().all(|r| !r.name.starts_with("0x")), "an unnamed address: {command}:\n{text}");
+    let (status, names) = request(addr, "GET", "/debug/pprof/symbol", b"");
+    assert_eq!((status, names.as_slice()), (200, b"num_symbols: 1\n".as_slice()));
+    let remote: Vec<String> = ["-symbolize=remote", "-top", "-sample_index=alloc_space"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("http://{addr}/debug/pprof/allocs")])
+        .collect();
+    let (ok, text) = go_pprof(&remote);
+    assert!(ok && text.contains("KeyClassifier") && text.contains("visit_str"), "{remote:?}:\n{text}");
+}

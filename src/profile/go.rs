@@ -226,6 +226,45 @@ pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
     }
 }
 
+/// Answers Go's `/debug/pprof/symbol` as `net/http/pprof` does: `addresses` is the request's body
+/// (`POST`, as `pprof` sends it) or its raw query (`GET`), numbers (`0x…` or decimal) joined by `+`.
+/// The text starts with `num_symbols: 1` (a `pprof` asks only whether names are to be had) and names
+/// each address it finds, one per line: `0x4a0b2c _ZN…E`. An address is what this crate's
+/// profiles put in a location, the call instruction a return address follows; its name is the
+/// innermost function there (inlined ones included, where the binary has line tables), mangled
+/// where the symbol table has it, as `pprof` expects of a binary's names. Reads debug
+/// information in process, as `?symbolize=1` does: call it from a blocking thread.
+///
+/// ```
+/// let answer = frag::profile::symbol_answer(b"");
+/// assert_eq!(answer.body, b"num_symbols: 1\n");
+/// ```
+#[must_use]
+pub fn symbol_answer(addresses: &[u8]) -> GoAnswer {
+    let mut body = String::from("num_symbols: 1\n");
+    let mut symbols = Symbols::new().unwrap_or_else(Symbols::none);
+    for word in addresses.split(|&b| b == b'+') {
+        let word = core::str::from_utf8(word).unwrap_or_default().trim();
+        let parsed = match word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => word.parse(),
+        };
+        let Some(address) = parsed.ok().filter(|&a| a != 0).and_then(|a| usize::try_from(a).ok()) else { continue };
+        if let Some(line) = symbols.lines(address.saturating_add(1)).first() {
+            // The mangled name where there is one, as a symbol table gives it: `pprof` demangles it
+            // as it does a binary's (it would take the `<...>` of a demangled one for C++ templates).
+            let name = if line.system_name.is_empty() { &line.function } else { &line.system_name };
+            let _ = writeln!(body, "{address:#x} {name}");
+        }
+    }
+    GoAnswer {
+        status: 200,
+        content_type: "text/plain; charset=utf-8",
+        content_disposition: None,
+        body: body.into_bytes(),
+    }
+}
+
 /// `after − before`, site by site (by stack), every value: what happened in between, as Go's delta
 /// profiles give it (`inuse_*` may be negative where more was freed than allocated).
 fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> {

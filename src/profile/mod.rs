@@ -22,7 +22,7 @@ pub mod http;
 mod mappings;
 mod proto;
 
-pub use go::{Endpoint, GoAnswer, GoQuery, GoQueryError, go_answer, go_answer_to_query};
+pub use go::{Endpoint, GoAnswer, GoQuery, GoQueryError, go_answer, go_answer_to_query, symbol_answer};
 
 use std::collections::HashMap;
 use std::io::Write;
