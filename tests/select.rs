@@ -60,6 +60,19 @@ fn chosen_backend_child() {
         .iter()
         .any(|w| w.kind == frag::WarningKind::SelectFallback && w.message.contains(frag::Select::ENV));
     assert_eq!(warned, std::env::var("WARNED").as_deref() == Ok("yes"), "{:?}", report.warnings);
+    // An unknown name is answered with the allocators this build has, and no other.
+    let unknown = report.warnings.iter().find(|w| w.message.contains("names no allocator"));
+    if let Some(w) = unknown {
+        let built = [
+            ("system", true),
+            ("jemalloc", cfg!(feature = "jemalloc")),
+            ("mimalloc", cfg!(feature = "mimalloc")),
+            ("snmalloc", cfg!(feature = "snmalloc")),
+        ];
+        for (name, built) in built {
+            assert_eq!(w.message.contains(name), built, "{name}: {}", w.message);
+        }
+    }
 }
 
 /// Whether a tracked usable size agrees with the backend's: exactly, except that glibc may carve a

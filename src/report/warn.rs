@@ -3,8 +3,8 @@
 use core::fmt;
 
 use super::{Origin, Sites};
+use crate::backend::Backend;
 use crate::backend::interface::StatsError;
-use crate::backend::list::EVERY_NAME;
 use crate::backend::registry::registered;
 use crate::backend::select::{self, EnvStatus, SELECT_ENV};
 use crate::format::Bytes;
@@ -94,8 +94,8 @@ pub(super) fn select_fallback() -> Option<Warning> {
     let message = match status {
         EnvStatus::Fine => return None,
         EnvStatus::Unknown => {
-            let known = EVERY_NAME.join(", ");
-            format!("{SELECT_ENV}={value:?} names no allocator ({known}): using {used}")
+            let built: Vec<&str> = Backend::ALL.iter().map(|b| b.name()).collect();
+            format!("{SELECT_ENV}={value:?} names no allocator of this build ({}): using {used}", built.join(", "))
         }
         EnvStatus::NotCompiled => {
             format!("{SELECT_ENV}={value:?}: that allocator's feature is not compiled into this build: using {used}")
