@@ -13,7 +13,7 @@ use crate::report::diagnosis::{Breakdown, Part, Source};
 /// The quiet window grows at most to this multiple of the configured one after refaults.
 pub(crate) const MAX_BACKOFF: u32 = 8;
 
-/// The purge delay shortened over the limit's target is restored once RSS has stayed under it this
+/// The purge delay shortened near the limit's target is restored once RSS has stayed below that this
 /// long: a heap held at the target by the controller crosses it at every round.
 pub(crate) const RESTORE_AFTER: Duration = Duration::from_secs(30);
 
@@ -169,11 +169,12 @@ impl Engine {
         }
         let refault = self.follow(now, heap);
         let round = self.decide(now, heap);
-        // The allocating threads' assists are spent from the same budget as the rounds.
-        let assists = heap.assist_cpu();
-        let assisted = assists.saturating_sub(core::mem::replace(&mut self.assist_cpu, assists));
-        let spent = heap.cpu().saturating_sub(cpu) + assisted;
+        let spent = heap.cpu().saturating_sub(cpu);
         self.budget.spend(spent, matches!(round, Round::Acted(_)));
+        // The allocating threads' assists are spent from the same budget, not as the round's own
+        // cost (which paces the polls).
+        let assists = heap.assist_cpu();
+        self.budget.charge(assists.saturating_sub(core::mem::replace(&mut self.assist_cpu, assists)));
         let t = &mut self.totals;
         t.elapsed = now.saturating_duration_since(self.started);
         t.rounds += 1;
@@ -274,11 +275,11 @@ impl Engine {
     /// delay shortened while over and restored after.
     fn watch(&mut self, now: Instant, since_last: Option<Duration>, heap: &mut impl Heap) {
         let Some(rss) = heap.rss() else { return };
-        let over = self.pressure.observe(now, rss);
+        let (over, near) = self.pressure.observe(now, rss);
         if over {
             self.totals.over_target += since_last.unwrap_or_default();
         }
-        if over {
+        if near {
             self.under_since = None;
             self.shorten(true, heap);
         } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
@@ -290,8 +291,8 @@ impl Engine {
         }
     }
 
-    /// Shortens the purge delay on the way over the target, restores it on the way back (`over`
-    /// false, once it has been under for [`RESTORE_AFTER`]).
+    /// Shortens the purge delay on the way near the target, restores it on the way back (`over`
+    /// false, once RSS has been below [`Limit::near`] for [`RESTORE_AFTER`]).
     fn shorten(&mut self, over: bool, heap: &mut impl Heap) {
         match (over, self.shortened) {
             (true, None) => self.shortened = Some(heap.shorten_decay()),
@@ -317,7 +318,8 @@ impl Engine {
         let limit = self.pressure.limit?;
         let rss = heap.rss()?;
         if rss <= limit.target {
-            self.pace(Pressure::share(limit, rss, cpu_share, max_share), false, heap);
+            // Near the target, threads help already: what only they can release takes rounds.
+            self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), heap);
             return None;
         }
         let breakdown = heap.breakdown();

@@ -65,6 +65,12 @@ impl Budget {
         }
     }
 
+    /// Spends CPU time used elsewhere on the budget's behalf (the allocating threads' assists): from
+    /// the credit, without counting as a poll's cost.
+    pub(crate) fn charge(&mut self, cpu: Duration) {
+        self.credit -= cpu.as_secs_f64();
+    }
+
     /// `None` when an action may run now: there is credit. Else what is owed (zero before any credit
     /// was earned).
     pub(crate) fn owed(&self) -> Option<Duration> {

@@ -25,6 +25,13 @@ impl Limit {
     pub(crate) fn new(bytes: u64, share: f64) -> Self {
         Self { bytes, target: (bytes as f64 * share) as u64 }
     }
+
+    /// Where RSS comes near the target: as far below it as the limit is above it (90% of the limit
+    /// at the default 95% target). From here the CPU share rises, the purge delay is shortened and
+    /// allocating threads help; over the target, the reclaimer acts.
+    pub(crate) fn near(&self) -> u64 {
+        self.target.saturating_sub(self.bytes.saturating_sub(self.target))
+    }
 }
 
 /// Where RSS stands against the limit, as one round sees it.
@@ -68,16 +75,15 @@ impl Pressure {
     /// Credit is earned at the raised share while RSS nears the target, so that the first action
     /// over it need not wait for the base share to pay for it.
     pub(crate) fn share(limit: Limit, rss: u64, cpu_share: f64, max_share: f64) -> f64 {
-        let margin = limit.bytes.saturating_sub(limit.target);
-        let from = limit.target.saturating_sub(margin);
+        let from = limit.near();
         let span = (limit.bytes - from).max(1) as f64;
         let over = (rss.saturating_sub(from) as f64 / span).min(1.0);
         cpu_share + (max_share - cpu_share).max(0.0) * over
     }
 
     /// Follows RSS at `now`: whether it is over the target (the stretch over it, and the warning
-    /// given in it, end when it is not) and the trend.
-    pub(crate) fn observe(&mut self, now: Instant, rss: u64) -> bool {
+    /// given in it, end when it is not) and near it ([`Limit::near`]), and the trend.
+    pub(crate) fn observe(&mut self, now: Instant, rss: u64) -> (bool, bool) {
         if let Some((then, before)) = self.last.replace((now, rss)) {
             let dt = now.saturating_duration_since(then).as_secs_f64();
             if dt > 0.0 {
@@ -90,7 +96,7 @@ impl Pressure {
         if !over {
             self.exhausted_warned = false;
         }
-        over
+        (over, self.limit.is_some_and(|l| rss > l.near()))
     }
 
     /// The standing at `rss`, where releasing everything free would release `releasable`.

@@ -143,11 +143,13 @@ pub fn live_below_the_limit() -> [u64; 2] {
         reset_peak_rss();
         let r = if limited { reclaimer().limit(MemoryLimit::Bytes(limit)) } else { reclaimer().no_limit() };
         let mut rounds = Driven::new(r);
+        let mut longest = Duration::ZERO;
         for phase in 0..8 {
             let mut live = [small; super::churn::WORKERS];
             churn.set_live(live);
             let grower = phase % super::churn::WORKERS;
             while live[grower] < big {
+                longest = longest.max(rounds.next_in);
                 live[grower] += (BUSY_RATE as f64 / 4.0 * rounds.next_in.as_secs_f64()) as u64;
                 churn.set_live(live);
                 churn.step((BUSY_RATE as f64 * rounds.next_in.as_secs_f64()) as u64);
@@ -157,7 +159,7 @@ pub fn live_below_the_limit() -> [u64; 2] {
         }
         let (reclaimer, _) = rounds.stop();
         peaks[i] = peak_rss();
-        eprintln!("limited {limited}: peak {} MiB; {}", peaks[i] / MIB, reclaimer.totals());
+        eprintln!("limited {limited}: peak {} MiB, longest wait {longest:?}; {}", peaks[i] / MIB, reclaimer.totals());
     }
     peaks
 }
