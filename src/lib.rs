@@ -112,12 +112,14 @@ mod format;
 mod hooked;
 mod loader;
 mod origin;
+mod own;
 mod process;
 pub mod profile;
 mod publish;
 pub mod reclaim;
 mod reentry;
 mod report;
+mod sample;
 mod sampler;
 mod sites;
 mod stats;
@@ -137,15 +139,16 @@ pub use report::diagnosis;
 #[doc(hidden)]
 pub use report::needs_serde;
 pub use report::{
-    Fragmentation, LifetimeRow, Origin, OriginPair, PinMethod, PinnedHoles, RatioInputs, Report, RowKind, ShardPool,
-    SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes, report,
-    size_classes, totals,
+    FragItself, Fragmentation, LifetimeRow, Origin, OriginPair, PinMethod, PinnedHoles, RatioInputs, Report, RowKind,
+    ShardPool, SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes,
+    own_totals, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 #[doc(hidden)]
 pub use sites::capture_for_bench;
 #[allow(deprecated)]
 pub use sites::frame_pointers;
+pub use sites::symbols::keep_symbol_cache;
 pub use sites::{UnwindTables, Unwinder, refresh_unwind_tables, set_stacks, stacks, unwind_tables, unwinder};
 pub use stats::class::NUM_CLASSES;
 pub use tracked::{Exact, Sampled, Tier, Tracked};

@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate.
     "sync", "format", "estimate", "process", "loader", "reentry",
-    // The counters (with the size classes) and the sampler, with what it feeds.
-    "stats", "sampler", "origin", "sites", // The allocators, then the allocation path that wraps them, and the
-    // hooks that sample inside jemalloc.
+    // The counters (with the size classes), frag's own work apart from the program's, the sampler
+    // and what it feeds, and a sample's life.
+    "stats", "own", "sampler", "origin", "sites", "sample",
+    // The allocators, then the allocation path that wraps them, and the hooks that sample inside
+    // jemalloc.
     "backend", "tracked", "hooked",
     // What reads the counters and the allocator: tuning, the report (with its diagnosis), outputs.
     "tune", "report", "profile", "watch", "publish",

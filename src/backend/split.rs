@@ -32,6 +32,8 @@ pub enum Part {
     Live,
     /// Usable minus requested bytes of live blocks (internal fragmentation).
     Rounding,
+    /// Usable bytes of frag's own live blocks (reports, symbolizing, profiles, its threads).
+    Frag,
     /// Free space in pages that hold live blocks.
     Holes,
     /// Free whole pages the allocator holds and could return now.
@@ -44,8 +46,8 @@ pub enum Part {
 
 impl Part {
     /// Every part, in breakdown order.
-    pub const ALL: [Part; 6] =
-        [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
+    pub const ALL: [Part; 7] =
+        [Part::Live, Part::Rounding, Part::Frag, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap];
 
     /// The bucket's name as in the JSON report, without `_bytes`.
     #[must_use]
@@ -53,6 +55,7 @@ impl Part {
         match self {
             Part::Live => "live",
             Part::Rounding => "rounding",
+            Part::Frag => "frag",
             Part::Holes => "holes",
             Part::Reclaimable => "reclaimable",
             Part::Metadata => "metadata",

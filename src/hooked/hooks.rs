@@ -14,14 +14,14 @@ use core::ffi::{c_uint, c_void};
 
 use super::InJemallocError;
 use crate::backend::{Backend, usable};
+use crate::sample::{self, publish_if_due};
 use crate::sampler::{self, table::SampledBlock};
 use crate::sites::{self, unwind::ColdFrame};
 use crate::stats::class::Class;
 use crate::stats::clock;
-use crate::stats::pool;
-use crate::stats::shard::{Anyone, Owner, Shard};
+use crate::stats::pool::{self, Home};
+use crate::stats::shard::{Anyone, Frag, Owner, Shard};
 use crate::sync::{AtomicBool, Ordering};
-use crate::tracked;
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -102,25 +102,22 @@ unsafe extern "C" fn backtrace(vec: *mut *mut c_void, len: *mut c_uint, max: c_u
     unsafe { *len = depth as c_uint };
 }
 
-/// The calling thread's own shard (`Ok`), claimed at its first sample, or the overflow one (`Err`).
-fn shard() -> Result<&'static Shard, &'static Shard> {
-    pool::owned_or(|| pool::slow(|| {}, sampler::mean))
-}
-
-/// A sampled block entering or leaving its class's counters of the calling thread's shard, weighted.
+/// A sampled block entering or leaving its class's counters, weighted: in the calling thread's
+/// shard (claimed at its first sample), or where the sample's counts go (`sample::home_of`).
 fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
     let size = e.size as usize;
     let layout = Layout::from_size_align(size, 1).unwrap_or(Layout::new::<u8>());
     let usable = usable::of(Some(Backend::Jemalloc), None, ptr.cast_mut().cast(), layout);
     let random = sampler::rounding(e);
     let class = Class::of(size);
-    match shard() {
-        Ok(s) => {
+    match sample::home_of(e, pool::home_or(|| pool::slow(|| {}, sampler::mean))) {
+        Home::Owned(s) => {
             s.count_weighted::<Owner>(entering, class, size, usable, e.weight, random);
             catch_up(s);
-            tracked::publish_if_due(s, s.hot.clock.freed((e.weight * size as f64) as u64));
+            publish_if_due(s, s.hot.clock.freed((e.weight * size as f64) as u64));
         }
-        Err(s) => s.count_weighted::<Anyone>(entering, class, size, usable, e.weight, random),
+        Home::Overflow(s) => s.count_weighted::<Anyone>(entering, class, size, usable, e.weight, random),
+        Home::Frag(s) => s.count_weighted::<Frag>(entering, class, size, usable, e.weight, random),
     }
 }
 
@@ -139,32 +136,24 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
         settle(&old, ptr);
         let _ = REPLACED.try_with(|r| r.set(address as usize));
     }
-    let caller = pool::calling_thread();
-    // jemalloc's own frames lead the stack: the site starts at the code that called it.
-    let skip = super::entry::leading(frames.get(..depth).unwrap_or(&[]));
-    frames.copy_within(skip..depth, 0);
-    let site = sites::intern(&frames, depth - skip);
-    let entry = SampledBlock {
-        tid: caller.tid,
-        slot: caller.slot,
-        size: size as u64,
-        weight,
-        born: sampler::now_ns(),
-        site,
-        marked: false,
-        twin: 0,
+    let site = || {
+        // jemalloc's own frames lead the stack: the site starts at the code that called it.
+        let skip = super::entry::leading(frames.get(..depth).unwrap_or(&[]));
+        frames.copy_within(skip..depth, 0);
+        sites::intern(&frames, depth - skip)
     };
+    let entry = sample::entry(size as u64, weight, site, false, 0);
     if !sampler::keep_reported(address, entry) {
         return;
     }
-    tracked::taken(&entry);
+    sample::arrived(&entry);
     count(true, ptr, &entry);
 }
 
 /// Settles the entry `e` of a sampled block at `ptr`, freed (or replaced) by the calling thread.
 fn settle(e: &SampledBlock, ptr: *const c_void) {
     count(false, ptr, e);
-    tracked::settle(&pool::calling_thread(), e);
+    sample::departed(&pool::calling_thread(), e);
 }
 
 /// A sampled block is being freed (or was reallocated away).

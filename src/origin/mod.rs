@@ -30,13 +30,13 @@ use tally::Tally;
 pub(crate) static TALLY: Tally = Tally::new();
 
 /// A sampled block of `size` bytes, adding `sums` to the estimates, went into the side table.
-pub(crate) fn taken(size: u64, sums: SampleSums) {
-    TALLY.taken(class_of(size as usize), sums);
+pub(crate) fn arrived(size: u64, sums: SampleSums) {
+    TALLY.arrived(class_of(size as usize), sums);
 }
 
 /// The sampled block `e` (adding `sums` to the estimates) was freed (or reallocated) by the thread
 /// `caller`, `lifetime_ns` after its allocation.
-pub(crate) fn freed(caller: &CallingThread, e: &SampledBlock, sums: SampleSums, lifetime_ns: u64) {
+pub(crate) fn departed(caller: &CallingThread, e: &SampledBlock, sums: SampleSums, lifetime_ns: u64) {
     let cross = e.tid != caller.tid;
     let SampleSums { w, wb, w2, bytes_var } = sums;
     let add = |shard: &Shard, field: usize, v: u64| {

@@ -94,7 +94,7 @@ impl Tally {
     }
 
     /// Records one sampled block entering the side table, in size class `class`.
-    pub(crate) fn taken(&self, class: usize, sums: SampleSums) {
+    pub(crate) fn arrived(&self, class: usize, sums: SampleSums) {
         self.sampled.fetch_add(1, Ordering::Relaxed);
         self.class_variance_add(class, 0, sums);
     }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{Options, Pinned, build, frames, gzip, sites_now};
+use crate::own;
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::SiteFigures;
 use crate::sites::symbols::Symbols;
@@ -177,6 +178,11 @@ pub struct GoAnswer {
 // by this function's name.
 #[inline(never)]
 pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
+    own::handed_over(|| answer(endpoint, query))
+}
+
+/// [`go_answer`], as frag's own work.
+fn answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
     let (all, duration) = match query.seconds {
         Some(s) => {
             let before = sites_now();
@@ -241,6 +247,11 @@ pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
 /// ```
 #[must_use]
 pub fn symbol_answer(addresses: &[u8]) -> GoAnswer {
+    own::handed_over(|| names(addresses))
+}
+
+/// [`symbol_answer`], as frag's own work.
+fn names(addresses: &[u8]) -> GoAnswer {
     let mut body = String::from("num_symbols: 1\n");
     let mut symbols = Symbols::new().unwrap_or_else(Symbols::none);
     for word in addresses.split(|&b| b == b'+') {

@@ -27,6 +27,7 @@ pub use go::{Endpoint, GoAnswer, GoQuery, GoQueryError, go_answer, go_answer_to_
 use std::collections::HashMap;
 use std::io::Write;
 
+use crate::own;
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::{SiteFigures, snapshot};
 use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
@@ -50,14 +51,14 @@ use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 /// ```
 #[must_use]
 pub fn heap_pprof() -> Vec<u8> {
-    gzip(&build(&sites_now(), &Options::heap(true)))
+    own::handed_over(|| gzip(&build(&sites_now(), &Options::heap(true))))
 }
 
 /// [`heap_pprof`] without names: addresses and mappings (with build IDs) only, for `pprof` to
 /// symbolize against the binaries. Cheap: reads no debug information.
 #[must_use]
 pub fn heap_pprof_unsymbolized() -> Vec<u8> {
-    gzip(&build(&sites_now(), &Options::heap(false)))
+    own::handed_over(|| gzip(&build(&sites_now(), &Options::heap(false))))
 }
 
 /// Every site's figures now, with its pinned bytes where the allocator splits its holes by class

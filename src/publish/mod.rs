@@ -14,6 +14,7 @@ use metrics::{Label, SharedString};
 use self::names::{MetricKind, Names, Series};
 use self::worker::Worker;
 use crate::backend::WrappedBackend;
+use crate::own;
 use crate::report::{Report, report};
 use crate::watch::{Alert, Watch, WatchConfig};
 
@@ -76,7 +77,7 @@ pub fn publish(report: &Report) {
         names.describe(publisher_metric);
         names
     });
-    emit(names, &[], report, None);
+    own::run(|| emit(names, &[], report, None));
 }
 
 /// Periodic publishing with alerts: a builder, then [`spawn`](Self::spawn) for a background thread
@@ -226,6 +227,11 @@ impl Publisher {
     /// also logged). Named apart from the free function [`publish`](crate::publish), which only
     /// publishes.
     pub fn observe(&mut self, report: &Report) -> Vec<Alert> {
+        own::handed_over(|| self.observe_now(report))
+    }
+
+    /// [`observe`](Self::observe), as frag's own work.
+    fn observe_now(&mut self, report: &Report) -> Vec<Alert> {
         if !self.announced {
             self.announced = true;
             tracing::info!(

@@ -26,7 +26,8 @@ impl Worker {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
             let (lock, wake) = &*flag;
-            while let Some(wait) = round() {
+            // Each round is frag's own work: what it allocates is not the program's.
+            while let Some(wait) = crate::own::run(&mut round) {
                 let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
                 let (stopped, _) =
                     wake.wait_timeout_while(stopped, wait, |s| !*s).unwrap_or_else(PoisonError::into_inner);

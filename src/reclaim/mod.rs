@@ -487,6 +487,11 @@ impl Reclaimer {
     ///
     /// As [`check`](Self::check), on the first round.
     pub fn round_at(&mut self, now: Instant) -> Result<Round, ReclaimError> {
+        crate::own::run(|| self.round_now(now)).map(crate::own::hand_over)
+    }
+
+    /// [`round_at`](Self::round_at), as frag's own work.
+    fn round_now(&mut self, now: Instant) -> Result<Round, ReclaimError> {
         let mut live = Live::new().map_err(ReclaimError::Backend)?;
         if self.engine.is_none() {
             check(&self.settings)?;

@@ -47,6 +47,7 @@ impl Heap for Model {
             rss_bytes: self.rss,
             live_bytes: self.rss - self.reclaimable,
             rounding_bytes: 0,
+            frag_bytes: 0,
             holes_bytes: 0,
             reclaimable_bytes: self.reclaimable,
             metadata_bytes: 0,
@@ -55,6 +56,7 @@ impl Heap for Model {
             sources: Sources {
                 live: Source::Measured,
                 rounding: Source::Measured,
+                frag: Source::Measured,
                 holes: Source::Measured,
                 reclaimable: Source::Measured,
                 metadata: Source::Measured,

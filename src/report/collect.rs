@@ -6,6 +6,7 @@ use super::origin as origin_section;
 use super::{Report, ShardPool, counters, ratio, warn};
 use crate::backend::WrappedBackend;
 use crate::backend::registry::registered;
+use crate::own;
 use crate::process::{self, ProcessStats};
 use crate::reentry::ReportGuard;
 use crate::report::diagnosis::{self, Diagnosis};
@@ -17,6 +18,10 @@ use crate::stats::snapshot;
 /// wrapped allocator's statistics and `/proc/self/statm`, for a caller that polls (the reclaimer).
 /// `None` without `/proc`; allocator statistics that cannot be read leave the heap not split.
 pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
+    own::handed_over(breakdown_now)
+}
+
+fn breakdown_now() -> Option<diagnosis::Breakdown> {
     // No refresh of the unwind tables here: the reclaimer's rounds are paid from its CPU budget.
     let guard = ReportGuard::enter();
     let tracked = counters::totals();
@@ -27,7 +32,8 @@ pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
     };
     let (rss, anon) = process::statm()?;
     let known = reg.map(|r| r.wrapped()).and_then(WrappedBackend::known);
-    Some(diagnosis::split(rss, Some(anon), known, &tracked, allocator.as_ref()))
+    let frag = counters::frag_itself().usable_bytes;
+    Some(diagnosis::split(rss, Some(anon), known, &tracked, frag, allocator.as_ref()))
 }
 
 /// The allocator's own size classes, with its own counts of them, without the rest of a report:
@@ -75,6 +81,10 @@ pub fn allocator_classes() -> Vec<crate::backend::AllocatorClass> {
 /// ```
 #[must_use]
 pub fn report() -> Report {
+    own::handed_over(report_now)
+}
+
+fn report_now() -> Report {
     let guard = ReportGuard::enter();
     if guard.is_some() {
         unwind::refresh();
@@ -136,8 +146,10 @@ pub fn report() -> Report {
     let size_classes = counters::class_rows(&snap.classes, reg);
     let wrapped = reg.map(|r| r.wrapped());
     let known = wrapped.and_then(WrappedBackend::known);
+    let frag_itself = counters::frag_itself();
     let diagnosis = process.rss_bytes.map(|rss| {
-        let breakdown = diagnosis::split(rss, process.anon_bytes, known, &tracked, allocator.as_ref());
+        let breakdown =
+            diagnosis::split(rss, process.anon_bytes, known, &tracked, frag_itself.usable_bytes, allocator.as_ref());
         let findings = diagnosis::find(&diagnosis::Evidence {
             backend: known,
             breakdown: &breakdown,
@@ -170,6 +182,7 @@ pub fn report() -> Report {
         },
         diagnosis,
         warnings,
+        frag_itself,
     }
 }
 

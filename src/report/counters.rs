@@ -43,6 +43,25 @@ pub fn totals() -> TrackedStats {
     tracked_stats(totals, &classes, registered())
 }
 
+/// frag's own counters (see [`FragItself`](crate::FragItself)), as [`totals()`] gives the
+/// program's: what frag allocated for its own work, which no other figure includes. The two add up
+/// to everything the wrapped allocator served. Allocation- and lock-free; `peak_allocated_bytes` is
+/// 0.
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+/// let (program, frag) = (frag::totals(), frag::own_totals());
+/// println!("{} B live, of which frag's own {} B", program.allocated_bytes + frag.allocated_bytes, frag.allocated_bytes);
+/// ```
+#[must_use]
+pub fn own_totals() -> TrackedStats {
+    let shard = pool::frag();
+    let mut classes = [ClassSums::default(); NUM_CLASSES];
+    add_classes(&mut classes, shard);
+    stats_of(shard.totals(), &classes, registered())
+}
+
 /// Bytes handed out since start (requested bytes of every allocation and reallocation), over every
 /// shard: how busy the heap is, for the reclaimer. Allocation- and lock-free. A slot a new thread
 /// reuses may start over, so a caller takes a drop as no activity.
@@ -50,19 +69,44 @@ pub(crate) fn allocated_bytes_total() -> u64 {
     all_shards().map(|s| s.totals().allocated_bytes).fold(0, u64::wrapping_add)
 }
 
-/// Every shard that may hold counts: the pool's used slots and the overflow shard.
+/// frag's own figures, from its shard (`own`). Allocation- and lock-free.
+pub(crate) fn frag_itself() -> super::FragItself {
+    let own = own_totals();
+    super::FragItself {
+        estimated: own.estimated,
+        live_bytes: own.allocated_bytes,
+        usable_bytes: own.usable_bytes,
+        allocated_total_bytes: pool::frag().totals().allocated_bytes,
+        symbol_cache_kept: crate::sites::symbols::cache_kept(),
+    }
+}
+
+/// Every shard that may hold counts of the program's: the pool's used slots and the overflow shard.
 fn all_shards() -> impl Iterator<Item = &'static Shard> {
     pool::used_slots().iter().chain(core::iter::once(pool::overflow()))
 }
 
 pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
-    let (mut live_blocks, mut allocated_bytes, mut usable_bytes) = (0, 0, 0);
-    for (i, c) in classes.iter().enumerate().filter(|(_, c)| c.allocs > 0) {
-        let (blocks, bytes, usable) = c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i)));
-        live_blocks += blocks;
-        allocated_bytes += bytes;
-        usable_bytes += usable;
+    let stats = stats_of(t, classes, reg);
+    TrackedStats { peak_allocated_bytes: live::observe_exact(stats.allocated_bytes), ..stats }
+}
+
+/// [`tracked_stats`] without the peak (0).
+fn stats_of(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
+    let mut usable_bytes = 0;
+    // Live blocks and bytes are the nets of all classes together, clamped once: a class may hold
+    // more frees than allocations of its counters' own (a block of frag's own freed by the program
+    // in the exact tier, `own`), and clamping it alone would count that block twice.
+    let (mut net_blocks, mut net_bytes) = (0i128, 0i128);
+    for (i, c) in classes.iter().enumerate() {
+        net_blocks += i128::from(c.allocs) - i128::from(c.frees);
+        net_bytes += i128::from(c.req_in) - i128::from(c.req_out);
+        if c.allocs > 0 {
+            usable_bytes += c.live(reg.map_or(ClassUsable::Requested, |r| r.class_usable(i))).2;
+        }
     }
+    let clamp = |v: i128| v.clamp(0, i128::from(u64::MAX)) as u64;
+    let (live_blocks, allocated_bytes) = (clamp(net_blocks), clamp(net_bytes));
     let estimated = crate::stats::sampled();
     let [allocs, frees, live] = if estimated { count_spreads(classes) } else { Default::default() };
     let freed = t.deallocations.saturating_add(t.reallocations);
@@ -82,7 +126,7 @@ pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: 
             (lo.saturating_sub(t.reallocations), hi.saturating_sub(t.reallocations))
         }),
         live_blocks_interval: estimated.then(|| live.interval(live_blocks, u64::MAX)),
-        peak_allocated_bytes: live::observe_exact(allocated_bytes),
+        peak_allocated_bytes: 0,
     }
 }
 

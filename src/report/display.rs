@@ -2,7 +2,7 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{Origin, PinMethod, Report, RowKind, Sites, ThreadRow};
+use super::{FragItself, Origin, PinMethod, Report, RowKind, Sites, ThreadRow};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
@@ -24,15 +24,14 @@ fn opt_percent(v: Option<f64>) -> String {
 /// The breakdown on one line (`≈` marks estimated buckets), then the findings.
 fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
     let b = &d.breakdown;
-    let parts: Vec<String> =
-        [Part::Live, Part::Rounding, Part::Holes, Part::Reclaimable, Part::Metadata, Part::OutsideHeap]
-            .into_iter()
-            .filter(|p| b.source(*p) != Source::NotSplit)
-            .map(|p| {
-                let estimated = b.source(p) == Source::Estimated;
-                format!("{} {}", p.name().replace('_', " "), Approx(Bytes(b.bytes(p)), estimated))
-            })
-            .collect();
+    let parts: Vec<String> = Part::ALL
+        .into_iter()
+        .filter(|p| b.source(*p) != Source::NotSplit)
+        .map(|p| {
+            let estimated = b.source(p) == Source::Estimated;
+            format!("{} {}", p.name().replace('_', " "), Approx(Bytes(b.bytes(p)), estimated))
+        })
+        .collect();
     let unexplained = Bytes(b.unexplained_bytes.unsigned_abs());
     let sign = if b.unexplained_bytes < 0 { "-" } else { "" };
     writeln!(f, "resident   {} = {}, unexplained {sign}{unexplained}", Bytes(b.rss_bytes), parts.join(" + "))?;
@@ -53,6 +52,19 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
         writeln!(f, "           -> {}", x.remedy)?;
     }
     Ok(())
+}
+
+/// frag's own memory, on a line of its own.
+fn write_frag_itself(f: &mut Formatter<'_>, m: &FragItself) -> fmt::Result {
+    let e = if m.estimated { ESTIMATED } else { "" };
+    let cache = if m.symbol_cache_kept { "kept (frag::keep_symbol_cache)" } else { "released after use" };
+    writeln!(
+        f,
+        "frag itself live {e}{}, usable {e}{}, {} allocated since start; not in the figures above (symbol cache {cache})",
+        Bytes(m.live_bytes),
+        Bytes(m.usable_bytes),
+        Bytes(m.allocated_total_bytes),
+    )
 }
 
 fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
@@ -334,6 +346,7 @@ impl Display for Report {
                 a.0, a.1, d.0, d.1, l.0, l.1
             )?;
         }
+        write_frag_itself(f, &self.frag_itself)?;
         if let Some(a) = &self.allocator {
             let fields = [
                 ("allocated", a.allocated),

@@ -16,7 +16,7 @@ pub(crate) use collect::breakdown;
 pub(crate) use collect::pinned_by_site;
 pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
-pub use counters::{size_classes, totals};
+pub use counters::{own_totals, size_classes, totals};
 pub use ratio::RatioInputs;
 pub use sites::{PinMethod, PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
@@ -64,6 +64,34 @@ pub struct Report {
     pub diagnosis: Option<Diagnosis>,
     /// Things the reader should know to interpret the figures.
     pub warnings: Vec<Warning>,
+    /// frag's own memory, kept out of every figure above.
+    pub frag_itself: FragItself,
+}
+
+/// frag's own memory: what it allocated for its own work (reports, symbolizing, profiles, the
+/// publisher's ticks, the reclaimer's rounds). None of it is in the program's figures
+/// ([`Report::tracked`], `threads`, `size_classes`, `sites`); the breakdown has it as its own bucket
+/// ([`Part::Frag`](crate::diagnosis::Part::Frag)). What frag hands to the program (a `Report`, a
+/// profile's bytes, named frames) is a copy allocated as the program's.
+///
+/// The symbolizer's cache (the debug information `symbolize` and the profiles read) is released
+/// once no symbolizer is at work, unless [`keep_symbol_cache`](crate::keep_symbol_cache) says to
+/// keep it; while kept, it is here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct FragItself {
+    /// Whether `live_bytes` and `usable_bytes` are estimates from frag's own samples (the sampled
+    /// tier), as the program's are.
+    pub estimated: bool,
+    /// Requested bytes of frag's live blocks.
+    pub live_bytes: u64,
+    /// Their usable bytes: the breakdown's `frag` bucket.
+    pub usable_bytes: u64,
+    /// Bytes frag allocated since the process started (exact).
+    pub allocated_total_bytes: u64,
+    /// Whether the symbolizer's cache is kept between uses ([`keep_symbol_cache`](crate::keep_symbol_cache)).
+    pub symbol_cache_kept: bool,
 }
 
 /// Process-wide counters: exact at the moment they were read in the [`Exact`](crate::Exact) tier,

@@ -1,6 +1,7 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
 use crate::estimate::bytes_interval;
+use crate::own;
 use crate::sampler::{self, Sampling};
 use crate::sites::read::{self, SiteFigures};
 use crate::sites::symbols::{Symbols, trimmed};
@@ -66,27 +67,36 @@ impl Sites {
     /// println!("{report}");
     /// ```
     pub fn symbolize(&mut self) {
-        let Some(mut symbols) = Symbols::new() else { return };
-        let named: Vec<Vec<String>> = self
-            .top
-            .iter()
-            .map(|row| {
-                let stack: Vec<usize> = row.stack.iter().map(|&pc| pc as usize).collect();
-                named_frames(&mut symbols, &stack, MAX_NAMED)
-            })
-            .collect();
-        for (i, row) in self.top.iter_mut().enumerate() {
-            // The first LEAF_FRAMES, or as many more as it takes to tell this row from the others.
-            let mut n = LEAF_FRAMES.min(named[i].len());
-            while n < named[i].len()
-                && named.iter().enumerate().any(|(j, other)| j != i && other.get(..n) == named[i].get(..n))
-            {
-                n += 1;
-            }
-            row.frames = named[i][..n].to_vec();
+        let stacks: Vec<Vec<usize>> =
+            self.top.iter().map(|row| row.stack.iter().map(|&pc| pc as usize).collect()).collect();
+        let Some(frames) = own::handed_over(|| told_apart(&stacks)) else { return };
+        for (row, frames) in self.top.iter_mut().zip(frames) {
+            row.frames = frames;
         }
         self.symbolized = true;
     }
+}
+
+/// The names of each stack's frames, from the leaf: the first [`LEAF_FRAMES`], or as many more as
+/// it takes to tell it from the others. `None` where the process cannot symbolize (see
+/// [`Symbols::new`]).
+fn told_apart(stacks: &[Vec<usize>]) -> Option<Vec<Vec<String>>> {
+    let mut symbols = Symbols::new()?;
+    let named: Vec<Vec<String>> = stacks.iter().map(|stack| named_frames(&mut symbols, stack, MAX_NAMED)).collect();
+    let told = named
+        .iter()
+        .enumerate()
+        .map(|(i, frames)| {
+            let mut n = LEAF_FRAMES.min(frames.len());
+            while n < frames.len()
+                && named.iter().enumerate().any(|(j, other)| j != i && other.get(..n) == frames.get(..n))
+            {
+                n += 1;
+            }
+            frames[..n].to_vec()
+        })
+        .collect();
+    Some(told)
 }
 
 /// The free space in the allocator's slabs (jemalloc's small classes), and how much of it the

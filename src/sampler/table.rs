@@ -61,6 +61,8 @@ pub(crate) struct SampledBlock {
     /// and freed with it, in its natural place, whose slab the allocator can be asked about
     /// (`KnownAllocator::TWIN_MAX`).
     pub(crate) twin: usize,
+    /// Whether frag's own work allocated it (`own`): counted in frag's own shard, wherever freed.
+    pub(crate) frag: bool,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -72,7 +74,7 @@ impl SampledBlock {
     }
 
     fn how(self) -> u64 {
-        (u64::from(self.site) << 1) | u64::from(self.marked)
+        (u64::from(self.site) << 2) | (u64::from(self.frag) << 1) | u64::from(self.marked)
     }
 
     fn unpack(who: u64, size: u64, weight: u64, born: u64, how: u64, twin: usize) -> Self {
@@ -83,9 +85,10 @@ impl SampledBlock {
             size,
             weight: f64::from_bits(weight),
             born,
-            site: (how >> 1) as u32,
+            site: (how >> 2) as u32,
             marked: how & 1 == 1,
             twin,
+            frag: how & 2 == 2,
         }
     }
 }
@@ -308,6 +311,7 @@ mod tests {
             site: 4095,
             marked: true,
             twin: 0x7f00_0000_2040,
+            frag: false,
         }
     }
 
@@ -342,6 +346,7 @@ mod tests {
             site: u32::MAX,
             marked: false,
             twin: 0,
+            frag: true,
         };
         assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how(), e.twin), e);
         let e = entry(1, 12345);

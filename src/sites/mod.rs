@@ -15,7 +15,8 @@ pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
 use crate::sync::{AtomicBool, Ordering};
-use table::{NO_SITE, Table};
+pub(crate) use table::NO_SITE;
+use table::Table;
 use unwind::{ColdFrame, Frames, MAX_FRAMES};
 pub use unwind::{UnwindTables, Unwinder};
 
@@ -78,7 +79,7 @@ pub fn stacks() -> bool {
 /// ```
 pub fn refresh_unwind_tables() {
     let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };
-    unwind::refresh();
+    crate::own::run(unwind::refresh);
 }
 
 /// What the unwind tables hold now; `None` for the other unwinders.
@@ -120,12 +121,12 @@ pub fn capture_for_bench(out: &mut [usize; MAX_FRAMES]) -> usize {
 }
 
 /// A block sampled at `site`, adding `sums` to the estimates, is in the side table.
-pub(crate) fn taken(site: u32, sums: SampleSums) {
+pub(crate) fn arrived(site: u32, sums: SampleSums) {
     SITES.tallies(site).sampled(sums);
 }
 
 /// A sampled block was freed (or reallocated), by another thread than the allocating one when
 /// `cross`.
-pub(crate) fn freed(site: u32, sums: SampleSums, cross: bool, lifetime_ns: u64) {
+pub(crate) fn departed(site: u32, sums: SampleSums, cross: bool, lifetime_ns: u64) {
     SITES.tallies(site).freed(sums, cross, lifetime_ns);
 }

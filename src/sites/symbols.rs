@@ -1,12 +1,13 @@
 //! In-process symbolization of site stacks, off the allocation path: the `backtrace` crate (gimli
 //! and addr2line over the binary's own debug information), run only by `report()` and the profile.
 //!
-//! The first call parses the debug information of every loaded object it is asked about and keeps it
-//! for the life of the process (that is `backtrace`'s cache; `docs/PERFORMANCE.md` has its measured
-//! cost).
+//! A symbolizer parses the debug information of every loaded object it is asked about (that is
+//! `backtrace`'s cache, tens of MiB for a large binary: `docs/PERFORMANCE.md` has its measured cost).
+//! The cache is released when the last symbolizer at work is done, unless [`keep_symbol_cache`]
+//! keeps it for the next one. Symbolizers run as frag's own work (`own`): the cache is frag's.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One function of a (possibly inlined) frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -31,11 +32,40 @@ pub(crate) struct Symbols {
 /// forked while the count was non-zero inherits it with its parent's id: the `backtrace` lock may be
 /// held by a thread that does not exist in the child, so the child never symbolizes.
 static ACTIVE: AtomicU64 = AtomicU64::new(0);
+/// Whether `backtrace`'s cache outlives the symbolizers (see [`keep_symbol_cache`]).
+static KEEP: AtomicBool = AtomicBool::new(false);
+
+/// Keeps the symbolizer's cache (the debug information it parsed) between uses (`true`), or
+/// releases it whenever no symbolizer is at work (`false`, the default). Keeping it makes each later
+/// [`Sites::symbolize`](crate::Sites::symbolize) and symbolized profile faster, at the cost of its
+/// size, which the report shows as frag's own memory ([`FragItself`](crate::FragItself));
+/// `docs/PERFORMANCE.md` has both figures.
+///
+/// ```
+/// // A service that serves symbolized profiles every few seconds.
+/// frag::keep_symbol_cache(true);
+/// ```
+pub fn keep_symbol_cache(keep: bool) {
+    KEEP.store(keep, Ordering::Relaxed);
+    if !keep && ACTIVE.load(Ordering::Acquire) & 0xffff_ffff == 0 {
+        crate::own::run(backtrace::clear_symbol_cache);
+    }
+}
+
+/// Whether the cache is kept (see [`keep_symbol_cache`]).
+pub(crate) fn cache_kept() -> bool {
+    KEEP.load(Ordering::Relaxed)
+}
 
 impl Drop for Symbols {
     fn drop(&mut self) {
         if self.names {
-            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+            let before = ACTIVE.fetch_sub(1, Ordering::AcqRel);
+            // The last symbolizer at work: the cache goes, unless it is kept. (Another that starts
+            // meanwhile reads what it needs again: `backtrace`'s lock orders the two.)
+            if before & 0xffff_ffff == 1 && !KEEP.load(Ordering::Relaxed) {
+                crate::own::run(backtrace::clear_symbol_cache);
+            }
         }
     }
 }

@@ -15,7 +15,7 @@
 use crate::stats::registry::{Claimable, Registry, TAKING};
 pub(crate) use crate::stats::registry::{LIVE, RELEASED};
 use crate::stats::shard::Shard;
-use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, NO_SLOT, UNCLAIMED};
+use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, FRAG_WORK, NO_SLOT, UNCLAIMED};
 use crate::sync::{AtomicU8, AtomicU64, Ordering};
 
 /// Number of per-thread shards. Each is 6.9 KiB of zeroed static memory (3.4 MiB in all, virtual)
@@ -24,6 +24,9 @@ pub const POOL_SIZE: usize = 512;
 
 static POOL: Registry<Shard, POOL_SIZE> = Registry::new([const { Shard::new() }; POOL_SIZE]);
 static OVERFLOW: Shard = Shard::new();
+/// frag's own shard: what threads allocate while doing frag's own work (`own`), written by anyone
+/// with atomic adds and never part of the program's figures.
+static FRAG: Shard = Shard::new();
 /// The shard the fast path sees on a thread without one of its own: its clock is never started and
 /// nothing ever writes to it, so every allocation there takes the cold path (see
 /// `stats::clock::Clock::take`), and so does every free that would count in it (`is_parked`).
@@ -68,6 +71,52 @@ pub(crate) fn owned_or(slow: impl FnOnce() -> &'static Shard) -> Result<&'static
     }
 }
 
+/// Where a count goes, and how it is written there.
+#[derive(Clone, Copy)]
+pub(crate) enum Home {
+    /// The calling thread's own shard: plain stores (`shard::Owner`).
+    Owned(&'static Shard),
+    /// The overflow shard: atomic adds that keep the process-wide live figure (`shard::Anyone`).
+    Overflow(&'static Shard),
+    /// frag's own shard: atomic adds, outside every figure of the program's (`shard::Frag`).
+    Frag(&'static Shard),
+}
+
+impl Home {
+    /// The home that `s` is: frag's own shard, the overflow shard, or a thread's own (which only its
+    /// owner may call its home).
+    pub(crate) fn of(s: &'static Shard) -> Self {
+        if core::ptr::eq(s, &FRAG) {
+            Self::Frag(s)
+        } else if core::ptr::eq(s, &OVERFLOW) {
+            Self::Overflow(s)
+        } else {
+            Self::Owned(s)
+        }
+    }
+}
+
+/// The calling thread's home: its own shard, or what `slow` gives a thread without one (see
+/// [`slow`]).
+#[inline(always)]
+pub(crate) fn home_or(slow: impl FnOnce() -> &'static Shard) -> Home {
+    match owned_or(slow) {
+        Ok(s) => Home::Owned(s),
+        Err(s) => Home::of(s),
+    }
+}
+
+/// frag's own shard.
+pub(crate) fn frag() -> &'static Shard {
+    &FRAG
+}
+
+/// Whether the calling thread is doing frag's own work (`own`).
+#[inline]
+pub(crate) fn frag_work() -> bool {
+    thread::slot() == FRAG_WORK
+}
+
 /// The calling thread as origin tracking identifies it. Cold path only (may make a system call).
 pub(crate) struct CallingThread {
     pub(crate) tid: u32,
@@ -108,11 +157,13 @@ pub(crate) fn slot_if_generation(index: u16, generation: u16) -> Option<&'static
 
 /// The shard for a thread that has none of its own: the first allocation on a thread claims one
 /// (running `register` once, then starting the shard's clock at `mean()`); threads without a slot
-/// get the overflow shard. Callers write to the result with atomic adds, which is correct on any
-/// shard.
+/// get the overflow shard, and a thread doing frag's own work frag's own shard. Callers write to the
+/// result with atomic adds, which is correct on any shard.
 pub(crate) fn slow(register: impl FnOnce(), mean: fn() -> u64) -> &'static Shard {
-    if thread::slot() != UNCLAIMED {
-        return &OVERFLOW;
+    match thread::slot() {
+        UNCLAIMED => {}
+        FRAG_WORK => return &FRAG,
+        _ => return &OVERFLOW,
     }
     thread::set_slot(CLAIMING);
     register();

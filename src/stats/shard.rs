@@ -254,6 +254,9 @@ pub(crate) trait Writer {
 pub(crate) enum Owner {}
 /// Anyone (the overflow shard): atomic adds.
 pub(crate) enum Anyone {}
+/// Anyone doing frag's own work (frag's own shard, `own`): atomic adds, kept out of the process-wide
+/// live figure, which is the program's.
+pub(crate) enum Frag {}
 
 impl Writer for Owner {
     const SHARED: bool = false;
@@ -283,6 +286,20 @@ impl Writer for Anyone {
     fn bytes(row: &ClassCounters, entering: bool, size: u64) {
         shared_add(if entering { &row.req_in } else { &row.req_out }, size);
         live::flush(if entering { size as i64 } else { (size as i64).wrapping_neg() });
+    }
+}
+
+impl Writer for Frag {
+    const SHARED: bool = true;
+
+    #[inline]
+    fn add(counter: &AtomicU64, v: u64) {
+        shared_add(counter, v);
+    }
+
+    #[inline]
+    fn bytes(row: &ClassCounters, entering: bool, size: u64) {
+        shared_add(if entering { &row.req_in } else { &row.req_out }, size);
     }
 }
 

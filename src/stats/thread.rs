@@ -14,8 +14,10 @@ pub(crate) const CLAIMING: usize = 1;
 pub(crate) const EXITED: usize = 2;
 /// The pool was full when the thread asked; it writes to the overflow shard for the rest of its life.
 pub(crate) const NO_SLOT: usize = 3;
+/// The thread is doing frag's own work (`own`): what it allocates meanwhile goes to frag's own shard.
+pub(crate) const FRAG_WORK: usize = 4;
 /// Smallest value that is a shard address (shards are far larger than this and aligned).
-pub(crate) const FIRST_ADDRESS: usize = 4;
+pub(crate) const FIRST_ADDRESS: usize = 5;
 
 std::thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(UNCLAIMED) };

@@ -10,15 +10,13 @@ use core::alloc::{GlobalAlloc, Layout};
 
 use super::{Tier, Tracked};
 use crate::backend::{self, usable};
-use crate::estimate::SampleSums;
-use crate::origin;
+use crate::sample::{self, publish_if_due};
 use crate::sampler::table::SampledBlock;
 use crate::sampler::{self, mark};
 use crate::sites::{self, unwind::ColdFrame as Frame};
 use crate::stats::class::Class;
-use crate::stats::live;
-use crate::stats::pool::{self, CallingThread};
-use crate::stats::shard::{Anyone, Owner, Shard, Writer};
+use crate::stats::pool::{self, Home};
+use crate::stats::shard::{Anyone, Frag, Owner, Shard, Writer};
 
 /// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
 /// clock counts bytes handed out). Nothing is counted.
@@ -29,11 +27,10 @@ pub(super) fn failed(size: usize) -> *mut u8 {
     core::ptr::null_mut()
 }
 
-/// The thread's own shard, claiming one if it has none yet: `Ok` for a shard of its own, `Err` for
-/// the shared overflow shard.
+/// Where the calling thread's counts go, claiming a shard on its first allocation.
 #[inline(always)]
-fn shard<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Result<&'static Shard, &'static Shard> {
-    pool::owned_or(|| t.slow_shard())
+fn home<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Home {
+    pool::home_or(|| t.slow_shard())
 }
 
 /// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
@@ -54,46 +51,19 @@ enum Placed {
 }
 
 /// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, placed as `placed`)
-/// in the side table with its site and the calling thread, and counts it in the origin and site
-/// tallies. Its entry, or `None` when the table had no room.
+/// in the side table with its site and the calling thread: it has arrived (`sample`). Its entry, or
+/// `None` when the table had no room.
 fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) -> Option<SampledBlock> {
-    let site = sites::capture(frame);
-    let caller = pool::calling_thread();
-    let size = size as u64;
     let (marked, twin) = match placed {
         Placed::Natural => (false, 0),
         Placed::Marked { twin } => (true, twin),
     };
-    let entry =
-        SampledBlock { tid: caller.tid, slot: caller.slot, size, weight, born: sampler::now_ns(), site, marked, twin };
+    let entry = sample::entry(size as u64, weight, || sites::capture(frame), marked, twin);
     if !sampler::keep(ptr, entry) {
         return None;
     }
-    taken(&entry);
+    sample::arrived(&entry);
     Some(entry)
-}
-
-/// The sampled block of entry `e`, now in the side table, counted in the origin and site tallies.
-pub(crate) fn taken(e: &SampledBlock) {
-    let sums = SampleSums::of(e.weight, e.size);
-    origin::taken(e.size, sums);
-    sites::taken(e.site, sums);
-}
-
-/// Publishes the owner's live figure once `moved` bytes went through its shard since the last time.
-pub(crate) fn publish_if_due(s: &Shard, moved: u64) {
-    if moved >= live::PUBLISH_BYTES {
-        s.publish_all();
-        s.hot.clock.published();
-    }
-}
-
-/// Settles the entry `e` of a sampled block freed (or reallocated) by the thread `caller`.
-pub(crate) fn settle(caller: &CallingThread, e: &SampledBlock) {
-    let lifetime_ns = sampler::now_ns().saturating_sub(e.born);
-    let sums = SampleSums::of(e.weight, e.size);
-    origin::freed(caller, e, sums, lifetime_ns);
-    sites::freed(e.site, sums, e.tid != caller.tid, lifetime_ns);
 }
 
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
@@ -137,11 +107,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let frame = Frame::here();
-        match shard(self) {
+        match home(self) {
             // SAFETY: the caller's guarantees, passed on.
-            Ok(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
+            Home::Owned(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
             // SAFETY: the caller's guarantees, passed on.
-            Err(s) => unsafe { self.allocate_in::<Anyone>(s, layout, zeroed, frame) },
+            Home::Overflow(s) => unsafe { self.allocate_in::<Anyone>(s, layout, zeroed, frame) },
+            // SAFETY: the caller's guarantees, passed on.
+            Home::Frag(s) => unsafe { self.allocate_in::<Frag>(s, layout, zeroed, frame) },
         }
     }
 
@@ -244,20 +216,23 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let usable = self.usable(base, layout, real);
         let weight = sampled.map(|e| e.weight);
         if T::EXACT || weight.is_some() {
-            match shard(self) {
-                Ok(s) => {
-                    count::<Owner, T>(s, false, layout.size(), usable, sampled.as_ref());
+            let here = home(self);
+            let size = layout.size();
+            match sampled.as_ref().map_or(here, |e| sample::home_of(e, here)) {
+                Home::Owned(s) => {
+                    count::<Owner, T>(s, false, size, usable, sampled.as_ref());
                     // Sampled frees move the thread towards publishing its live figure too, so that a
                     // thread that only frees (no allocations, no clock events) still does.
                     if let Some(w) = weight {
-                        publish_if_due(s, s.hot.clock.freed((w * layout.size() as f64) as u64));
+                        publish_if_due(s, s.hot.clock.freed((w * size as f64) as u64));
                     }
                 }
-                Err(s) => count::<Anyone, T>(s, false, layout.size(), usable, sampled.as_ref()),
+                Home::Overflow(s) => count::<Anyone, T>(s, false, size, usable, sampled.as_ref()),
+                Home::Frag(s) => count::<Frag, T>(s, false, size, usable, sampled.as_ref()),
             }
         }
         if let Some(e) = sampled {
-            settle(&pool::calling_thread(), &e);
+            sample::departed(&pool::calling_thread(), &e);
             // SAFETY: the twin was allocated with the block's layout, the caller's, and goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }
@@ -308,11 +283,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here();
-        match shard(self) {
+        match home(self) {
             // SAFETY: the caller's guarantees, passed on.
-            Ok(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
+            Home::Owned(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
             // SAFETY: the caller's guarantees, passed on.
-            Err(s) => unsafe { self.reallocate_in::<Anyone>(s, ptr, layout, new_size, frame) },
+            Home::Overflow(s) => unsafe { self.reallocate_in::<Anyone>(s, ptr, layout, new_size, frame) },
+            // SAFETY: the caller's guarantees, passed on.
+            Home::Frag(s) => unsafe { self.reallocate_in::<Frag>(s, ptr, layout, new_size, frame) },
         }
     }
 
@@ -351,7 +328,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     sampler::keep(ptr, e);
                 }
             } else if let Some(e) = old {
-                settle(&pool::calling_thread(), &e);
+                sample::departed(&pool::calling_thread(), &e);
             }
             let kept = match weight {
                 // Produced in place of an unmarked block while marking is off: its layout stays.
@@ -369,7 +346,12 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if T::EXACT {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
         } else {
-            count::<W, T>(s, false, layout.size(), old_usable, old.as_ref());
+            // The old sample leaves the shard it entered (`sample::home_of`).
+            match old.as_ref().map_or(Home::of(s), |e| sample::home_of(e, Home::of(s))) {
+                Home::Owned(o) => count::<Owner, T>(o, false, layout.size(), old_usable, old.as_ref()),
+                Home::Overflow(o) => count::<Anyone, T>(o, false, layout.size(), old_usable, old.as_ref()),
+                Home::Frag(o) => count::<Frag, T>(o, false, layout.size(), old_usable, old.as_ref()),
+            }
             count::<W, T>(s, true, new_size, new_usable, kept.as_ref());
             if let Some(e) = kept {
                 s.count_reallocs::<W>(e.weight, sampler::rounding(&e));
@@ -409,7 +391,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
             sampler::take(ptr, layout);
-            settle(&pool::calling_thread(), &e);
+            sample::departed(&pool::calling_thread(), &e);
             // SAFETY: the old block's twin, allocated with its layout, goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }

@@ -55,11 +55,6 @@
 
 mod cold;
 
-/// What a sample's arrival and departure change beside the side table, shared with the hooks that
-/// take jemalloc's samples (`hooked`).
-#[cfg(feature = "jemalloc")]
-pub(crate) use cold::{publish_if_due, settle, taken};
-
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 use core::marker::PhantomData;

@@ -40,12 +40,25 @@ pub fn truth() -> Truth {
     }
 }
 
-/// Reads `frag::totals()` at a moment when nothing allocates (the truth is the same before and
-/// after), and returns both. `totals()` itself does not allocate.
+/// Everything `Tracked` counted: the program's figures (`frag::totals()`) and frag's own
+/// (`frag::own_totals()`), whose sum is what the backend served. Allocation-free.
+pub fn all_totals() -> frag::TrackedStats {
+    let (mut t, own) = (frag::totals(), frag::own_totals());
+    t.allocations += own.allocations;
+    t.deallocations += own.deallocations;
+    t.reallocations += own.reallocations;
+    t.live_blocks += own.live_blocks;
+    t.allocated_bytes += own.allocated_bytes;
+    t.usable_bytes += own.usable_bytes;
+    t
+}
+
+/// Reads [`all_totals`] at a moment when nothing allocates (the truth is the same before and
+/// after), and returns both.
 pub fn quiescent_totals() -> (Truth, frag::TrackedStats) {
     loop {
         let before = truth();
-        let totals = frag::totals();
+        let totals = all_totals();
         if truth() == before {
             return (before, totals);
         }

@@ -19,7 +19,7 @@ use crate::backend::{AllocatorStats, Backend};
 use crate::report::TrackedStats;
 
 /// Resident memory split into buckets that sum to [`rss_bytes`](Breakdown::rss_bytes) exactly:
-/// `live + rounding + holes + reclaimable + metadata + outside_heap + unexplained = rss`.
+/// `live + rounding + frag + holes + reclaimable + metadata + outside_heap + unexplained = rss`.
 ///
 /// ```no_run
 /// # #[global_allocator]
@@ -39,6 +39,9 @@ pub struct Breakdown {
     pub live_bytes: u64,
     /// Usable minus requested bytes over live blocks: internal fragmentation (tracked).
     pub rounding_bytes: u64,
+    /// Usable bytes of frag's own live blocks (see [`FragItself`](crate::FragItself)): counted apart
+    /// from `live_bytes` and `rounding_bytes`, which are the program's.
+    pub frag_bytes: u64,
     /// Free space inside pages the allocator keeps for live blocks, including free blocks parked in
     /// thread caches: it cannot be returned while those blocks live.
     pub holes_bytes: u64,
@@ -66,6 +69,7 @@ impl Breakdown {
         match part {
             Part::Live => self.live_bytes,
             Part::Rounding => self.rounding_bytes,
+            Part::Frag => self.frag_bytes,
             Part::Holes => self.holes_bytes,
             Part::Reclaimable => self.reclaimable_bytes,
             Part::Metadata => self.metadata_bytes,
@@ -80,6 +84,7 @@ impl Breakdown {
         match part {
             Part::Live => s.live,
             Part::Rounding => s.rounding,
+            Part::Frag => s.frag,
             Part::Holes => s.holes,
             Part::Reclaimable => s.reclaimable,
             Part::Metadata => s.metadata,
@@ -97,6 +102,8 @@ pub struct Sources {
     pub live: Source,
     /// Rounding: always measured.
     pub rounding: Source,
+    /// frag's own blocks: measured, or estimated from their samples in the sampled tier.
+    pub frag: Source,
     /// Holes.
     pub holes: Source,
     /// Reclaimable pages.
@@ -108,16 +115,19 @@ pub struct Sources {
 }
 
 /// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not
-/// know) from the tracked counts and the allocator's statistics: each known backend splits its heap
-/// itself ([`KnownAllocator::split_heap`]); a user's allocator through its probe's figures.
+/// know) from the tracked counts, frag's own usable bytes (`frag`) and the allocator's statistics:
+/// each known backend splits its heap itself ([`KnownAllocator::split_heap`]); a user's allocator
+/// through its probe's figures.
 pub(crate) fn split(
     rss: u64,
     anon: Option<u64>,
     backend: Option<Backend>,
     tracked: &TrackedStats,
+    frag: u64,
     allocator: Option<&AllocatorStats>,
 ) -> Breakdown {
-    let usable = tracked.usable_bytes;
+    // The allocator holds frag's blocks too: its figures are split against all live usable bytes.
+    let usable = tracked.usable_bytes.saturating_add(frag);
     let heap = match (backend, allocator) {
         (Some(b), Some(a)) => with_backend!(b, A => A::split_heap(a, usable, anon)),
         (None, Some(a)) => probe_split(a, usable),
@@ -126,18 +136,19 @@ pub(crate) fn split(
     .unwrap_or_else(|| HeapSplit::nothing(NotSplit::NoResidentFigures(backend)));
     let (holes, reclaimable, metadata) = (heap.holes, heap.reclaimable, heap.metadata);
     let live = tracked.allocated_bytes;
-    let rounding = usable.saturating_sub(live);
+    let rounding = tracked.usable_bytes.saturating_sub(live);
     let (outside, outside_source) = match heap.accounted {
         Some((accounted, source)) => (rss.saturating_sub(accounted), source),
         None => (0, Source::NotSplit),
     };
-    let parts = [live, rounding, holes.0, reclaimable.0, metadata.0, outside];
+    let parts = [live, rounding, frag, holes.0, reclaimable.0, metadata.0, outside];
     let sum: i128 = parts.iter().map(|&v| i128::from(v)).sum();
     let unexplained = (i128::from(rss) - sum).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
     Breakdown {
         rss_bytes: rss,
         live_bytes: live,
         rounding_bytes: rounding,
+        frag_bytes: frag,
         holes_bytes: holes.0,
         reclaimable_bytes: reclaimable.0,
         metadata_bytes: metadata.0,
@@ -147,6 +158,7 @@ pub(crate) fn split(
             // The sampled tier's live bytes (and so their rounding) are estimates from the samples.
             live: if tracked.estimated { Source::Estimated } else { Source::Measured },
             rounding: if tracked.estimated { Source::Estimated } else { Source::Measured },
+            frag: if tracked.estimated { Source::Estimated } else { Source::Measured },
             holes: holes.1,
             reclaimable: reclaimable.1,
             metadata: metadata.1,
@@ -214,7 +226,7 @@ mod tests {
     #[test]
     fn jemalloc_buckets_follow_its_statistics_and_sum_to_rss() {
         let a = jemalloc();
-        let b = split(200, None, Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
+        let b = split(200, None, Some(Backend::Jemalloc), &tracked(90, 100), 0, Some(&a));
         assert_eq!(
             (b.live_bytes, b.rounding_bytes, b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes),
             (90, 10, 20, 25, 10)
@@ -231,7 +243,7 @@ mod tests {
     #[test]
     fn jemalloc_resident_above_anonymous_rss_is_not_reclaimable() {
         let a = jemalloc();
-        let b = split(200, Some(130), Some(Backend::Jemalloc), &tracked(90, 100), Some(&a));
+        let b = split(200, Some(130), Some(Backend::Jemalloc), &tracked(90, 100), 0, Some(&a));
         assert_eq!((b.reclaimable_bytes, b.outside_heap_bytes), (0, 70));
         assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
         assert_eq!(sum(&b), 200);
@@ -247,14 +259,14 @@ mod tests {
             dirty: Some(80),
             ..AllocatorStats::default()
         };
-        let b = split(100, None, Some(Backend::Jemalloc), &tracked(10, 20), Some(&a));
+        let b = split(100, None, Some(Backend::Jemalloc), &tracked(10, 20), 0, Some(&a));
         assert!(b.unexplained_bytes < 0);
         assert_eq!(sum(&b), 100);
     }
 
     #[test]
     fn unknown_backends_say_what_they_cannot_split() {
-        let b = split(1000, None, None, &tracked(300, 400), None);
+        let b = split(1000, None, None, &tracked(300, 400), 0, None);
         assert_eq!((b.live_bytes, b.rounding_bytes, b.unexplained_bytes), (300, 100, 600));
         assert_eq!(b.source(Part::Holes), Source::NotSplit);
         assert_eq!(b.not_split.len(), 1);
@@ -264,7 +276,7 @@ mod tests {
     #[test]
     fn glibc_figures_are_estimates() {
         let a = glibc(None);
-        let b = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
+        let b = split(300, None, Some(Backend::System), &tracked(100, 120), 0, Some(&a));
         assert_eq!((b.holes_bytes, b.reclaimable_bytes, b.metadata_bytes, b.outside_heap_bytes), (45, 15, 30, 90));
         assert_eq!(b.source(Part::Reclaimable), Source::Estimated);
         assert_eq!(sum(&b), 300);
@@ -275,10 +287,10 @@ mod tests {
     #[test]
     fn glibc_reclaimable_is_capped_by_what_can_be_resident() {
         let a = glibc(Some(30));
-        let uncapped = split(300, None, Some(Backend::System), &tracked(100, 120), Some(&a));
+        let uncapped = split(300, None, Some(Backend::System), &tracked(100, 120), 0, Some(&a));
         assert_eq!((uncapped.reclaimable_bytes, uncapped.holes_bytes), (45, 15));
         assert!(uncapped.not_split.is_empty());
-        let capped = split(300, Some(180), Some(Backend::System), &tracked(100, 120), Some(&a));
+        let capped = split(300, Some(180), Some(Backend::System), &tracked(100, 120), 0, Some(&a));
         assert_eq!((capped.reclaimable_bytes, capped.holes_bytes, capped.outside_heap_bytes), (30, 30, 120));
         assert_eq!(sum(&capped), 300);
     }

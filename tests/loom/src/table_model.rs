@@ -22,6 +22,7 @@ fn entry(tid: u32, size: u64) -> SampledBlock {
         site: tid + 7,
         marked: tid % 2 == 0,
         twin: if tid % 2 == 0 { 0x9000 + tid as usize * 0x40 } else { 0 },
+        frag: tid % 3 == 0,
     }
 }
 
