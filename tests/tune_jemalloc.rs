@@ -287,6 +287,43 @@ fn effective_matches_jemalloc_defaults() {
     assert!(used.arenas.iter().any(|a| a.index == 0));
 }
 
+/// `prof:true` in the environment of a jemalloc built without its profiler: jemalloc itself only
+/// prints "Invalid conf pair" (the ground truth that it rejected it, in the child's stderr), and the
+/// report says why and what to change. With the profiler, neither.
+#[test]
+fn prof_without_the_profiler_is_warned() {
+    let out = common::run_child_in(
+        "prof_without_the_profiler_child",
+        &[("_RJEM_MALLOC_CONF", "prof:true,prof_active:false")],
+        &[],
+    );
+    // SAFETY: `config.prof` is a `bool`.
+    let built_with_profiler = unsafe { tikv_jemalloc_ctl::raw::read::<bool>(b"config.prof\0") }.unwrap();
+    assert_eq!(out.contains("Invalid conf pair: prof:true"), !built_with_profiler, "{out}");
+    assert_eq!(
+        out.contains("frag warns: _RJEM_MALLOC_CONF: prof:true, but this jemalloc was built without its profiler"),
+        !built_with_profiler,
+        "{out}"
+    );
+}
+
+#[test]
+#[ignore = "child process helper"]
+fn prof_without_the_profiler_child() {
+    common::child_only("prof_without_the_profiler_is_warned");
+    let report = frag::report();
+    for w in &report.warnings {
+        eprintln!("frag warns: {}", w.message);
+    }
+    // Where frag warns, its finding says what to change.
+    if report.warnings.iter().any(|w| w.message.contains("built without its profiler")) {
+        let findings = &report.diagnosis.as_ref().expect("diagnosis").findings;
+        let trap =
+            findings.iter().find(|f| f.summary.contains("built without its profiler")).expect("a config_trap finding");
+        assert!(trap.remedy.contains("jemalloc-prof"), "{}", trap.remedy);
+    }
+}
+
 /// The environment check, in a child started with allocator variables set before jemalloc reads them.
 #[test]
 fn conf_traps_are_reported_and_warned_once() {
@@ -335,4 +372,8 @@ fn conf_traps_child() {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains(" config_trap")).collect();
     assert_eq!(lines.len(), traps, "{text}");
     assert!(lines.iter().all(|l| l.contains("config_trap: ")), "{lines:#?}");
+    // Each trap once: as its finding, not again as a `warning:` line.
+    for trap in &trap_findings {
+        assert_eq!(text.matches(trap.summary.as_str()).count(), 1, "{}\n{text}", trap.summary);
+    }
 }

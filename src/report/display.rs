@@ -2,7 +2,7 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{FragItself, Origin, PinMethod, Report, RowKind, Sites, ThreadRow};
+use super::{FragItself, Origin, PinMethod, Report, RowKind, Sites, ThreadRow, Warning, WarningKind};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
@@ -71,8 +71,12 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     let sampling = sampling_text(s.sampling);
     writeln!(
         f,
-        "\nsites      sampling {sampling}: {} samples, {} sites, {} stacks dropped",
-        s.samples, s.sites, s.dropped_stacks
+        "\nsites      sampling {sampling}: {} samples, {} sites of {} the table holds ({:.0}%), {} stacks dropped",
+        s.samples,
+        s.sites,
+        s.site_capacity,
+        s.sites as f64 * 100.0 / s.site_capacity.max(1) as f64,
+        s.dropped_stacks
     )?;
     match (&s.unwind_tables, s.unwinder) {
         (Some(t), _) => writeln!(
@@ -485,7 +489,9 @@ impl Display for Report {
         if let Some(source) = self.usable_source {
             writeln!(f, "\nusable sizes: {source}")?;
         }
-        for w in &self.warnings {
+        // A configuration trap is a finding of the diagnosis already, with its remedy.
+        let in_findings = |w: &&Warning| w.kind == WarningKind::ConfigTrap && self.diagnosis.is_some();
+        for w in self.warnings.iter().filter(|w| !in_findings(w)) {
             writeln!(f, "warning: {w}")?;
         }
         Ok(())

@@ -31,6 +31,10 @@ pub struct Sites {
     pub samples: u64,
     /// Distinct stacks seen.
     pub sites: usize,
+    /// How many distinct stacks the site table holds (sites are kept for the life of the process);
+    /// past it, or where a stack's neighbourhood in the table is full, new stacks count as "no stack"
+    /// (`dropped_stacks`).
+    pub site_capacity: usize,
     /// Stacks lost because the site table was full (their blocks count under "no stack").
     pub dropped_stacks: u64,
     /// Estimated bytes in use of sampled blocks that have no stack.
@@ -232,6 +236,7 @@ pub(crate) fn section(
         unwind_tables: sites::unwind_tables(),
         samples: all.iter().map(|s| s.samples).sum(),
         sites: stacked.len(),
+        site_capacity: sites::SITE_CAPACITY,
         dropped_stacks: read::dropped(),
         no_stack_inuse_bytes: no_stack.iter().map(|s| s.inuse_bytes.round() as u64).sum(),
         top,

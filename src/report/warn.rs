@@ -167,6 +167,9 @@ pub(super) fn sampling() -> Vec<Warning> {
     out
 }
 
+/// The share of the site table in use from which the report warns before stacks are dropped.
+const SITES_NEARLY_FULL: f64 = 0.9;
+
 /// Sites without stacks, and stacks lost to a full table.
 pub(super) fn sites(s: &Sites) -> Vec<Warning> {
     let mut out = Vec::new();
@@ -183,15 +186,65 @@ pub(super) fn sites(s: &Sites) -> Vec<Warning> {
             out.push(Warning::new(WarningKind::NoStacks, why));
         }
     }
+    let used = s.sites as f64 / s.site_capacity.max(1) as f64;
+    let remedy = "each distinct stack keeps its site for the life of the process, and rarer stacks are met \
+                  less often at a larger mean: raise it with frag::set_sampling (e.g. Sampling::MeanBytes(4 << 20))";
     if s.dropped_stacks > 0 {
         out.push(Warning::new(
             WarningKind::DroppedSites,
             format!(
-                "{} sampled stacks found the site table full and count as \"no stack\" (raise the mean with \
-                 frag::set_sampling)",
-                s.dropped_stacks
+                "{} sampled stacks found the site table full ({} of {} sites used) and count as \"no stack\": {remedy}",
+                s.dropped_stacks, s.sites, s.site_capacity
+            ),
+        ));
+    } else if used >= SITES_NEARLY_FULL {
+        out.push(Warning::new(
+            WarningKind::DroppedSites,
+            format!(
+                "the site table is {:.0}% full ({} of {} sites): new stacks will soon count as \"no stack\"; {remedy}",
+                used * 100.0,
+                s.sites,
+                s.site_capacity
             ),
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::Sampling;
+
+    fn sites(used: usize, dropped: u64) -> Sites {
+        Sites {
+            sampling: Sampling::DEFAULT,
+            unwinder: Unwinder::UnwindTables,
+            unwind_tables: None,
+            samples: 0,
+            sites: used,
+            site_capacity: 4096,
+            dropped_stacks: dropped,
+            no_stack_inuse_bytes: 0,
+            top: Vec::new(),
+            pinned: None,
+            symbolized: false,
+        }
+    }
+
+    /// The report says how full the site table is before it drops stacks, and what to do.
+    #[test]
+    fn a_nearly_full_site_table_is_warned_before_it_drops() {
+        assert!(super::sites(&sites(3000, 0)).is_empty());
+        let nearly = super::sites(&sites(3700, 0));
+        assert_eq!(nearly.len(), 1);
+        assert!(nearly[0].message.contains("90% full (3700 of 4096 sites)"), "{}", nearly[0].message);
+        assert!(nearly[0].message.contains("frag::set_sampling"), "{}", nearly[0].message);
+        let full = super::sites(&sites(4000, 12));
+        assert!(
+            full[0].message.starts_with("12 sampled stacks found the site table full (4000 of 4096"),
+            "{}",
+            full[0].message
+        );
+    }
 }

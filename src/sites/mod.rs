@@ -15,6 +15,7 @@ pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
 use crate::sync::{AtomicBool, Ordering};
+pub(crate) use table::CAPACITY as SITE_CAPACITY;
 pub(crate) use table::NO_SITE;
 use table::Table;
 use unwind::{ColdFrame, Frames, MAX_FRAMES};

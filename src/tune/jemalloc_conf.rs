@@ -11,7 +11,18 @@
 /// a NUL-terminated string, with the `unsafe(export_name)` attribute edition 2024 requires. Use it
 /// once, in the binary crate.
 ///
-/// An out-of-range value (zero arenas, a fractional-millisecond decay) fails the build.
+/// An out-of-range value (zero arenas, a fractional-millisecond decay) fails the build, and so does
+/// `prof(true)` without frag-alloc's feature `jemalloc-prof` (jemalloc would only say "Invalid conf
+/// pair" at start-up, and `frag::sample_in_jemalloc` would fail):
+///
+#[cfg_attr(feature = "jemalloc-prof", doc = "```no_run")]
+#[cfg_attr(not(feature = "jemalloc-prof"), doc = "```compile_fail")]
+/// // Cargo.toml: frag-alloc = { version = "0.1", features = ["jemalloc-prof"] }
+/// use frag::tune::jemalloc::JemallocConfig;
+///
+/// frag::jemalloc_conf!(JemallocConfig::new().prof(true).prof_active(false));
+/// # fn main() {}
+/// ```
 ///
 /// ```no_run
 /// use std::time::Duration;

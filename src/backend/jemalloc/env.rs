@@ -32,6 +32,18 @@ fn conf_traps(var: &'static str, value: &str) -> Vec<Trap> {
         .filter(|e| e.is_invalid_for_jemalloc())
         .map(|e| Trap::InvalidJemallocConf { var, problem: e.to_string(), fix: e.fix(var) })
         .collect();
+    // A pair jemalloc rejects only when built without its profiler, which it tells in words of its own
+    // ("Invalid conf pair") that do not say why.
+    if asked.prof == Some(true) && !built_with_profiler() {
+        traps.push(Trap::InvalidJemallocConf {
+            var,
+            problem: "prof:true, but this jemalloc was built without its profiler".to_owned(),
+            fix: format!(
+                "enable frag-alloc's feature `jemalloc-prof` (frag-alloc = {{ version = \"0.1\", features = \
+                 [\"jemalloc-prof\"] }}), or take prof out of {var}"
+            ),
+        });
+    }
     if let Ok(used) = effective() {
         let used = used.opt;
         macro_rules! compare {
@@ -62,4 +74,10 @@ fn conf_traps(var: &'static str, value: &str) -> Vec<Trap> {
         );
     }
     traps
+}
+
+/// Whether this jemalloc was built with its profiler (`config.prof`; `false` where it cannot be read).
+fn built_with_profiler() -> bool {
+    // SAFETY: `config.prof` is a NUL-terminated mallctl name whose value is a `bool`.
+    unsafe { tikv_jemalloc_ctl::raw::read::<bool>(b"config.prof\0") }.unwrap_or(false)
 }

@@ -125,8 +125,9 @@ pub struct JemallocConfig {
     pub metadata_thp: Option<MetadataThp>,
     /// `abort_conf`: abort at start-up on an invalid option instead of printing a warning and going on.
     pub abort_conf: Option<bool>,
-    /// `prof`: jemalloc's heap profiler, which only start-up can turn on (and only in a jemalloc
-    /// built with it: feature `jemalloc-prof`). `frag::sample_in_jemalloc`
+    /// `prof`: jemalloc's heap profiler, which only start-up can turn on, and only in a jemalloc
+    /// built with it: `true` needs frag-alloc's feature `jemalloc-prof` ([`render`](Self::render)
+    /// refuses it otherwise, so `jemalloc_conf!` fails the build). `frag::sample_in_jemalloc`
     /// needs it.
     pub prof: Option<bool>,
     /// `prof_active`: whether the profiler samples from the start. `false` beside `prof: true` leaves
@@ -146,6 +147,10 @@ macro_rules! setters {
         )+
     };
 }
+
+/// Why `prof: true` is refused in a build without jemalloc's profiler.
+pub(crate) const PROF_REFUSED: &str = "prof(true): this jemalloc has no profiler; enable frag-alloc's feature \
+                                       `jemalloc-prof` (frag-alloc = { version = \"0.1\", features = [\"jemalloc-prof\"] })";
 
 impl JemallocConfig {
     /// No options set: jemalloc's defaults.
@@ -269,6 +274,9 @@ impl JemallocConfig {
             out = out.key("abort_conf").boolean(v);
         }
         if let Some(v) = self.prof {
+            if v && !cfg!(feature = "jemalloc-prof") {
+                return Err(PROF_REFUSED);
+            }
             out = out.key("prof").boolean(v);
         }
         if let Some(v) = self.prof_active {
@@ -373,5 +381,24 @@ impl ConfBytes {
 
     const fn signed(self, v: i64) -> Self {
         if v < 0 { self.push(b'-').unsigned(v.unsigned_abs()) } else { self.unsigned(v as u64) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `prof(true)` renders only where jemalloc has its profiler (frag-alloc's `jemalloc-prof`);
+    /// `prof(false)` always.
+    #[test]
+    fn prof_needs_the_profiler() {
+        let on = JemallocConfig::new().prof(true).render().map(|c| c.as_str().to_owned());
+        if cfg!(feature = "jemalloc-prof") {
+            assert_eq!(on.as_deref(), Ok("prof:true"));
+        } else {
+            assert_eq!(on, Err(PROF_REFUSED));
+            assert!(PROF_REFUSED.contains("jemalloc-prof"));
+        }
+        assert_eq!(JemallocConfig::new().prof(false).render().map(|c| c.as_str().to_owned()).as_deref(), Ok("prof:false"));
     }
 }
