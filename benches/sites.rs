@@ -5,8 +5,9 @@
 //! site tallies at allocation and free. Each measurement runs on a fresh thread, so the walk
 //! sees the requested depth plus the few frames of a thread's start.
 //!
-//! Also prints the first `Sites::symbolize` (reading the debug information) in time and in resident
-//! memory, once.
+//! Also prints what `Sites::symbolize` costs: reading the debug information each time (the default:
+//! the symbolizer's cache is released after use), and with the cache kept (`frag::keep_symbol_cache`),
+//! in time, in resident memory and in frag's own memory as the report shows it.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -72,16 +73,31 @@ fn main() {
 
     frag::set_sampling(frag::Sampling::EveryBlock).expect("every block");
     let held: Vec<Box<[u8]>> = (0..64).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect();
-    let mut report = frag::report();
+    let symbolize = || {
+        let mut report = frag::report();
+        let start = Instant::now();
+        if let Some(sites) = report.sites.as_mut() {
+            sites.symbolize();
+        }
+        (start.elapsed().as_secs_f64() * 1e3, report)
+    };
     let before = rss_kib();
-    let start = Instant::now();
-    if let Some(sites) = report.sites.as_mut() {
-        sites.symbolize();
-    }
+    let (released, report) = symbolize();
+    let after_release = rss_kib();
+    frag::keep_symbol_cache(true);
+    let (first_kept, _) = symbolize();
+    let kept_rss = rss_kib();
+    let (warm, _) = symbolize();
+    let kept = frag::report().frag_itself;
+    frag::keep_symbol_cache(false);
+    let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
-        "first Sites::symbolize: {:.0} ms, resident +{:.1} MiB; deepest stack captured: {} frames",
-        start.elapsed().as_secs_f64() * 1e3,
-        rss_kib().saturating_sub(before) as f64 / 1024.0,
+        "Sites::symbolize: {released:.0} ms reading the debug information (default: released after, resident \
+         +{:.1} MiB after); with frag::keep_symbol_cache(true): {first_kept:.0} ms the first time, {warm:.1} ms \
+         after, the cache {:.1} MiB (frag itself, usable; resident +{:.1} MiB); deepest stack captured: {} frames",
+        mib(after_release.saturating_sub(before)),
+        kept.usable_bytes as f64 / (1 << 20) as f64,
+        mib(kept_rss.saturating_sub(before)),
         report.sites.as_ref().map_or(0, |s| s.top.iter().map(|r| r.stack.len()).max().unwrap_or(0))
     );
     drop(held);

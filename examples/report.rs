@@ -92,8 +92,8 @@ fn main() {
         mib(after.process.rss_bytes),
     );
 
-    // Named last: the first symbolization reads the program's debug information and keeps it (tens of
-    // MiB), which would have shown in the figures above.
+    // Named last: symbolizing reads the program's debug information (tens of MiB, frag's own memory,
+    // released when done), which would have taken time from the figures above.
     if let Some(sites) = report.sites.as_mut() {
         sites.symbolize();
         println!("\nthe sites holding the most bytes under load, named (two frames each):");

@@ -63,7 +63,7 @@ pub struct GoQuery {
     /// `debug=1`: Go's legacy text format instead of a gzip-compressed `profile.proto`.
     pub debug: bool,
     /// `symbolize=1` or `0`: names in the profile, read from the loaded objects' debug information
-    /// in process (27–34 MiB kept for it, `docs/PERFORMANCE.md`). By default a protobuf profile is
+    /// in process (27–34 MiB while it reads, `docs/PERFORMANCE.md`). By default a protobuf profile is
     /// unsymbolized (addresses, mappings and build IDs, for the profiler to symbolize) and the text
     /// is symbolized.
     pub symbolize: Option<bool>,

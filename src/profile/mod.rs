@@ -35,9 +35,9 @@ use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 /// The live heap as a gzip-compressed pprof profile, symbolized in process.
 ///
 /// Serve it as `GET /debug/pprof/heap` (the Go convention) and read it with
-/// `go tool pprof -top http://host/debug/pprof/heap`. The first call reads the debug information of
-/// the loaded objects and keeps it (its cost is in `docs/PERFORMANCE.md`); use
-/// [`heap_pprof_unsymbolized`] to avoid that and symbolize elsewhere.
+/// `go tool pprof -top http://host/debug/pprof/heap`. Reads the debug information of the loaded
+/// objects (its cost is in `docs/PERFORMANCE.md`; see [`keep_symbol_cache`](crate::keep_symbol_cache));
+/// use [`heap_pprof_unsymbolized`] to avoid that and symbolize elsewhere.
 ///
 /// # Example
 ///

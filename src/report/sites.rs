@@ -53,10 +53,13 @@ pub struct Sites {
 
 impl Sites {
     /// Names the leaf frames of every row, from the binary's own debug information (the `backtrace`
-    /// crate). `report()` does not do this itself: the first call reads and keeps the debug
-    /// information of the program (its cost is in `docs/PERFORMANCE.md`), which a report published every few
-    /// seconds should not impose. Does nothing in a process forked while another thread was
-    /// symbolizing (the symbolizer's lock may be held forever there).
+    /// crate), inlined functions included where the binary has line tables. `report()` does not do
+    /// this itself: it reads the debug information of the program (its cost is in
+    /// `docs/PERFORMANCE.md`), which a report published every few seconds should not impose. That
+    /// memory is frag's own ([`FragItself`](crate::FragItself)), released when done unless
+    /// [`keep_symbol_cache`](crate::keep_symbol_cache) keeps it; the names written here are the
+    /// program's, as the rest of the report is. Does nothing in a process forked while another
+    /// thread was symbolizing (the symbolizer's lock may be held forever there).
     ///
     /// # Example
     ///

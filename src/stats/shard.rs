@@ -284,17 +284,18 @@ impl Writer for Anyone {
     /// live figure exact directly.
     #[inline]
     fn bytes(row: &ClassCounters, entering: bool, size: u64) {
-        shared_add(if entering { &row.req_in } else { &row.req_out }, size);
+        Frag::bytes(row, entering, size);
         live::flush(if entering { size as i64 } else { (size as i64).wrapping_neg() });
     }
 }
 
+/// As [`Anyone`], without the process-wide live figure.
 impl Writer for Frag {
     const SHARED: bool = true;
 
     #[inline]
     fn add(counter: &AtomicU64, v: u64) {
-        shared_add(counter, v);
+        Anyone::add(counter, v);
     }
 
     #[inline]

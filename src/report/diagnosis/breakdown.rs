@@ -6,7 +6,7 @@
 //!
 //! | bucket | jemalloc | glibc | mimalloc | snmalloc; others with a probe's figures |
 //! |---|---|---|---|---|
-//! | live, rounding | tracked | tracked | tracked | tracked |
+//! | live, rounding, frag | tracked | tracked | tracked | tracked |
 //! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split; the probe's `active` − tracked usable |
 //! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split; the probe's `dirty` |
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
@@ -236,6 +236,18 @@ mod tests {
         assert_eq!(b.unexplained_bytes, 5);
         assert_eq!(sum(&b), 200);
         assert!(b.not_split.is_empty());
+    }
+
+    /// frag's own blocks are a bucket of their own, taken from the holes they would otherwise be
+    /// (the allocator's `active` holds them), never from the program's live bytes.
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn frags_own_blocks_are_their_own_bucket() {
+        let a = jemalloc();
+        let b = split(200, None, Some(Backend::Jemalloc), &tracked(90, 100), 15, Some(&a));
+        assert_eq!((b.live_bytes, b.rounding_bytes, b.frag_bytes, b.holes_bytes), (90, 10, 15, 5));
+        assert_eq!(b.source(Part::Frag), Source::Measured);
+        assert_eq!(sum(&b), 200);
     }
 
     /// jemalloc counting 30 bytes above the anonymous RSS: not resident, taken from its dirty pages.
