@@ -160,24 +160,36 @@ pub(crate) fn env_status() -> Option<EnvStatus> {
 // chosen (before the first block exists), so every block is freed or reallocated by the allocator that
 // handed it out; each backend's guarantees carry over unchanged.
 unsafe impl GlobalAlloc for Select {
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc`.
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
         with_backend!(self.backend(), A => unsafe { A::VALUE.alloc(layout) })
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc_zeroed`.
     #[inline(always)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
         with_backend!(self.backend(), A => unsafe { A::VALUE.alloc_zeroed(layout) })
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::dealloc`.
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.
         with_backend!(self.backend(), A => unsafe { A::VALUE.dealloc(ptr, layout) })
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::realloc`.
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same (fixed) backend with `layout`.

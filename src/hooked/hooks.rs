@@ -90,6 +90,10 @@ fn catch_up(s: &Shard) {
 /// jemalloc's stack for the allocation it is sampling: `frag`'s walk from the unwind tables, leaf
 /// first, into `vec` (room for `max` frames). jemalloc's own frames lead it; symbolization trims
 /// them (`sites::symbols`).
+///
+/// # Safety
+///
+/// Called by jemalloc's profiler (`prof_backtrace_hook_t`): `vec` has room for `max` frames and `len` is writable.
 #[inline(never)]
 unsafe extern "C" fn backtrace(vec: *mut *mut c_void, len: *mut c_uint, max: c_uint) {
     let mut frames = [0usize; sites::unwind::MAX_FRAMES];
@@ -122,6 +126,10 @@ fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
 }
 
 /// A block jemalloc sampled: `size` bytes requested, `usable` given, its stack in `bt`.
+///
+/// # Safety
+///
+/// Called by jemalloc's profiler (`prof_sample_hook_t`) for the block at `ptr` it just sampled: `bt` holds `bt_len` frames.
 unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_void, bt_len: c_uint, usable: usize) {
     let Some(weight) = clock::weight(usable as u64, sampler::mean()) else { return };
     let mut frames = [0usize; sites::unwind::MAX_FRAMES];
@@ -157,6 +165,10 @@ fn settle(e: &SampledBlock, ptr: *const c_void) {
 }
 
 /// A sampled block is being freed (or was reallocated away).
+///
+/// # Safety
+///
+/// Called by jemalloc's profiler (`prof_sample_free_hook_t`) as the sampled block at `ptr` is freed.
 unsafe extern "C" fn free(ptr: *const c_void, _usable: usize) {
     let address = ptr as usize;
     if REPLACED.try_with(|r| r.replace(0) == address).unwrap_or(false) {

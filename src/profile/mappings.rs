@@ -29,6 +29,9 @@ pub(crate) fn executable() -> Vec<Mapping> {
     out
 }
 
+/// # Safety
+///
+/// A `dl_iterate_phdr` callback: `info` points to a valid `dl_phdr_info` for the call, and `data` to the `Vec` the caller passed.
 unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {
     // SAFETY: the loader passes a valid description for the duration of the call, and `data` is the
     // vector `executable` passed.

@@ -256,6 +256,9 @@ mod exit_hook {
     const OFFSET: usize = 3;
     static KEY: AtomicUsize = AtomicUsize::new(UNINIT);
 
+    /// # Safety
+    ///
+    /// Called by the C library at thread exit with the value stored under `KEY`: null, or a `&'static Shard` stored by `install`.
     unsafe extern "C" fn on_exit(value: *mut libc::c_void) {
         if !value.is_null() {
             // SAFETY: the only non-null value ever stored under KEY is a `&'static Shard` (see

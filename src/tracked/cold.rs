@@ -103,6 +103,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// An allocation off the fast path.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
@@ -118,6 +122,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// [`Self::allocate_cold`] in shard `s`, written by `W`.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`; `s` is the calling thread's home, written as `W` says.
     #[inline(always)]
     unsafe fn allocate_in<W: Writer>(&self, s: &'static Shard, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
         let size = layout.size();
@@ -208,6 +216,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the
     /// layout it was allocated with), a thread without a shard, or a request the fast path does not
     /// take. Counted before the block goes back to the allocator.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::dealloc`: `ptr` came from this allocator with `layout` and is freed once.
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
@@ -280,6 +292,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// Inlined into its two callers (`reallocate_exact`, `reallocate_aligned`, each tier uses one),
     /// so that a reallocation has one frame of frag's, whatever the compiler does with tail calls:
     /// the stack starts above it (`sites::unwind`).
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here();
@@ -293,6 +309,9 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
     }
 
+    /// # Safety
+    ///
+    /// As [`Self::reallocate`]; `s` is the calling thread's home, written as `W` says.
     #[inline(always)]
     unsafe fn reallocate_in<W: Writer>(
         &self,

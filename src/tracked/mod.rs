@@ -229,6 +229,10 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
 
 impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// `alloc` or `alloc_zeroed`, forwarded.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
     #[inline(always)]
     unsafe fn inner_alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees about `layout`.
@@ -236,6 +240,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// The exact tier's allocation: its fast path, or the cold one. Inlined (see the module docs).
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
     #[inline(always)]
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
@@ -260,6 +268,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// The exact tier's free: its fast path, or the cold one. Inlined, like [`Self::allocate_exact`].
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::dealloc`: `ptr` came from this allocator with `layout` and is freed once.
     #[inline(always)]
     unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
         let backend = backend::backend_of_value(&self.inner);
@@ -282,6 +294,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
 
     /// The exact tier's reallocation: its fast path, or the cold one. Out of line (reallocations are
     /// rare enough that a call costs less than the code in every call site).
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(never)]
     unsafe fn reallocate_exact(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
@@ -315,6 +331,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// The sampled tier's reallocation of a pointer that may carry a mark, or whose clock ran out: as
     /// the inline path when the block is not sampled after all and the clock does not run out, else
     /// the cold path. Out of line, like [`Self::deallocate_aligned`].
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(never)]
     unsafe fn reallocate_aligned(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if !sampler::maybe_sampled_marked(ptr, layout) && pool::current().hot.clock.take(new_size) {
@@ -330,6 +350,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// page bucket's counters (`sampler::mark`), then the inner call, or the cold path when a sampled
     /// block may live there.
     /// Out of line, so that call sites hold only the pointer test.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::dealloc`: `ptr` came from this allocator with `layout` and is freed once.
     #[inline(never)]
     unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
         if !sampler::maybe_sampled_marked(ptr, layout) {
@@ -342,6 +366,10 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     }
 
     /// Both allocation entry points, inlined into every call site as the bare allocator's shim is.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
     #[inline(always)]
     unsafe fn allocate(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         if T::EXACT {
@@ -362,18 +390,27 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
 // unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
 // memory handed out.
 unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc`.
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.allocate(layout, false) }
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc_zeroed`.
     #[inline(always)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's guarantees, passed on.
         unsafe { self.allocate(layout, true) }
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::dealloc`.
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if T::EXACT {
@@ -389,6 +426,9 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
         unsafe { self.deallocate_aligned(ptr, layout) }
     }
 
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::realloc`.
     #[inline(always)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if T::EXACT {

@@ -233,6 +233,9 @@ mod tables {
             super::recent::prefetch(addr);
         }
 
+        /// # Safety
+        ///
+        /// As [`Stack::read_checked`]: `addr` is an aligned word in `bounds()`.
         #[inline(always)]
         unsafe fn read_checked(&self, addr: usize) -> usize {
             // SAFETY: the caller's guarantee puts the aligned word in `[lo, hi)`: between the stack

@@ -321,6 +321,9 @@ struct Listing {
 /// The loader's counts of loads and unloads (glibc's `dlpi_adds`, `dlpi_subs`), read from the first
 /// module listed; allocation-free.
 fn counts() -> Option<(u64, u64)> {
+    /// # Safety
+    ///
+    /// A `dl_iterate_phdr` callback: `info` points to a valid `dl_phdr_info` for the call, and `data` to what the caller passed for it.
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
@@ -348,6 +351,9 @@ impl Found {
 
 /// The loaded modules with an `.eh_frame_hdr`, and the loader's counts of loads and unloads.
 fn loaded() -> Listing {
+    /// # Safety
+    ///
+    /// A `dl_iterate_phdr` callback: `info` points to a valid `dl_phdr_info` for the call, and `data` to what the caller passed for it.
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,

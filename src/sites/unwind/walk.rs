@@ -130,6 +130,9 @@ mod tests {
         fn bounds(&self) -> (usize, usize) {
             (self.base, self.base + self.words.len() * 8)
         }
+        /// # Safety
+        ///
+        /// None needed: the words are a `Vec` (the trait's contract is kept anyway).
         unsafe fn read_checked(&self, addr: usize) -> usize {
             assert!(addr >= self.base && addr % 8 == 0, "read at {addr:#x} below the stack");
             self.words[(addr - self.base) / 8]
