@@ -285,7 +285,7 @@ mod tests {
                     truth_blocks += 1;
                     truth_bytes += size as u64;
                 }
-                if clock.take(size) {
+                if clock.count_down(size) {
                     continue;
                 }
                 let event = clock.charge(size, mean, false);
@@ -354,7 +354,7 @@ mod tests {
                 // 2^(16 u), u uniform in [0, 1): 1 B to 64 KiB, log-uniform.
                 let u = (x >> 11) as f64 / (1u64 << 53) as f64;
                 let size = libm::exp2(16.0 * u) as usize;
-                if clock.take(size) {
+                if clock.count_down(size) {
                     continue;
                 }
                 if let Some(w) = clock.charge(size, mean, false).and_then(|e| e.weight) {

@@ -118,7 +118,7 @@ fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
         Home::Owned(s) => {
             s.count_weighted::<Owner>(entering, class, size, usable, e.weight, random);
             catch_up(s);
-            publish_if_due(s, s.hot.clock.freed((e.weight * size as f64) as u64));
+            publish_if_due(s, s.hot.clock.moved((e.weight * size as f64) as u64));
         }
         Home::Overflow(s) => s.count_weighted::<Anyone>(entering, class, size, usable, e.weight, random),
         Home::Frag(s) => s.count_weighted::<Frag>(entering, class, size, usable, e.weight, random),
@@ -140,7 +140,7 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
     }
     let address = ptr.cast_mut().cast::<u8>();
     // Reallocated in place: the old block's entry is still here, and jemalloc reports its free next.
-    if let Some(old) = sampler::take_reported(address) {
+    if let Some(old) = sampler::remove_reported(address) {
         settle(&old, ptr);
         let _ = REPLACED.try_with(|r| r.set(address as usize));
     }
@@ -174,7 +174,7 @@ unsafe extern "C" fn free(ptr: *const c_void, _usable: usize) {
     if REPLACED.try_with(|r| r.replace(0) == address).unwrap_or(false) {
         return;
     }
-    if let Some(e) = sampler::take_reported(address as *mut u8) {
+    if let Some(e) = sampler::remove_reported(address as *mut u8) {
         settle(&e, ptr);
     }
 }

@@ -89,7 +89,7 @@ fn report_now() -> Report {
     if guard.is_some() {
         unwind::refresh();
     }
-    let snap = snapshot::take();
+    let snap = snapshot::read();
     let mut warnings = Vec::new();
     let reg = registered();
     if reg.is_none() {

@@ -202,7 +202,7 @@ mod tests {
                 let size = 16 + (i * 37) % 1009;
                 let cross = uniform() < 0.3;
                 truth_cross += usize::from(cross);
-                if clock.take(size) {
+                if clock.count_down(size) {
                     continue;
                 }
                 if let Some(w) = clock.charge(size, mean, false).and_then(|e| e.weight) {

@@ -314,9 +314,9 @@ pub(crate) fn peek(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     if maybe_sampled(ptr, layout) { TABLE.get(ptr) } else { None }
 }
 
-/// Takes the entry of the block at `ptr` (requested with `layout`) out of the side table, if it was
+/// Removes the entry of the block at `ptr` (requested with `layout`) out of the side table, if it was
 /// sampled, before the block goes back to the allocator. Owner only.
-pub(crate) fn take(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
+pub(crate) fn remove(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     let e = if maybe_sampled(ptr, layout) { TABLE.remove(ptr) } else { None };
     if e.is_some() {
         mark::forgotten(ptr);
@@ -349,9 +349,9 @@ pub(crate) fn keep_reported(ptr: *mut u8, entry: SampledBlock) -> bool {
     TABLE.insert(ptr, entry)
 }
 
-/// Takes the entry of a block [`keep_reported`] put in the side table, if it is there. Owner only.
+/// Removes the entry of a block [`keep_reported`] put in the side table, if it is there. Owner only.
 #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
-pub(crate) fn take_reported(ptr: *mut u8) -> Option<SampledBlock> {
+pub(crate) fn remove_reported(ptr: *mut u8) -> Option<SampledBlock> {
     TABLE.remove(ptr)
 }
 

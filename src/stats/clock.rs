@@ -72,7 +72,7 @@ impl Clock {
     /// `false` (and nothing written) when that would end the interval: the caller takes the cold
     /// path, which calls [`Clock::event`]. One load, a subtraction, a test, one store.
     #[inline(always)]
-    pub(crate) fn take(&self, size: usize) -> bool {
+    pub(crate) fn count_down(&self, size: usize) -> bool {
         let left = self.left.load(Ordering::Relaxed).wrapping_sub(size as i64);
         if left <= 0 {
             return false;
@@ -133,7 +133,7 @@ impl Clock {
 
     /// The owner freed about `bytes` (a sampled free's weighted bytes): they count towards its next
     /// publication of live bytes. Returns the bytes moved since the last one. Owner only.
-    pub(crate) fn freed(&self, bytes: u64) -> u64 {
+    pub(crate) fn moved(&self, bytes: u64) -> u64 {
         let moved = self.unpublished.load(Ordering::Relaxed).saturating_add(bytes);
         self.unpublished.store(moved, Ordering::Relaxed);
         moved
@@ -247,7 +247,7 @@ mod tests {
                 total += size as u64;
                 blocks += 1.0;
                 bytes += size as f64;
-                if !c.take(size) {
+                if !c.count_down(size) {
                     if let Some(Event { weight: Some(w), .. }) = c.charge(size, mean, false) {
                         est_blocks += w;
                         est_bytes += w * size as f64;
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn an_unstarted_clock_sends_every_allocation_to_the_cold_path() {
         let c = Clock::new();
-        assert!(!c.take(1));
+        assert!(!c.count_down(1));
         assert_eq!(c.allocated(), 0);
     }
 

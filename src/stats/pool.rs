@@ -12,7 +12,7 @@
 //! (late thread-teardown code) are counted in the shared overflow shard with atomic adds. There is no
 //! thread limit that can fail: past [`POOL_SIZE`] live threads, attribution degrades, counts don't.
 
-use crate::stats::registry::{Claimable, Registry, TAKING};
+use crate::stats::registry::{Claimable, Registry, SETTING_UP};
 pub(crate) use crate::stats::registry::{LIVE, RELEASED};
 use crate::stats::shard::Shard;
 use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, FRAG_WORK, NO_SLOT, UNCLAIMED};
@@ -29,7 +29,7 @@ static OVERFLOW: Shard = Shard::new();
 static FRAG: Shard = Shard::new();
 /// The shard the fast path sees on a thread without one of its own: its clock is never started and
 /// nothing ever writes to it, so every allocation there takes the cold path (see
-/// `stats::clock::Clock::take`), and so does every free that would count in it (`is_parked`).
+/// `stats::clock::Clock::count_down`), and so does every free that would count in it (`is_parked`).
 pub(crate) static PARKED: Shard = Shard::new();
 /// Mixed into every clock's seed, so that processes draw independent samples: from `getrandom`,
 /// once, at the first claim.
@@ -167,7 +167,7 @@ pub(crate) fn slow(register: impl FnOnce(), mean: fn() -> u64) -> &'static Shard
     }
     thread::set_slot(CLAIMING);
     register();
-    match POOL.take() {
+    match POOL.claim() {
         Some(shard) => {
             let base = shard.totals();
             shard.set_base(base);
@@ -319,7 +319,7 @@ fn after_fork_in_child() {
                 shard.publish_all();
                 POOL.release(shard);
             }
-            TAKING => {
+            SETTING_UP => {
                 shard.set_base(shard.totals());
                 POOL.release(shard);
             }

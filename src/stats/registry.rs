@@ -1,7 +1,7 @@
 //! The claim / release / recycle protocol of the shard pool, on its own and generic over what a slot
 //! holds, so that `tests/loom` can model-check it on two tiny slots.
 //!
-//! A slot is never used (state 0), `TAKING` (one thread is setting it up), `LIVE` (owned by a running
+//! A slot is never used (state 0), `SETTING_UP` (one thread is setting it up), `LIVE` (owned by a running
 //! thread) or `RELEASED` (its thread exited; its counters stay for the reports). A thread takes a
 //! released slot first (keeps resident memory compact), else raises the high-water mark; both go
 //! through a compare-and-swap, so no two threads ever hold one slot. Release and acquire pair up so
@@ -12,7 +12,7 @@ use crate::sync::{AtomicU8, AtomicUsize, Ordering, atomics_ctor};
 /// Slot states; a never-used slot is in state 0.
 pub(crate) const LIVE: u8 = 1;
 pub(crate) const RELEASED: u8 = 2;
-pub(crate) const TAKING: u8 = 3;
+pub(crate) const SETTING_UP: u8 = 3;
 
 /// What the registry needs of a slot: its state word.
 pub(crate) trait Claimable {
@@ -35,9 +35,9 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
         }
     }
 
-    /// Finds a slot and marks it `TAKING`: a released one first, else a never-used one. `None` when
+    /// Finds a slot and marks it `SETTING_UP`: a released one first, else a never-used one. `None` when
     /// every slot is held. The caller sets the slot up and then calls [`Self::publish`].
-    pub(crate) fn take(&self) -> Option<&T> {
+    pub(crate) fn claim(&self) -> Option<&T> {
         if let Some(s) = self.reuse_released() {
             return Some(s);
         }
@@ -46,7 +46,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
             match self.high_water.compare_exchange_weak(hw, hw + 1, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
                     let slot = self.slots.get(hw)?;
-                    slot.state().store(TAKING, Ordering::Relaxed);
+                    slot.state().store(SETTING_UP, Ordering::Relaxed);
                     return Some(slot);
                 }
                 Err(now) => hw = now,
@@ -63,7 +63,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
         self.used().iter().find(|s| {
             // Acquire pairs with the Release in `release`: the previous owner's last counter stores
             // are visible before the new owner reads them as its base.
-            let won = s.state().compare_exchange(RELEASED, TAKING, Ordering::Acquire, Ordering::Relaxed).is_ok();
+            let won = s.state().compare_exchange(RELEASED, SETTING_UP, Ordering::Acquire, Ordering::Relaxed).is_ok();
             if won {
                 self.released.fetch_sub(1, Ordering::Relaxed);
             }
@@ -71,13 +71,13 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
         })
     }
 
-    /// Marks a slot taken with [`Self::take`] as live; readers that acquire its state see how it was
+    /// Marks a slot taken with [`Self::claim`] as live; readers that acquire its state see how it was
     /// set up.
     pub(crate) fn publish(&self, slot: &T) {
         slot.state().store(LIVE, Ordering::Release);
     }
 
-    /// Gives a live (or `TAKING`) slot back. The caller must not write to it afterwards.
+    /// Gives a live (or `SETTING_UP`) slot back. The caller must not write to it afterwards.
     pub(crate) fn release(&self, slot: &T) {
         slot.state().store(RELEASED, Ordering::Release);
         self.released.fetch_add(1, Ordering::Relaxed);

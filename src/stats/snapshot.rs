@@ -104,7 +104,7 @@ pub(crate) fn add_classes(into: &mut [ClassSums; NUM_CLASSES], shard: &Shard) {
 
 /// Reads all shards. O(slots × classes); consistent per counter, not across counters while other
 /// threads allocate (live figures are clamped at zero).
-pub(crate) fn take() -> Snapshot {
+pub(crate) fn read() -> Snapshot {
     let slots = pool::used_slots();
     let mut classes = [ClassSums::default(); NUM_CLASSES];
     let mut owners = Vec::with_capacity(slots.len());

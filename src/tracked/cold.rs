@@ -223,7 +223,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
-        let sampled = sampler::take(ptr, layout);
+        let sampled = sampler::remove(ptr, layout);
         let (base, real) = real(ptr, layout, sampled.as_ref());
         let usable = self.usable(base, layout, real);
         let weight = sampled.map(|e| e.weight);
@@ -236,7 +236,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     // Sampled frees move the thread towards publishing its live figure too, so that a
                     // thread that only frees (no allocations, no clock events) still does.
                     if let Some(w) = weight {
-                        publish_if_due(s, s.hot.clock.freed((w * size as f64) as u64));
+                        publish_if_due(s, s.hot.clock.moved((w * size as f64) as u64));
                     }
                 }
                 Home::Overflow(s) => count::<Anyone, T>(s, false, size, usable, sampled.as_ref()),
@@ -289,7 +289,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// move is made by hand (allocate, copy, free), so that each block keeps the layout it was
     /// allocated with.
     ///
-    /// Inlined into its two callers (`reallocate_exact`, `reallocate_aligned`, each tier uses one),
+    /// Inlined into its two callers (`reallocate_exact`, `reallocate_maybe_marked`, each tier uses one),
     /// so that a reallocation has one frame of frag's, whatever the compiler does with tail calls:
     /// the stack starts above it (`sites::unwind`).
     ///
@@ -336,7 +336,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         } else {
             // Before the old block can go back to the allocator (its address may be reused at once).
             if old.is_some() {
-                sampler::take(ptr, layout);
+                sampler::remove(ptr, layout);
             }
             // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
             let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -409,7 +409,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
         let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
-            sampler::take(ptr, layout);
+            sampler::remove(ptr, layout);
             sample::departed(&pool::calling_thread(), &e);
             // SAFETY: the old block's twin, allocated with its layout, goes with it.
             unsafe { self.free_twin(e.twin, layout) };

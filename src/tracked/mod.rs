@@ -18,13 +18,13 @@
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
-//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), and the inner call;
+//!   request's size (`Clock::count_down`: a load, a subtraction, a test, a store), and the inner call;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
 //!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
-//!   `deallocate_aligned` instead, which tests its request's own mark and reads its page bucket's
+//!   `deallocate_maybe_marked` instead, which tests its request's own mark and reads its page bucket's
 //!   counters (`sampler::maybe_sampled`) before the inner call;
 //! - `realloc`: the same pointer test for the old block and the countdown for the new size (out of
-//!   line in `reallocate_aligned` for a pointer 0 or 8 past a boundary, as for `dealloc`).
+//!   line in `reallocate_maybe_marked` for a pointer 0 or 8 past a boundary, as for `dealloc`).
 //!
 //! These are inlined into every call site (the `GlobalAlloc` methods are `#[inline(always)]`), as the
 //! bare allocator's own shim is.
@@ -32,7 +32,7 @@
 //! **The fast path of the exact tier** ([`Exact`]), taken by a plain request (default alignment, at
 //! most 32 KiB: `usable::fast`) on a thread with its own shard:
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
-//!   request's size (`Clock::take`: a load, a subtraction, a test, a store), the inner call, a null
+//!   request's size (`Clock::count_down`: a load, a subtraction, a test, a store), the inner call, a null
 //!   test, then the size class (one table load) and a count and a byte total added to that class's
 //!   one cache line (plain load + store, no atomic read-modify-write); for backends whose usable size
 //!   is not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too.
@@ -248,7 +248,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
         if let Some(rule) = usable::fast(backend, self.probe, layout) {
-            if pool::current().hot.clock.take(layout.size()) {
+            if pool::current().hot.clock.count_down(layout.size()) {
                 let probe = rule.probe(self.probe);
                 // SAFETY: the caller's guarantees, passed on.
                 let ptr = unsafe { self.inner_alloc(layout, zeroed) };
@@ -308,7 +308,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             if let (Some(old_rule), Some(new_rule)) =
                 (usable::fast(backend, self.probe, layout), usable::fast(backend, self.probe, new_layout))
             {
-                if pool::current().hot.clock.take(new_size) {
+                if pool::current().hot.clock.count_down(new_size) {
                     // Read before the call: the old block is gone after it.
                     let old_usable = old_rule.resolve(backend, old_rule.probe(self.probe), ptr, layout.size());
                     let probe = new_rule.probe(self.probe);
@@ -330,14 +330,14 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
 
     /// The sampled tier's reallocation of a pointer that may carry a mark, or whose clock ran out: as
     /// the inline path when the block is not sampled after all and the clock does not run out, else
-    /// the cold path. Out of line, like [`Self::deallocate_aligned`].
+    /// the cold path. Out of line, like [`Self::deallocate_maybe_marked`].
     ///
     /// # Safety
     ///
     /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(never)]
-    unsafe fn reallocate_aligned(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !sampler::maybe_sampled_marked(ptr, layout) && pool::current().hot.clock.take(new_size) {
+    unsafe fn reallocate_maybe_marked(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !sampler::maybe_sampled_marked(ptr, layout) && pool::current().hot.clock.count_down(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -355,7 +355,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     ///
     /// As `GlobalAlloc::dealloc`: `ptr` came from this allocator with `layout` and is freed once.
     #[inline(never)]
-    unsafe fn deallocate_aligned(&self, ptr: *mut u8, layout: Layout) {
+    unsafe fn deallocate_maybe_marked(&self, ptr: *mut u8, layout: Layout) {
         if !sampler::maybe_sampled_marked(ptr, layout) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
@@ -376,7 +376,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.allocate_exact(layout, zeroed) };
         }
-        if pool::current().hot.clock.take(layout.size()) {
+        if pool::current().hot.clock.count_down(layout.size()) {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.inner_alloc(layout, zeroed) };
         }
@@ -423,7 +423,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.deallocate_aligned(ptr, layout) }
+        unsafe { self.deallocate_maybe_marked(ptr, layout) }
     }
 
     /// # Safety
@@ -435,12 +435,12 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.reallocate_exact(ptr, layout, new_size) };
         }
-        if !sampler::may_carry_a_mark(ptr) && pool::current().hot.clock.take(new_size) {
+        if !sampler::may_carry_a_mark(ptr) && pool::current().hot.clock.count_down(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.reallocate_aligned(ptr, layout, new_size) }
+        unsafe { self.reallocate_maybe_marked(ptr, layout, new_size) }
     }
 }

@@ -36,7 +36,7 @@ unsafe impl Sync for Slot {}
 
 /// What a thread does in its life: claim a slot (or find none), count, exit.
 fn thread_life<const N: usize>(registry: &Registry<Slot, N>, no_slot: &AtomicUsize) {
-    match registry.take() {
+    match registry.claim() {
         Some(slot) => {
             // Setting up: read the previous owner's figures as a base (a plain read).
             // SAFETY: this thread owns the slot (the property under test; loom checks it).
