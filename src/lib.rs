@@ -96,6 +96,8 @@
 //! | `serde`    | yes     | `Serialize` for [`Report`] and [`Report::to_json`] |
 //! | `mimalloc` | no      | mimalloc usable sizes and commit figures |
 //! | `snmalloc` | no      | snmalloc usable sizes and reserved address space |
+//! | `http`     | yes     | `profile::http::handle`: Go's `/debug/pprof/*` endpoints on the `http` crate's types |
+//! | `jemalloc-prof` | no | jemalloc built with its profiler: `sample_in_jemalloc`'s samples, `prof(true)` in `jemalloc_conf!` |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -7,7 +7,7 @@
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 
 pub(crate) use core::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 /// Adds `v` to a counter that only the calling thread ever writes.

@@ -16,7 +16,7 @@
 //! allocation, and a `mallctl` there would re-enter it. There threads help at `idle` only.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 
 use super::interface::KnownAllocator;
 use super::list::{Backend, with_backend};

@@ -1,7 +1,8 @@
 //! Allocation sites: which code allocates the blocks that stay resident, cross threads or live long.
 //!
-//! Every block the sampler picks (`sampler`) walks its stack through the frame-pointer chain
-//! (`unwind`) and interns it in a fixed table of sites (`table`); the site goes into the block's
+//! Every block the sampler picks (`sampler`) walks its stack (`unwind`: the unwind tables built from
+//! each module's `.eh_frame`, or the frame-pointer chain in a build that keeps frame pointers) and
+//! interns it in a fixed table of sites (`table`); the site goes into the block's
 //! side-table entry, and its free (on which thread, after how long) is credited to the site. Nothing
 //! here allocates or locks on the allocation path.
 //!
@@ -36,7 +37,7 @@ pub const fn unwinder() -> Unwinder {
 
 /// Whether this build captures stacks.
 #[deprecated(
-    since = "0.2.0",
+    since = "0.1.0",
     note = "stacks no longer need frame pointers: use `frag::unwinder() != frag::Unwinder::None`"
 )]
 #[must_use]

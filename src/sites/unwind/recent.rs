@@ -14,7 +14,7 @@
 //! that does not fit the packing (a CFA offset beyond ±32 KiB, a saved `rbp` more than ±1 KiB
 //! from the CFA or not 8-aligned there) is not cached. 0 is an empty slot: no packed rule is 0.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 
 use super::rows::{Bp, Cfa, Rule};
 
