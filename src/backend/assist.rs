@@ -15,8 +15,8 @@
 //! Not from jemalloc's own sample hook (`frag::sample_in_jemalloc`): that runs inside jemalloc's
 //! allocation, and a `mallctl` there would re-enter it. There threads help at `idle` only.
 
-use core::cell::Cell;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
+use core::cell::Cell;
 
 use super::interface::KnownAllocator;
 use super::list::{Backend, with_backend};

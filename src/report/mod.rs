@@ -17,8 +17,9 @@ pub(crate) use collect::pinned_by_site;
 pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
 pub use counters::{own_totals, size_classes, totals};
+pub use pins::PinMethod;
 pub use ratio::RatioInputs;
-pub use sites::{PinMethod, PinnedHoles, SiteRow, Sites};
+pub use sites::{PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};

@@ -1,5 +1,6 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
+use super::pins::PinMethod;
 use crate::estimate::bytes_interval;
 use crate::own;
 use crate::sampler::{self, Sampling};
@@ -129,27 +130,6 @@ pub struct PinnedHoles {
     pub unattributed_bytes: u64,
     /// How each site's blocks were matched to the slabs they pin.
     pub method: PinMethod,
-}
-
-/// How [`SiteRow::pinned_bytes`] matches blocks to slabs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum PinMethod {
-    /// Each live sampled block by its own slab, as the allocator reports its fullness (jemalloc's
-    /// `experimental.utilization.batch_query`): the block itself where it sits in its natural place
-    /// (the exact tier with [`Sampling::EveryBlock`] or a mean under 64 KiB), else its twin, a block
-    /// of its size allocated and freed with it in the place it would have had (requests up to
-    /// 4 KiB). Exact with every block sampled; otherwise each class's free space is shared by the
-    /// samples' estimated parts.
-    Slabs,
-    /// Each size class's free space shared among the sites by their estimated live blocks in the
-    /// class: no block's slab is known (another backend's, or blocks over 4 KiB).
-    ClassShares,
-    /// Both: blocks whose slab is known by it, and the others of their class at the class's mean
-    /// part, or by class where none is known.
-    Both,
 }
 
 /// One allocation site.

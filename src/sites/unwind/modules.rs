@@ -20,9 +20,9 @@
 //! a grace period). A walk is about a microsecond; a writer that has waited a second (a child forked
 //! while a walk was under way in another thread never drains) leaks the old set instead.
 
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::UnwindTables;
