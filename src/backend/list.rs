@@ -113,7 +113,7 @@ macro_rules! dispatch_arms {
         match $backend {
             $(
                 #[cfg($($cfg)*)]
-                $crate::backend::Backend::$variant => {
+                $crate::backend::list::Backend::$variant => {
                     #[allow(dead_code)]
                     type $alias = $ty;
                     $body
@@ -148,12 +148,6 @@ impl Backend {
     #[inline(always)]
     pub(crate) const fn code(self) -> u8 {
         self as u8
-    }
-
-    /// The largest request whose marked samples get a twin (`KnownAllocator::TWIN_MAX`).
-    #[inline(always)]
-    pub(crate) fn twin_max(self) -> usize {
-        with_backend!(self, A => <A as super::interface::KnownAllocator>::TWIN_MAX)
     }
 }
 

@@ -1,34 +1,40 @@
 //! The allocators this crate wraps: what each can tell us (usable sizes on the allocation path, its
 //! own statistics and heap split at report time) and what each lets us change (its knobs).
 //!
-//! Every known backend implements [`KnownAllocator`](interface::KnownAllocator) once, in its own file
-//! (`system/`, `jemalloc/`, `mimalloc/`, `snmalloc.rs`), and is named once, in `list.rs`, which
+//! Every known backend implements three traits once, in its own file (`system/`, `jemalloc/`,
+//! `mimalloc/`, `snmalloc.rs`): what the allocation path needs
+//! ([`KnownAllocator`](interface::KnownAllocator)), what the report asks
+//! ([`Introspect`](introspect::Introspect)) and what tuning changes
+//! ([`Knobs`](knob::actions::Knobs)); and is named once, in `list.rs`, which
 //! generates the [`Backend`] enum and the static dispatch to it (`with_backend!`). A user's allocator
 //! answers the same questions through a [`Probe`]. Backends know nothing of reports: the report, the
 //! diagnosis and `frag::tune` ask them.
 
 pub(crate) mod assist;
-mod classes;
+pub(crate) mod classes;
 pub(crate) mod interface;
+pub(crate) mod introspect;
 pub(crate) mod knob;
 pub(crate) mod list;
-mod probe;
+pub(crate) mod probe;
 pub(crate) mod registry;
+pub(crate) mod rule;
 pub(crate) mod select;
 pub(crate) mod split;
-mod stats;
+pub(crate) mod stats;
 pub(crate) mod usable;
+pub(crate) mod wrapped;
 
 // Each backend's module (`system`, `jemalloc`, ...), declared from the one list.
 list::backend_list!(declare_modules!());
 
 pub use classes::AllocatorClass;
 pub(crate) use classes::SlabUse;
+pub use introspect::UsableSource;
 pub use list::Backend;
 pub use probe::Probe;
-pub use registry::WrappedBackend;
 pub use stats::AllocatorStats;
-pub use usable::UsableSource;
+pub use wrapped::WrappedBackend;
 
 /// The known backend whose allocator type is `A` (`None`: a user's allocator). A compile-time
 /// constant after monomorphisation, which costs nothing on the allocation path; for

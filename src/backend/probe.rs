@@ -2,7 +2,7 @@
 
 use core::alloc::Layout;
 
-use super::AllocatorStats;
+use super::stats::AllocatorStats;
 
 /// Plugs a custom allocator's knowledge into the report.
 ///

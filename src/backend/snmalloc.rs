@@ -3,7 +3,9 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::{KnownAllocator, StatsError};
+use super::interface::KnownAllocator;
+use super::introspect::{Introspect, StatsError};
+use super::knob::actions::Knobs;
 use super::list::Backend;
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::class::{NUM_CLASSES, class_of};
@@ -53,8 +55,8 @@ fn stats() -> AllocatorStats {
 /// snmalloc has no run-time knobs: every tuning hook keeps its "unsupported" default.
 impl KnownAllocator for snmalloc_rs::SnMalloc {
     const BACKEND: Backend = Backend::Snmalloc;
+
     const VALUE: Self = snmalloc_rs::SnMalloc;
-    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
     fn fast(layout: Layout) -> Option<Rule> {
@@ -74,8 +76,15 @@ impl KnownAllocator for snmalloc_rs::SnMalloc {
     fn class_usable(class: usize) -> ClassUsable {
         class_usable(class).map_or(ClassUsable::Requested, ClassUsable::Uniform)
     }
+}
+
+impl Introspect for snmalloc_rs::SnMalloc {
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         Ok(Some(stats()))
     }
 }
+
+/// Nothing to release or delay: snmalloc returns memory on its own schedule.
+impl Knobs for snmalloc_rs::SnMalloc {}

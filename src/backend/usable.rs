@@ -1,4 +1,5 @@
-//! Usable sizes: what the backend really hands out for a request (its size class, not the request).
+//! Usable sizes: what the backend really hands out for a request (its size class, not the request),
+//! asked of the backend on the allocation path (the rules and their types: `rule`).
 //!
 //! Live usable bytes minus live requested bytes is internal fragmentation, counted per size class.
 //! Asking the backend on every allocation and every free would cost more than the whole rest of the
@@ -27,21 +28,7 @@ use core::alloc::Layout;
 use super::interface::KnownAllocator;
 use super::list::{Backend, with_backend};
 use super::probe::Probe;
-/// The largest request the fast path takes (`class::TABLE_MAX`, 32 KiB).
-pub(crate) use crate::stats::class::TABLE_MAX as SMALL_MAX;
-
-/// Alignment every backend gives by default (`max_align_t`).
-pub(crate) const MIN_ALIGN: usize = if cfg!(target_pointer_width = "64") { 16 } else { 8 };
-
-pub(crate) use crate::stats::shard::Usable;
-
-/// Whether a request takes the backend's plain size-class path: default alignment and at most
-/// `max` bytes.
-#[inline(always)]
-pub(crate) fn is_plain(layout: Layout, max: usize) -> bool {
-    layout.size() <= max && layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
-}
-
+pub(crate) use super::rule::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
 /// How to account for the usable size of the live block `ptr`, allocated with `layout` by `backend`
 /// (`None`: a user's allocator, with `probe` if it gave one). Called on the allocation path:
 /// allocation-free, lock-free, panic-free for every backend.
@@ -80,25 +67,6 @@ pub(crate) fn standing_in(
     }
 }
 
-/// How the allocation path accounts the usable size of a request on its fast path (see
-/// [`fast`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Rule {
-    /// Nothing recorded per block: the class's uniform usable size, or (for an allocator that says
-    /// nothing) the requested size, stands in at report time.
-    Uniform,
-    /// A usable size that follows from the request alone, on a backend where every block records
-    /// its usable size (see [`Usable::Recorded`]).
-    Recorded(usize),
-    /// A usable size only a known backend's block can tell: [`of`] with the block, while it is
-    /// live. Holds the request's alignment, so that the layout can be rebuilt from the size alone.
-    #[cfg_attr(not(any(feature = "mimalloc", feature = "snmalloc")), allow(dead_code))]
-    PerBlock(usize),
-    /// A usable size a user's [`Probe`] tells (the probe goes along with the rule where it is
-    /// needed), with the request's alignment.
-    Probe(usize),
-}
-
 /// The fast-path rule for `layout` on `backend` (see [`KnownAllocator::fast`]), or `None` when the
 /// request takes the cold path (over-aligned, or larger than `class::TABLE_MAX`, 32 KiB).
 ///
@@ -117,13 +85,6 @@ pub(crate) fn fast(backend: Option<Backend>, probe: Option<&'static dyn Probe>, 
 }
 
 impl Rule {
-    /// `probe` where this rule needs it, else `None`: for the other rules, a constant that keeps
-    /// nothing alive across the inner call.
-    #[inline(always)]
-    pub(crate) fn probe(self, probe: Option<&'static dyn Probe>) -> Option<&'static dyn Probe> {
-        if matches!(self, Self::Probe(_)) { probe } else { None }
-    }
-
     /// The usable size of the live block `ptr`, allocated with a request of `size` bytes that took
     /// this rule.
     ///
@@ -147,46 +108,5 @@ impl Rule {
                 of(backend, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) })
             }
         }
-    }
-}
-
-/// How a report's usable bytes were obtained ([`Report::usable_source`](crate::Report::usable_source)).
-///
-/// Prints, and serialises (feature `serde`), as a sentence saying how: `"exact: jemalloc nallocx, once
-/// per size class up to 32 KiB ..."`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum UsableSource {
-    /// From a known backend, as its [`description`](Self::description) says (exact on every backend
-    /// but a system allocator other than glibc, where usable bytes equal requested bytes).
-    Backend(Backend),
-    /// From the wrapped allocator's [`Probe::usable_size`], the requested size where it returns `None`.
-    Probe,
-    /// Not known: usable bytes equal requested bytes (an allocator without a probe).
-    Requested,
-}
-
-impl UsableSource {
-    /// How usable sizes are obtained, in words.
-    #[must_use]
-    pub fn description(self) -> &'static str {
-        match self {
-            Self::Backend(b) => with_backend!(b, A => A::USABLE_SOURCE),
-            Self::Probe => "the allocator's Probe::usable_size (requested size where it returns None)",
-            Self::Requested => "unknown allocator: usable bytes equal requested bytes",
-        }
-    }
-}
-
-impl core::fmt::Display for UsableSource {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.description())
-    }
-}
-
-#[cfg(feature = "serde")]
-impl serde::Serialize for UsableSource {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.description())
     }
 }

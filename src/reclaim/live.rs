@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::engine::Heap;
 use super::pressure::Exhausted;
 use crate::backend::Backend;
-use crate::backend::interface::KnownAllocator;
+use crate::backend::knob::actions::Knobs;
 use crate::backend::knob::{Decay, Method, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;

@@ -18,7 +18,7 @@
 use core::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-use crate::backend::interface::KnownAllocator;
+use crate::backend::knob::actions::Knobs;
 use crate::backend::knob::{ThreadMethod, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;

@@ -4,7 +4,7 @@ use core::fmt;
 
 use super::{Origin, Sites};
 use crate::backend::Backend;
-use crate::backend::interface::StatsError;
+use crate::backend::introspect::StatsError;
 use crate::backend::registry::registered;
 use crate::backend::select::{self, EnvStatus, SELECT_ENV};
 use crate::format::Bytes;

@@ -43,8 +43,9 @@ pub use crate::backend::system::knobs as glibc;
 pub(crate) use traps::checked;
 pub use traps::{EnvReader, Trap, check};
 
-use crate::backend::interface::KnownAllocator;
+use crate::backend::introspect::Introspect;
 use crate::backend::knob::DECAY_EXPECTED;
+use crate::backend::knob::actions::Knobs;
 use crate::backend::list::with_backend;
 use crate::backend::registry::{Registration, registered};
 

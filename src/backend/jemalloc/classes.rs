@@ -7,7 +7,7 @@ use tikv_jemalloc_ctl::raw;
 
 use super::all_arenas;
 use crate::backend::AllocatorClass;
-use crate::backend::interface::StatsError;
+use crate::backend::introspect::StatsError;
 
 /// A `mallctl` name turned into a MIB once, whose component `at` (a class index) varies.
 struct Indexed {

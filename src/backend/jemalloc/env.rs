@@ -4,7 +4,7 @@
 use super::knobs::{JemallocConfig, conf_env_var, effective};
 use crate::backend::Backend;
 use crate::backend::knob::{EnvReader, Trap};
-use crate::backend::registry::WrappedBackend;
+use crate::backend::wrapped::WrappedBackend;
 
 /// The traps in jemalloc's options variable `name` (set to `value`); `None` for a variable jemalloc
 /// does not read.

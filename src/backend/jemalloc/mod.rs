@@ -6,7 +6,9 @@ use core::alloc::Layout;
 use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
-use super::interface::{KnownAllocator, Remedy, StatsError};
+use super::interface::KnownAllocator;
+use super::introspect::{Introspect, Remedy, StatsError};
+use super::knob::actions::Knobs;
 use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
@@ -95,10 +97,10 @@ fn stats() -> Result<AllocatorStats, StatsError> {
 
 impl KnownAllocator for tikv_jemallocator::Jemalloc {
     const BACKEND: Backend = Backend::Jemalloc;
+
     const VALUE: Self = tikv_jemallocator::Jemalloc;
-    const RECLAIMS: bool = true;
+
     const TWIN_MAX: usize = 4096;
-    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
     fn fast(layout: Layout) -> Option<Rule> {
@@ -114,6 +116,28 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
         let largest = crate::stats::class::upper_bound(class).filter(|&l| l <= UNIFORM_MAX);
         largest.map_or(ClassUsable::Requested, |l| ClassUsable::Uniform(class_usable(l) as u64))
     }
+
+    /// `thread.tcache.flush`: the thread's cached blocks back in their arena, where the reclaimer's
+    /// purge reaches the pages they free. Not `thread.idle`, which also purges the arena on the
+    /// allocating thread (12 ms per call measured under the limit tests' load, where the flush takes
+    /// tens of microseconds). Called between allocations, never inside one; a raw `mallctl`, so that
+    /// no error is built.
+    fn assist() -> bool {
+        // SAFETY: `thread.tcache.flush` takes and returns nothing; the name is NUL-terminated.
+        unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"thread.tcache.flush".as_ptr(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            ) == 0
+        }
+    }
+}
+
+impl Introspect for tikv_jemallocator::Jemalloc {
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         stats().map(Some)
@@ -166,6 +190,18 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
         }
     }
 
+    fn effective_config() -> String {
+        knobs::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
+    }
+
+    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
+        env::env_traps(name, value)
+    }
+}
+
+impl Knobs for tikv_jemallocator::Jemalloc {
+    const RECLAIMS: bool = true;
+
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::release_free_memory()
     }
@@ -182,24 +218,6 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
         knobs::set_decay(knobs::DecayKind::Dirty, decay).map(drop)
     }
 
-    /// `thread.tcache.flush`: the thread's cached blocks back in their arena, where the reclaimer's
-    /// purge reaches the pages they free. Not `thread.idle`, which also purges the arena on the
-    /// allocating thread (12 ms per call measured under the limit tests' load, where the flush takes
-    /// tens of microseconds). Called between allocations, never inside one; a raw `mallctl`, so that
-    /// no error is built.
-    fn assist() -> bool {
-        // SAFETY: `thread.tcache.flush` takes and returns nothing; the name is NUL-terminated.
-        unsafe {
-            tikv_jemalloc_sys::mallctl(
-                c"thread.tcache.flush".as_ptr(),
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                0,
-            ) == 0
-        }
-    }
-
     fn purge_delay() -> Result<Decay, TuneError> {
         knobs::decay(knobs::DecayKind::Dirty)
     }
@@ -207,12 +225,4 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
     /// A second: freed pages go back within about a second of going unused, purged a little at a
     /// time on the allocation path (immediate purging would call `madvise` at every free page).
     const PRESSURE_DECAY: Option<Decay> = Some(Decay::After(core::time::Duration::from_secs(1)));
-
-    fn effective_config() -> String {
-        knobs::effective().map_or_else(|e| e.to_string(), |e| e.opt.to_string())
-    }
-
-    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
-        env::env_traps(name, value)
-    }
 }

@@ -6,7 +6,7 @@
 //! answer, never a bad read; the caller decides which answers to keep (`report::pins`).
 
 use crate::backend::SlabUse;
-use crate::backend::interface::StatsError;
+use crate::backend::introspect::StatsError;
 
 /// Pointers per call: bounds the two buffers jemalloc reads and writes (8 KiB and 24 KiB).
 const BATCH: usize = 1024;

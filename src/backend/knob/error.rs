@@ -3,7 +3,7 @@
 use core::fmt;
 
 use crate::backend::list::Backend;
-use crate::backend::registry::WrappedBackend;
+use crate::backend::wrapped::WrappedBackend;
 
 /// Why a tuning call did not do what was asked.
 ///

@@ -3,6 +3,7 @@
 //! knobs themselves live with their backend (`system/knobs.rs`, `jemalloc/knobs/`,
 //! `mimalloc/knobs.rs`); `frag::tune` is their public face.
 
+pub(crate) mod actions;
 mod decay;
 mod error;
 mod method;
@@ -18,7 +19,8 @@ pub(crate) use trap::GLIBC_VARS;
 pub use trap::{EnvReader, Trap};
 
 use super::list::Backend;
-use super::registry::{WrappedBackend, registered};
+use super::registry::registered;
+use super::wrapped::WrappedBackend;
 
 /// Fails with [`TuneError::WrongBackend`] unless the registered allocator is `backend`
 /// ([`TuneError::NotInstalled`] without one). `knob` names the knob for the latter.

@@ -5,7 +5,7 @@
 use core::fmt;
 
 use crate::backend::list::Backend;
-use crate::backend::registry::WrappedBackend;
+use crate::backend::wrapped::WrappedBackend;
 
 /// A configuration problem found by `frag::tune::check`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,9 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::{KnownAllocator, Remedy, StatsError};
+use super::interface::KnownAllocator;
+use super::introspect::{Introspect, Remedy, StatsError};
+use super::knob::actions::Knobs;
 use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
@@ -38,9 +40,8 @@ fn stats() -> AllocatorStats {
 
 impl KnownAllocator for ::mimalloc::MiMalloc {
     const BACKEND: Backend = Backend::Mimalloc;
+
     const VALUE: Self = ::mimalloc::MiMalloc;
-    const RECLAIMS: bool = true;
-    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
     fn fast(layout: Layout) -> Option<Rule> {
@@ -51,6 +52,18 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
     fn usable(ptr: *mut u8, _: Layout) -> Usable {
         Usable::Explicit(usable_at(ptr))
     }
+
+    /// `mi_collect(true)` on the calling thread: its heap collected, the blocks other threads freed
+    /// into its pages included, and what is free purged.
+    fn assist() -> bool {
+        // SAFETY: mi_collect has no preconditions.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+        true
+    }
+}
+
+impl Introspect for ::mimalloc::MiMalloc {
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         Ok(Some(stats()))
@@ -76,6 +89,24 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
         )
     }
 
+    fn effective_config() -> String {
+        knobs::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+    }
+
+    /// `MIMALLOC_<option>`: an option name the linked mimalloc does not know is misspelt.
+    fn env_traps(name: &str, _: &str) -> Option<Vec<Trap>> {
+        let option = name.strip_prefix("MIMALLOC_")?;
+        Some(if knobs::is_option_name(option) {
+            Vec::new()
+        } else {
+            vec![Trap::MisspeltEnvVar { name: name.to_owned(), did_you_mean: None }]
+        })
+    }
+}
+
+impl Knobs for ::mimalloc::MiMalloc {
+    const RECLAIMS: bool = true;
+
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::collect(true)
     }
@@ -95,14 +126,6 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
         knobs::set(knobs::MimallocOption::PurgeDelay(decay)).map(drop)
     }
 
-    /// `mi_collect(true)` on the calling thread: its heap collected, the blocks other threads freed
-    /// into its pages included, and what is free purged.
-    fn assist() -> bool {
-        // SAFETY: mi_collect has no preconditions.
-        unsafe { libmimalloc_sys::mi_collect(true) };
-        true
-    }
-
     fn purge_delay() -> Result<Decay, TuneError> {
         knobs::current()?
             .into_iter()
@@ -115,18 +138,4 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
 
     /// A millisecond, the shortest mimalloc takes at run time (its default is 10 ms).
     const PRESSURE_DECAY: Option<Decay> = Some(Decay::After(core::time::Duration::from_millis(1)));
-
-    fn effective_config() -> String {
-        knobs::current().map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
-    }
-
-    /// `MIMALLOC_<option>`: an option name the linked mimalloc does not know is misspelt.
-    fn env_traps(name: &str, _: &str) -> Option<Vec<Trap>> {
-        let option = name.strip_prefix("MIMALLOC_")?;
-        Some(if knobs::is_option_name(option) {
-            Vec::new()
-        } else {
-            vec![Trap::MisspeltEnvVar { name: name.to_owned(), did_you_mean: None }]
-        })
-    }
 }

@@ -5,7 +5,9 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::{KnownAllocator, Remedy, StatsError};
+use super::interface::KnownAllocator;
+use super::introspect::{Introspect, Remedy, StatsError};
+use super::knob::actions::Knobs;
 use super::knob::{Decay, EnvReader, Method, Released, ThreadMethod, Trap, TuneError, unsupported};
 use super::list::Backend;
 use super::split::{HeapSplit, NotSplit, Source};
@@ -22,7 +24,7 @@ mod glibc {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
-    use crate::backend::interface::StatsError;
+    use crate::backend::introspect::StatsError;
     use crate::backend::usable::{MIN_ALIGN, Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str = "glibc: per block, chunk-size rule up to 32 KiB (checked against \
@@ -169,7 +171,7 @@ mod other {
     use core::alloc::Layout;
 
     use crate::backend::AllocatorStats;
-    use crate::backend::interface::StatsError;
+    use crate::backend::introspect::StatsError;
     use crate::backend::usable::{Rule, Usable, is_plain};
 
     pub(crate) const USABLE_SOURCE: &str =
@@ -196,9 +198,8 @@ pub(crate) use other::{USABLE_SOURCE, fast, stats, usable};
 
 impl KnownAllocator for std::alloc::System {
     const BACKEND: Backend = Backend::System;
+
     const VALUE: Self = std::alloc::System;
-    const RECLAIMS: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
-    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     #[inline(always)]
     fn fast(layout: Layout) -> Option<Rule> {
@@ -214,6 +215,10 @@ impl KnownAllocator for std::alloc::System {
         // glibc's 16-byte chunk steps do not line up with our classes: every block records its own.
         if cfg!(all(target_os = "linux", target_env = "gnu")) { ClassUsable::Recorded } else { ClassUsable::Requested }
     }
+}
+
+impl Introspect for std::alloc::System {
+    const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
         stats()
@@ -265,6 +270,18 @@ impl KnownAllocator for std::alloc::System {
         })
     }
 
+    fn effective_config() -> String {
+        "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned()
+    }
+
+    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
+        (EnvReader::of(name, value) == Some(EnvReader::GlibcMalloc)).then(Vec::new)
+    }
+}
+
+impl Knobs for std::alloc::System {
+    const RECLAIMS: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn release_free_memory() -> Result<Released, TuneError> {
         knobs::trim()
@@ -290,13 +307,5 @@ impl KnownAllocator for std::alloc::System {
             "purge delay",
             "glibc returns memory by trimming the top of its heap: see tune::glibc::Mallopt::TrimThreshold",
         ))
-    }
-
-    fn effective_config() -> String {
-        "glibc defaults unless changed with mallopt or MALLOC_*_ variables".to_owned()
-    }
-
-    fn env_traps(name: &str, value: &str) -> Option<Vec<Trap>> {
-        (EnvReader::of(name, value) == Some(EnvReader::GlibcMalloc)).then(Vec::new)
     }
 }

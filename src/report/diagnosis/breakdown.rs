@@ -12,7 +12,7 @@
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
 //! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the probe's `resident` |
 
-use crate::backend::interface::KnownAllocator;
+use crate::backend::introspect::Introspect;
 use crate::backend::list::with_backend;
 use crate::backend::split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::{AllocatorStats, Backend};

@@ -2,7 +2,7 @@
 //! (the backend's part from [`KnownAllocator::remedy`]).
 
 use crate::backend::Backend;
-use crate::backend::interface::{KnownAllocator, Remedy};
+use crate::backend::introspect::{Introspect, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
 use crate::format::{Approx, Bytes, ClassRange, Percent};

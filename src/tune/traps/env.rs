@@ -3,7 +3,7 @@
 //! adjusted, unknown mimalloc options), and the kernel's THP mode.
 
 use super::{EnvReader, Trap};
-use crate::backend::interface::KnownAllocator;
+use crate::backend::introspect::Introspect;
 use crate::backend::knob::GLIBC_VARS;
 use crate::backend::list::with_backend;
 use crate::backend::registry::Registration;
