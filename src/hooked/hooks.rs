@@ -12,7 +12,8 @@ use core::alloc::Layout;
 use core::cell::Cell;
 use core::ffi::{c_uint, c_void};
 
-use super::InJemallocError;
+use super::entry;
+use super::error::InJemallocError;
 use crate::backend::{Backend, usable};
 use crate::sample::{self, publish_if_due};
 use crate::sampler::{self, table::SampledBlock};
@@ -146,7 +147,7 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
     }
     let site = || {
         // jemalloc's own frames lead the stack: the site starts at the code that called it.
-        let skip = super::entry::leading(frames.get(..depth).unwrap_or(&[]));
+        let skip = entry::leading(frames.get(..depth).unwrap_or(&[]));
         frames.copy_within(skip..depth, 0);
         sites::intern(&frames, depth - skip)
     };

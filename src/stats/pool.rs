@@ -15,7 +15,7 @@
 use crate::stats::registry::{Claimable, Registry, SETTING_UP};
 pub(crate) use crate::stats::registry::{LIVE, RELEASED};
 use crate::stats::shard::Shard;
-use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, FRAG_WORK, NO_SLOT, UNCLAIMED};
+use crate::stats::thread::{self, CLAIMING, EXITED, FIRST_ADDRESS, FRAG_WORK, NO_SLOT, PARKED, UNCLAIMED};
 use crate::sync::{AtomicU8, AtomicU64, Ordering};
 
 /// Number of per-thread shards. Each is 6.9 KiB of zeroed static memory (3.4 MiB in all, virtual)
@@ -27,10 +27,6 @@ static OVERFLOW: Shard = Shard::new();
 /// frag's own shard: what threads allocate while doing frag's own work (`own`), written by anyone
 /// with atomic adds and never part of the program's figures.
 static FRAG: Shard = Shard::new();
-/// The shard the fast path sees on a thread without one of its own: its clock is never started and
-/// nothing ever writes to it, so every allocation there takes the cold path (see
-/// `stats::clock::Clock::count_down`), and so does every free that would count in it (`is_parked`).
-pub(crate) static PARKED: Shard = Shard::new();
 /// Mixed into every clock's seed, so that processes draw independent samples: from `getrandom`,
 /// once, at the first claim.
 static PROCESS_SEED: AtomicU64 = AtomicU64::new(0);

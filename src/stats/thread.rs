@@ -3,8 +3,12 @@
 
 use core::cell::Cell;
 
-use super::pool::PARKED;
 use super::shard::Shard;
+
+/// The shard the fast path sees on a thread without one of its own: its clock is never started and
+/// nothing ever writes to it, so every allocation there takes the cold path (see
+/// `stats::clock::Clock::count_down`), and so does every free that would count in it (`is_parked`).
+pub(crate) static PARKED: Shard = Shard::new();
 
 /// `SLOT` values below this are states; anything else is the address of the thread's own shard.
 pub(crate) const UNCLAIMED: usize = 0;
@@ -41,7 +45,7 @@ pub(crate) fn set_slot(v: usize) {
     let _ = HOT.try_with(|h| h.set(hot));
 }
 
-/// The fast path's shard: the calling thread's own, or the parked one (see `pool::PARKED`).
+/// The fast path's shard: the calling thread's own, or the parked one ([`PARKED`]).
 #[inline(always)]
 pub(crate) fn hot() -> &'static Shard {
     let p = HOT.try_with(Cell::get).unwrap_or(&PARKED);

@@ -18,15 +18,6 @@ use crate::stats::class::Class;
 use crate::stats::pool::{self, Home};
 use crate::stats::shard::{Anyone, Frag, Owner, Shard, Writer};
 
-/// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
-/// clock counts bytes handed out). Nothing is counted.
-#[cold]
-#[inline(never)]
-pub(super) fn failed(size: usize) -> *mut u8 {
-    pool::current().hot.clock.refund(size, false);
-    core::ptr::null_mut()
-}
-
 /// Where the calling thread's counts go, claiming a shard on its first allocation.
 #[inline(always)]
 fn home<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Home {
@@ -88,6 +79,15 @@ fn count<W: Writer, T: Tier>(
 }
 
 impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
+    /// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
+    /// clock counts bytes handed out). Nothing is counted.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn failed(size: usize) -> *mut u8 {
+        pool::current().hot.clock.refund(size, false);
+        core::ptr::null_mut()
+    }
+
     /// How the block requested with `layout` and allocated at `ptr` with `real` (marked, if it was
     /// sampled while marking), is accounted: in the exact tier, what the allocator gave it; in the
     /// sampled tier, where a sample stands for many blocks, what an unmarked block would have had

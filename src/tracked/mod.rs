@@ -253,7 +253,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                 // SAFETY: the caller's guarantees, passed on.
                 let ptr = unsafe { self.inner_alloc(layout, zeroed) };
                 if ptr.is_null() {
-                    return cold::failed(layout.size());
+                    return Self::failed(layout.size());
                 }
                 // The shard is read again rather than kept across the call: only the size is.
                 let s = pool::current();
@@ -316,7 +316,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
                     // has the caller's layout.
                     let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
                     if p.is_null() {
-                        return cold::failed(new_size);
+                        return Self::failed(new_size);
                     }
                     let new_usable = new_rule.resolve(backend, probe, p, new_size);
                     pool::current().count_realloc::<Owner>((layout.size(), old_usable), (new_size, new_usable));

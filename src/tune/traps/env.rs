@@ -2,9 +2,9 @@
 //! misspelt ones, what the wrapped allocator finds in its own (jemalloc options it rejected or
 //! adjusted, unknown mimalloc options), and the kernel's THP mode.
 
-use super::{EnvReader, Trap};
 use crate::backend::introspect::Introspect;
 use crate::backend::knob::GLIBC_VARS;
+use crate::backend::knob::{EnvReader, Trap};
 use crate::backend::list::with_backend;
 use crate::backend::registry::Registration;
 
