@@ -328,8 +328,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "report::ratio",
         "report::warn",
     ],
-    // The profile's encoder in `profile/mod.rs`, shared with Go's endpoints.
-    &["profile", "profile::go"],
 ];
 
 /// No two files import each other, directly or through others, beyond the known circles.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Options, Pinned, build, frames, gzip, sites_now};
+use super::encode::{Options, Pinned, build, frames, gzip, sites_now};
 use crate::own;
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::SiteFigures;
