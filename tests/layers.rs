@@ -316,18 +316,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "backend::jemalloc::knobs::parse",
         "backend::jemalloc::knobs::reclaim",
     ],
-    // The report's types in `report/mod.rs`, which the files that fill them import.
-    &[
-        "report",
-        "report::collect",
-        "report::counters",
-        "report::diagnosis",
-        "report::diagnosis::breakdown",
-        "report::diagnosis::findings",
-        "report::origin",
-        "report::ratio",
-        "report::warn",
-    ],
 ];
 
 /// No two files import each other, directly or through others, beyond the known circles.

@@ -148,7 +148,7 @@ pub enum UsableSource {
     /// From a known backend, as its [`description`](Self::description) says (exact on every backend
     /// but a system allocator other than glibc, where usable bytes equal requested bytes).
     Backend(Backend),
-    /// From the wrapped allocator's [`Probe::usable_size`], the requested size where it returns `None`.
+    /// From the wrapped allocator's [`Probe::usable_size`](crate::Probe::usable_size), the requested size where it returns `None`.
     Probe,
     /// Not known: usable bytes equal requested bytes (an allocator without a probe).
     Requested,

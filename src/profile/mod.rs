@@ -1,5 +1,5 @@
 //! Heap profiles in pprof's format, from the sampled allocation sites (see
-//! [`Sampling`]): what `go tool pprof`, Pyroscope, Parca or Grafana read.
+//! [`Sampling`](crate::Sampling)): what `go tool pprof`, Pyroscope, Parca or Grafana read.
 //!
 //! [`heap_pprof`] returns a gzip-compressed `profile.proto` with Go's heap-profile sample types:
 //! `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count` and `inuse_space/bytes` (the

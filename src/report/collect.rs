@@ -2,8 +2,10 @@
 //! (`ratio`), says what the reader should know (`warn`) and draws the diagnosis. Never runs on the
 //! allocation path.
 
+use super::content::Report;
+use super::figures::ShardPool;
 use super::origin as origin_section;
-use super::{Report, ShardPool, counters, ratio, warn};
+use super::{counters, ratio, warn};
 use crate::backend::WrappedBackend;
 use crate::backend::registry::registered;
 use crate::own;

@@ -1,8 +1,8 @@
 //! Reading the counters into report rows: [`totals()`] and [`size_classes()`], which allocate
 //! nothing and take no lock, and the report's thread and class rows.
 
+use super::figures::{FragItself, RowKind, SizeClassRow, ThreadRow, TrackedStats};
 use super::origin as origin_section;
-use super::{RowKind, SizeClassRow, ThreadRow, TrackedStats};
 use crate::backend::registry::{Registration, registered};
 use crate::estimate::{self, effective_samples, units};
 use crate::origin::TALLY;
@@ -70,9 +70,9 @@ pub(crate) fn allocated_bytes_total() -> u64 {
 }
 
 /// frag's own figures, from its shard (`own`). Allocation- and lock-free.
-pub(crate) fn frag_itself() -> super::FragItself {
+pub(crate) fn frag_itself() -> FragItself {
     let own = own_totals();
-    super::FragItself {
+    FragItself {
         estimated: own.estimated,
         live_bytes: own.allocated_bytes,
         usable_bytes: own.usable_bytes,

@@ -2,7 +2,12 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::{FragItself, Origin, PinMethod, Report, RowKind, Sites, ThreadRow, Warning, WarningKind};
+use super::content::Report;
+use super::figures::{FragItself, RowKind, ThreadRow};
+use super::origin::Origin;
+use super::pins::PinMethod;
+use super::sites::Sites;
+use super::warn::{Warning, WarningKind};
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};

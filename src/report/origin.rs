@@ -1,6 +1,5 @@
 //! The `origin` section of a report, from the shards' origin totals and the process-wide tallies.
 
-use super::{LifetimeRow, Origin, OriginPair};
 use crate::estimate::{
     ClassSum, MIN_SAMPLES_INTERVAL, MIN_SAMPLES_SHARE, bytes_interval, count_interval, effective_samples, units, wilson,
 };
@@ -10,6 +9,116 @@ use crate::sampler::{self, Sampling, TABLE};
 use crate::stats::class::NUM_CLASSES;
 use crate::stats::shard::OriginTotals;
 use crate::sync::Ordering;
+
+/// Where blocks are freed relative to where they were allocated, estimated from sampled blocks.
+///
+/// Counts and bytes are estimates: each sampled block stands for the inverse of its sampling
+/// probability. With [`Sampling::EveryBlock`](crate::Sampling::EveryBlock) they are exact (for blocks
+/// allocated and freed while it was on).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Origin {
+    /// The sampling in effect (figures from earlier samples stay when it is off now); serialises as
+    /// `{"mean_bytes": n}`, `"every_block"` or `"off"`.
+    pub sampling: crate::sampler::Sampling,
+    /// Blocks sampled at allocation and recorded in the side table.
+    pub sampled_blocks: u64,
+    /// Sampled blocks freed since (the figures below come from these).
+    pub sampled_frees: u64,
+    /// Samples lost because the side table was full around their address.
+    pub dropped_samples: u64,
+    /// Frees of blocks, local and cross-thread: deallocations and the old blocks of reallocations.
+    /// Exact in the [`Exact`](crate::Exact) tier (`frees_exact`), estimated from the samples in the
+    /// sampled tier. JSON: `est_frees`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
+    pub frees: u64,
+    /// Whether `frees` is the exact count (the exact tier counts every free): `cross_thread_frees`
+    /// is then the estimated share of it.
+    pub frees_exact: bool,
+    /// Fewer than 30 sampled frees: the estimates are too few to tell (the text report says so
+    /// instead of printing them).
+    pub too_few_samples: bool,
+    /// Estimated frees made on another thread than the allocating one. JSON: `est_cross_thread_frees`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees"))]
+    pub cross_thread_frees: u64,
+    /// `cross_thread_frees / frees`.
+    pub cross_thread_free_ratio: Option<f64>,
+    /// Estimated requested bytes freed on another thread than the allocating one. JSON: `est_cross_thread_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_bytes"))]
+    pub cross_thread_bytes: u64,
+    /// `cross_thread_bytes` over estimated freed bytes.
+    pub cross_thread_byte_ratio: Option<f64>,
+    /// 95% interval of `cross_thread_free_ratio` (Wilson score with the samples' effective size).
+    pub ratio_interval: Option<(f64, f64)>,
+    /// 95% interval of `frees` (`None` with too few samples; a single point when `frees_exact`).
+    /// Each block is sampled on its own (disjoint stretches of a Poisson process over allocated
+    /// bytes). The interval is built size class by size class: a class with enough sampled frees
+    /// adds the normal spread (variance `Σ w(w − 1)` over its samples, `w` each one's weight), a class
+    /// with few adds Poisson limits on its count, and a class with none the most its unseen frees
+    /// could be, so on tiny blocks the upper end is a bound (docs/SAMPLING.md). JSON:
+    /// `est_frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees_interval"))]
+    pub frees_interval: Option<(u64, u64)>,
+    /// 95% interval of `cross_thread_frees`: the ends of `frees_interval` times the ends of
+    /// `ratio_interval`. JSON: `est_cross_thread_frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_frees_interval"))]
+    pub cross_thread_frees_interval: Option<(u64, u64)>,
+    /// 95% interval of `cross_thread_bytes`: each sampled free of `s` bytes and weight `w` adds
+    /// `w(w − 1)s²` to the estimate's variance. JSON: `est_cross_thread_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_bytes_interval"))]
+    pub cross_thread_bytes_interval: Option<(u64, u64)>,
+    /// Largest cells of the (allocating thread → freeing thread) matrix, by frees.
+    pub pairs: Vec<OriginPair>,
+    /// Matrix cells that did not fit (more distinct thread pairs than the matrix holds).
+    pub dropped_pairs: u64,
+    /// Frees by block lifetime (allocation to free), local and cross-thread.
+    pub lifetimes: Vec<LifetimeRow>,
+}
+
+/// One cell of the origin matrix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct OriginPair {
+    /// OS thread id of the allocating thread.
+    pub alloc_tid: u64,
+    /// Its name, if it is still known.
+    pub alloc_thread: Option<String>,
+    /// OS thread id of the freeing thread.
+    pub free_tid: u64,
+    /// Its name, if it is still known.
+    pub free_thread: Option<String>,
+    /// Estimated frees.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees"))]
+    pub frees: u64,
+    /// Estimated requested bytes freed. JSON: `est_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_bytes"))]
+    pub bytes: u64,
+    /// 95% intervals of `frees` and `bytes` (as [`Origin::frees_interval`] and
+    /// [`Origin::cross_thread_bytes_interval`]); `None` when the pair's samples weigh less than 30
+    /// equal ones. JSON: `est_frees_interval`, `est_bytes_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_frees_interval"))]
+    pub frees_interval: Option<(u64, u64)>,
+    /// See `frees_interval`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_bytes_interval"))]
+    pub bytes_interval: Option<(u64, u64)>,
+}
+
+/// Frees of blocks whose lifetime fell in one decade.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct LifetimeRow {
+    /// Lifetimes below this many nanoseconds (and at least the previous row's bound); `None` for the
+    /// last row.
+    pub below_ns: Option<u64>,
+    /// Estimated frees on the allocating thread.
+    #[cfg_attr(feature = "serde", serde(rename = "est_local_frees"))]
+    pub local_frees: u64,
+    /// Estimated frees on another thread.
+    pub cross_thread_frees: u64,
+}
 
 /// Pairs shown in a report.
 const TOP_PAIRS: usize = 10;

@@ -3,9 +3,28 @@
 
 use core::fmt;
 
-use super::{Fragmentation, TrackedStats};
+use super::figures::TrackedStats;
 use crate::backend::AllocatorStats;
 use crate::process::ProcessStats;
+
+/// Fragmentation figures and the inputs they were computed from.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Fragmentation {
+    /// `(resident - allocated) / allocated`, from the allocator's own resident and allocated bytes
+    /// where it has both, else from process RSS and tracked usable bytes. `None` with less than
+    /// 8 MiB of live data, where it would measure the allocator's fixed overhead (the report's
+    /// warnings say so).
+    pub ratio: Option<f64>,
+    /// Which figures `ratio` was computed from.
+    pub ratio_inputs: RatioInputs,
+    /// `(process RSS - tracked usable bytes) / tracked usable bytes`: the whole process's overhead.
+    /// `None` below the same 8 MiB of live data.
+    pub process_ratio: Option<f64>,
+    /// Internal fragmentation: usable minus requested bytes over live blocks.
+    pub internal_bytes: u64,
+}
 
 /// The figures [`Fragmentation::ratio`](crate::Fragmentation::ratio) was computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

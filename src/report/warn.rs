@@ -2,7 +2,8 @@
 
 use core::fmt;
 
-use super::{Origin, Sites};
+use super::origin::Origin;
+use super::sites::Sites;
 use crate::backend::Backend;
 use crate::backend::introspect::StatsError;
 use crate::backend::registry::registered;

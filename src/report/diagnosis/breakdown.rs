@@ -16,7 +16,7 @@ use crate::backend::introspect::Introspect;
 use crate::backend::list::with_backend;
 use crate::backend::split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::{AllocatorStats, Backend};
-use crate::report::TrackedStats;
+use crate::report::figures::TrackedStats;
 
 /// Resident memory split into buckets that sum to [`rss_bytes`](Breakdown::rss_bytes) exactly:
 /// `live + rounding + frag + holes + reclaimable + metadata + outside_heap + unexplained = rss`.

@@ -6,7 +6,9 @@ use crate::backend::introspect::{Introspect, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
 use crate::format::{Approx, Bytes, ClassRange, Percent};
-use crate::report::{Origin, SiteRow, Sites, SizeClassRow};
+use crate::report::figures::SizeClassRow;
+use crate::report::origin::Origin;
+use crate::report::sites::{SiteRow, Sites};
 use crate::tune::Trap;
 
 use super::breakdown::Breakdown;
