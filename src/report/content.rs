@@ -10,7 +10,7 @@ use super::warn::Warning;
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};
 use crate::process::ProcessStats;
 
-/// Everything `frag` knows about the heap at one moment. Build one with [`report()`].
+/// Everything `frag` knows about the heap at one moment. Build one with [`report()`](crate::report()).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]

@@ -3,7 +3,7 @@
 
 /// frag's own memory: what it allocated for its own work (reports, symbolizing, profiles, the
 /// publisher's ticks, the reclaimer's rounds). None of it is in the program's figures
-/// ([`Report::tracked`], `threads`, `size_classes`, `sites`); the breakdown has it as its own bucket
+/// ([`Report::tracked`](crate::Report::tracked), `threads`, `size_classes`, `sites`); the breakdown has it as its own bucket
 /// ([`Part::Frag`](crate::diagnosis::Part::Frag)). What frag hands to the program (a `Report`, a
 /// profile's bytes, named frames) is a copy allocated as the program's.
 ///
@@ -167,7 +167,7 @@ pub struct SizeClassRow {
     /// 95% intervals of `allocations`, `live_blocks` and `live_bytes` where they are estimates
     /// (`estimated`, the sampled tier; `None` in the exact tier). Each rests on the class's sampled
     /// blocks: all of them for `allocations`, those still live for the others; see
-    /// [`Origin::frees_interval`] for how they are built. JSON: `est_*_interval`.
+    /// [`Origin::frees_interval`](crate::Origin::frees_interval) for how they are built. JSON: `est_*_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_allocations_interval"))]
     pub allocations_interval: Option<(u64, u64)>,
     /// See `allocations_interval`.
