@@ -1,5 +1,6 @@
 //! What the breakdown means: the findings drawn from it, graded by `thresholds`, each with its remedy
-//! (the backend's part from [`KnownAllocator::remedy`]).
+//! (the backend's part from [`Introspect::remedy`]). One rule per kind of finding (`RULES`), each
+//! tested on its own below.
 
 use crate::backend::Backend;
 use crate::backend::introspect::{Introspect, Remedy};
@@ -41,148 +42,14 @@ fn top_classes(classes: &[SizeClassRow], n: usize, key: fn(&SizeClassRow) -> u64
     if names.is_empty() { "no class stands out".to_owned() } else { names.join(", ") }
 }
 
+/// The rules, one per kind of finding that has bytes: each reads the evidence and draws its finding,
+/// or none.
+const RULES: &[fn(&Evidence<'_>) -> Option<Finding>] =
+    &[live_data, rounding, holes, reclaimable, cross_thread, metadata, outside_heap, over_limit];
+
 /// The findings, largest effect first (traps, which have no bytes, last among equals).
 pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
-    let b = e.breakdown;
-    let rss = b.rss_bytes.max(1) as f64;
-    let estimated = |part: Part| b.source(part) != Source::Measured;
-    let mut out = Vec::new();
-
-    let usable = b.live_bytes + b.rounding_bytes;
-    if let Some(severity) = grade(usable as f64 / rss, usable, &LIVE_DATA) {
-        out.push(Finding {
-            kind: FindingKind::LiveData,
-            severity,
-            bytes: usable,
-            estimated: estimated(Part::Live) || estimated(Part::Rounding),
-            summary: format!(
-                "{} of {} resident ({}) is held by live blocks ({} live, {} of size-class rounding): growth \
-                 here is the program's, not fragmentation",
-                Approx(Bytes(usable), estimated(Part::Live)),
-                Bytes(b.rss_bytes),
-                Percent(usable as f64 / rss, 0),
-                Approx(Bytes(b.live_bytes), estimated(Part::Live)),
-                Approx(Bytes(b.rounding_bytes), estimated(Part::Rounding)),
-            ),
-            remedy: format!(
-                "look at what holds it: most live bytes in {}",
-                top_classes(e.classes, 3, |c| c.live_bytes)
-            ),
-        });
-    }
-
-    let rounding_share = if usable > 0 { b.rounding_bytes as f64 / usable as f64 } else { 0.0 };
-    if let Some(severity) = grade(rounding_share, b.rounding_bytes, &ROUNDING) {
-        out.push(Finding {
-            kind: FindingKind::Rounding,
-            severity,
-            bytes: b.rounding_bytes,
-            estimated: estimated(Part::Rounding),
-            summary: format!(
-                "size-class rounding wastes {} ({} of live usable bytes)",
-                Bytes(b.rounding_bytes),
-                Percent(rounding_share, 0)
-            ),
-            remedy: format!(
-                "requests just above a class boundary waste most; largest waste in {}: size those buffers \
-                 to the class (e.g. Vec::with_capacity to a class size) or pool them",
-                top_classes(e.classes, 3, |c| c.internal_bytes)
-            ),
-        });
-    }
-
-    if let Some(severity) = grade(b.holes_bytes as f64 / rss, b.holes_bytes, &HOLES) {
-        out.push(Finding {
-            kind: FindingKind::Holes,
-            severity,
-            bytes: b.holes_bytes,
-            estimated: estimated(Part::Holes),
-            summary: format!(
-                "{} ({} of resident) is free space inside pages that still hold live blocks",
-                Bytes(b.holes_bytes),
-                Percent(b.holes_bytes as f64 / rss, 0)
-            ),
-            remedy: holes_remedy(e),
-        });
-    }
-
-    if let Some(severity) = grade(b.reclaimable_bytes as f64 / rss, b.reclaimable_bytes, &RECLAIMABLE) {
-        out.push(Finding {
-            kind: FindingKind::Reclaimable,
-            severity,
-            bytes: b.reclaimable_bytes,
-            estimated: estimated(Part::Reclaimable),
-            summary: format!(
-                "the allocator holds {} of free pages ({} of resident) it could return now",
-                Bytes(b.reclaimable_bytes),
-                Percent(b.reclaimable_bytes as f64 / rss, 0)
-            ),
-            remedy: reclaimable_remedy(e.backend),
-        });
-    }
-
-    if let Some(f) = cross_thread(e) {
-        out.push(f);
-    }
-
-    if let Some(severity) = grade(b.metadata_bytes as f64 / rss, b.metadata_bytes, &METADATA) {
-        out.push(Finding {
-            kind: FindingKind::Metadata,
-            severity,
-            bytes: b.metadata_bytes,
-            estimated: estimated(Part::Metadata),
-            summary: format!(
-                "allocator bookkeeping takes {} ({} of resident)",
-                Bytes(b.metadata_bytes),
-                Percent(b.metadata_bytes as f64 / rss, 0)
-            ),
-            remedy: backend_remedy(e.backend, Remedy::Metadata)
-                .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
-                .to_owned(),
-        });
-    }
-
-    if let Some(severity) = grade(b.outside_heap_bytes as f64 / rss, b.outside_heap_bytes, &OUTSIDE_HEAP) {
-        out.push(Finding {
-            kind: FindingKind::OutsideHeap,
-            severity,
-            bytes: b.outside_heap_bytes,
-            estimated: estimated(Part::OutsideHeap),
-            summary: format!(
-                "{} ({} of resident) is not the Rust heap",
-                Bytes(b.outside_heap_bytes),
-                Percent(b.outside_heap_bytes as f64 / rss, 0)
-            ),
-            remedy: "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own \
-                     heaps (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
-                .to_owned(),
-        });
-    }
-
-    if let Some((limit, target)) = e.limit {
-        let kept = b.rss_bytes.saturating_sub(b.reclaimable_bytes);
-        if b.rss_bytes > target && kept > target {
-            out.push(Finding {
-                kind: FindingKind::OverLimit,
-                severity: Severity::Warn,
-                bytes: kept - target,
-                estimated: estimated(Part::Live) || estimated(Part::Reclaimable),
-                summary: format!(
-                    "the heap cannot release enough to meet the memory limit: {} resident, of which {} is live \
-                     data and {} could be released, against the limit's target {} (limit {})",
-                    Bytes(b.rss_bytes),
-                    Approx(Bytes(b.live_bytes), estimated(Part::Live)),
-                    Approx(Bytes(b.reclaimable_bytes), estimated(Part::Reclaimable)),
-                    Bytes(target),
-                    Bytes(limit)
-                ),
-                remedy: "this is the program's data, not fragmentation: raise the limit (FRAG_MEMORY_LIMIT, \
-                         Reclaimer::limit) or hold less; the sites section names what holds the live bytes"
-                    .to_owned(),
-            });
-        }
-    }
-
+    let mut out: Vec<Finding> = RULES.iter().filter_map(|rule| rule(e)).collect();
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.severity.cmp(&a.severity)));
     out.extend(e.traps.iter().map(|t| Finding {
         kind: FindingKind::ConfigTrap,
@@ -193,6 +60,167 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
         remedy: t.remedy(),
     }));
     out
+}
+
+/// Resident bytes, as the divisor of every share (at least 1).
+fn rss(b: &Breakdown) -> f64 {
+    b.rss_bytes.max(1) as f64
+}
+
+/// Whether the breakdown's `part` is other than measured.
+fn estimated(b: &Breakdown, part: Part) -> bool {
+    b.source(part) != Source::Measured
+}
+
+/// Live blocks hold most of resident memory: growth is the program's.
+fn live_data(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let usable = b.live_bytes + b.rounding_bytes;
+    let severity = grade(usable as f64 / rss(b), usable, &LIVE_DATA)?;
+    Some(Finding {
+        kind: FindingKind::LiveData,
+        severity,
+        bytes: usable,
+        estimated: estimated(b, Part::Live) || estimated(b, Part::Rounding),
+        summary: format!(
+            "{} of {} resident ({}) is held by live blocks ({} live, {} of size-class rounding): growth \
+             here is the program's, not fragmentation",
+            Approx(Bytes(usable), estimated(b, Part::Live)),
+            Bytes(b.rss_bytes),
+            Percent(usable as f64 / rss(b), 0),
+            Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
+            Approx(Bytes(b.rounding_bytes), estimated(b, Part::Rounding)),
+        ),
+        remedy: format!("look at what holds it: most live bytes in {}", top_classes(e.classes, 3, |c| c.live_bytes)),
+    })
+}
+
+/// Size-class rounding wastes a share of live usable bytes.
+fn rounding(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let usable = b.live_bytes + b.rounding_bytes;
+    let share = if usable > 0 { b.rounding_bytes as f64 / usable as f64 } else { 0.0 };
+    let severity = grade(share, b.rounding_bytes, &ROUNDING)?;
+    Some(Finding {
+        kind: FindingKind::Rounding,
+        severity,
+        bytes: b.rounding_bytes,
+        estimated: estimated(b, Part::Rounding),
+        summary: format!(
+            "size-class rounding wastes {} ({} of live usable bytes)",
+            Bytes(b.rounding_bytes),
+            Percent(share, 0)
+        ),
+        remedy: format!(
+            "requests just above a class boundary waste most; largest waste in {}: size those buffers to \
+             the class (e.g. Vec::with_capacity to a class size) or pool them",
+            top_classes(e.classes, 3, |c| c.internal_bytes)
+        ),
+    })
+}
+
+/// Free space inside pages that still hold live blocks.
+fn holes(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let severity = grade(b.holes_bytes as f64 / rss(b), b.holes_bytes, &HOLES)?;
+    Some(Finding {
+        kind: FindingKind::Holes,
+        severity,
+        bytes: b.holes_bytes,
+        estimated: estimated(b, Part::Holes),
+        summary: format!(
+            "{} ({} of resident) is free space inside pages that still hold live blocks",
+            Bytes(b.holes_bytes),
+            Percent(b.holes_bytes as f64 / rss(b), 0)
+        ),
+        remedy: holes_remedy(e),
+    })
+}
+
+/// Free pages the allocator could return now.
+fn reclaimable(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let severity = grade(b.reclaimable_bytes as f64 / rss(b), b.reclaimable_bytes, &RECLAIMABLE)?;
+    Some(Finding {
+        kind: FindingKind::Reclaimable,
+        severity,
+        bytes: b.reclaimable_bytes,
+        estimated: estimated(b, Part::Reclaimable),
+        summary: format!(
+            "the allocator holds {} of free pages ({} of resident) it could return now",
+            Bytes(b.reclaimable_bytes),
+            Percent(b.reclaimable_bytes as f64 / rss(b), 0)
+        ),
+        remedy: reclaimable_remedy(e.backend),
+    })
+}
+
+/// The allocator's own bookkeeping.
+fn metadata(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let severity = grade(b.metadata_bytes as f64 / rss(b), b.metadata_bytes, &METADATA)?;
+    Some(Finding {
+        kind: FindingKind::Metadata,
+        severity,
+        bytes: b.metadata_bytes,
+        estimated: estimated(b, Part::Metadata),
+        summary: format!(
+            "allocator bookkeeping takes {} ({} of resident)",
+            Bytes(b.metadata_bytes),
+            Percent(b.metadata_bytes as f64 / rss(b), 0)
+        ),
+        remedy: backend_remedy(e.backend, Remedy::Metadata)
+            .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
+            .to_owned(),
+    })
+}
+
+/// Resident memory that is not the Rust heap.
+fn outside_heap(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let severity = grade(b.outside_heap_bytes as f64 / rss(b), b.outside_heap_bytes, &OUTSIDE_HEAP)?;
+    Some(Finding {
+        kind: FindingKind::OutsideHeap,
+        severity,
+        bytes: b.outside_heap_bytes,
+        estimated: estimated(b, Part::OutsideHeap),
+        summary: format!(
+            "{} ({} of resident) is not the Rust heap",
+            Bytes(b.outside_heap_bytes),
+            Percent(b.outside_heap_bytes as f64 / rss(b), 0)
+        ),
+        remedy: "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own heaps \
+                 (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
+            .to_owned(),
+    })
+}
+
+/// Over a soft memory limit's target with more kept than the heap can release.
+fn over_limit(e: &Evidence<'_>) -> Option<Finding> {
+    let b = e.breakdown;
+    let (limit, target) = e.limit?;
+    let kept = b.rss_bytes.saturating_sub(b.reclaimable_bytes);
+    if b.rss_bytes <= target || kept <= target {
+        return None;
+    }
+    Some(Finding {
+        kind: FindingKind::OverLimit,
+        severity: Severity::Warn,
+        bytes: kept - target,
+        estimated: estimated(b, Part::Live) || estimated(b, Part::Reclaimable),
+        summary: format!(
+            "the heap cannot release enough to meet the memory limit: {} resident, of which {} is live data \
+             and {} could be released, against the limit's target {} (limit {})",
+            Bytes(b.rss_bytes),
+            Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
+            Approx(Bytes(b.reclaimable_bytes), estimated(b, Part::Reclaimable)),
+            Bytes(target),
+            Bytes(limit)
+        ),
+        remedy: "this is the program's data, not fragmentation: raise the limit (FRAG_MEMORY_LIMIT, \
+                 Reclaimer::limit) or hold less; the sites section names what holds the live bytes"
+            .to_owned(),
+    })
 }
 
 /// The sites whose live blocks pin the most holes (estimates), by their row in the sites section,
@@ -306,5 +334,93 @@ mod tests {
         let rows = [row(Some(10 << 10)), row(Some(0)), row(Some(3 << 20)), row(Some(1 << 20))];
         assert_eq!(pinning_rows(&rows, 2).as_deref(), Some("#3 (~3.0 MiB), #4 (~1.0 MiB)"));
         assert_eq!(pinning_rows(&[row(None), row(Some(0))], 3), None, "not split, or nothing pinned");
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// A breakdown of 100 MiB resident, every bucket measured, with `parts` (live, rounding, holes,
+    /// reclaimable, metadata, outside heap) in MiB.
+    fn breakdown(parts: [u64; 6]) -> Breakdown {
+        let [live, rounding, holes, reclaimable, metadata, outside] = parts.map(|p| p * MIB);
+        let m = Source::Measured;
+        Breakdown {
+            rss_bytes: 100 * MIB,
+            live_bytes: live,
+            rounding_bytes: rounding,
+            frag_bytes: 0,
+            holes_bytes: holes,
+            reclaimable_bytes: reclaimable,
+            metadata_bytes: metadata,
+            outside_heap_bytes: outside,
+            unexplained_bytes: 0,
+            sources: super::super::breakdown::Sources {
+                live: m,
+                rounding: m,
+                frag: m,
+                holes: m,
+                reclaimable: m,
+                metadata: m,
+                outside_heap: m,
+            },
+            not_split: Vec::new(),
+        }
+    }
+
+    fn evidence(b: &Breakdown, limit: Option<(u64, u64)>) -> Evidence<'_> {
+        Evidence { backend: None, breakdown: b, classes: &[], origin: None, sites: None, traps: &[], limit }
+    }
+
+    /// Each rule on its own: quiet below its threshold, `info` from it, `warn` from the next, with
+    /// the bucket's bytes.
+    #[test]
+    fn each_rule_grades_its_own_bucket() {
+        type Rule = fn(&Evidence<'_>) -> Option<Finding>;
+        // (rule, kind, the bucket's index in `breakdown`'s parts, quiet, info, warn (0: none)) in MiB of 100.
+        let cases: [(Rule, FindingKind, usize, u64, u64, u64); 5] = [
+            (holes, FindingKind::Holes, 2, 9, 15, 25),
+            (reclaimable, FindingKind::Reclaimable, 3, 4, 7, 12),
+            (metadata, FindingKind::Metadata, 4, 9, 12, 0),
+            (outside_heap, FindingKind::OutsideHeap, 5, 24, 30, 60),
+            (live_data, FindingKind::LiveData, 0, 40, 60, 0),
+        ];
+        for (rule, kind, at, quiet, info, warn) in cases {
+            let with = |mib: u64| {
+                let mut parts = [0; 6];
+                parts[at] = mib;
+                rule(&evidence(&breakdown(parts), None))
+            };
+            assert!(with(quiet).is_none(), "{kind:?} at {quiet} MiB");
+            let f = with(info).unwrap_or_else(|| panic!("{kind:?} at {info} MiB"));
+            assert_eq!((f.kind, f.severity, f.bytes), (kind, Severity::Info, info * MIB));
+            if warn > 0 {
+                assert_eq!(with(warn).map(|f| f.severity), Some(Severity::Warn), "{kind:?} at {warn} MiB");
+            }
+        }
+        // Rounding is a share of live usable bytes: 12 of 100 live usable is `info`.
+        let f = rounding(&evidence(&breakdown([88, 12, 0, 0, 0, 0]), None)).expect("rounding");
+        assert_eq!((f.kind, f.severity), (FindingKind::Rounding, Severity::Info));
+        assert!(rounding(&evidence(&breakdown([95, 5, 0, 0, 0, 0]), None)).is_none());
+    }
+
+    /// Over the limit's target only when what the heap cannot release is over it too.
+    #[test]
+    fn over_limit_needs_more_kept_than_the_target() {
+        let b = breakdown([80, 0, 0, 5, 0, 15]);
+        assert!(over_limit(&evidence(&b, None)).is_none(), "no limit");
+        assert!(over_limit(&evidence(&b, Some((120 * MIB, 114 * MIB)))).is_none(), "under the target");
+        assert!(over_limit(&evidence(&b, Some((99 * MIB, 96 * MIB)))).is_none(), "releasable down to 95 MiB");
+        let f = over_limit(&evidence(&b, Some((90 * MIB, 85 * MIB)))).expect("over");
+        assert_eq!((f.kind, f.bytes), (FindingKind::OverLimit, 10 * MIB));
+    }
+
+    /// `find` runs every rule and orders the findings by bytes, largest first.
+    #[test]
+    fn findings_come_largest_first() {
+        let b = breakdown([0, 0, 15, 7, 12, 30]);
+        let kinds: Vec<FindingKind> = find(&evidence(&b, None)).iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            [FindingKind::OutsideHeap, FindingKind::Holes, FindingKind::Metadata, FindingKind::Reclaimable]
+        );
     }
 }
