@@ -36,6 +36,7 @@ mod live;
 mod model;
 mod pacing;
 mod pressure;
+mod published;
 mod quiet;
 mod record;
 mod threads;
@@ -54,7 +55,7 @@ pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
 pub use self::threads::{ThreadReleases, idle, thread_releases};
 use crate::backend::knob::TuneError;
 pub use crate::backend::knob::{Method, ThreadMethod};
-use crate::publish::names::{self, Metric, Series};
+use crate::publish::names::{self, Series};
 use crate::publish::worker::Worker;
 
 /// The most actions kept for [`Reclaimer::actions`].
@@ -154,10 +155,8 @@ pub struct Reclaimer {
     engine: Option<Engine>,
     shared: Arc<Mutex<Shared>>,
     last_skip: Option<&'static str>,
-    /// The idle threads' releases already published.
-    published_threads: ThreadReleases,
-    /// The allocating threads' assists already published.
-    published_assists: u64,
+    /// The threads' releases and assists already published.
+    published: published::Published,
     /// The limit asked for: `FRAG_MEMORY_LIMIT`'s, or the builder's.
     limit: LimitSetting,
     /// When a cgroup share was last read.
@@ -245,8 +244,7 @@ impl Reclaimer {
             engine: None,
             shared: Arc::default(),
             last_skip: None,
-            published_threads: ThreadReleases::default(),
-            published_assists: 0,
+            published: published::Published::default(),
             limit: LimitSetting { limit: MemoryLimit::from_env(), from_env: true },
             limit_read: None,
         }
@@ -582,39 +580,17 @@ impl Reclaimer {
     /// level, a skip when its reason differs from the previous round's, a refusal as a warning.
     fn publish(&mut self, round: &Round, refault: Option<&Refault>, totals: &Totals) {
         let (names, base) = self.series.names();
-        let labels = |extra: Option<(&'static str, &'static str)>| {
-            let mut l = base.to_vec();
-            l.extend(extra.map(|(k, v)| Label::new(k, v)));
-            l
-        };
-        metrics::gauge!(names.get(Metric::ReclaimSeconds), labels(None)).set(totals.cpu.as_secs_f64());
-        metrics::gauge!(names.get(Metric::ReclaimCpuShare), labels(None)).set(totals.share);
-        let assists = totals.assists.saturating_sub(core::mem::replace(&mut self.published_assists, totals.assists));
-        // Registered from the first round with a limit, so that a dashboard shows zero, not nothing.
-        if assists > 0 || totals.limit_bytes.is_some() {
-            metrics::counter!(names.get(Metric::ReclaimAssists), labels(None)).increment(assists);
-        }
-        metrics::gauge!(names.get(Metric::ReclaimAssistSeconds), labels(None)).set(totals.assist_cpu.as_secs_f64());
-        if let (Some(limit), Some(target)) = (totals.limit_bytes, totals.target_bytes) {
-            metrics::gauge!(names.get(Metric::MemoryLimit), labels(None)).set(limit as f64);
-            metrics::gauge!(names.get(Metric::MemoryLimitTarget), labels(None)).set(target as f64);
-            metrics::gauge!(names.get(Metric::ReclaimOverTarget), labels(None)).set(totals.over_target.as_secs_f64());
-        }
-        let (now, before) = (totals.threads, core::mem::replace(&mut self.published_threads, totals.threads));
-        for method in [ThreadMethod::Idle, ThreadMethod::Collect] {
-            let new = now.count(method).saturating_sub(before.count(method));
-            if new > 0 {
-                metrics::counter!(names.get(Metric::ReclaimThreadReleases), labels(Some(("method", method.name()))))
-                    .increment(new);
+        for w in published::writes(round, refault, totals, &mut self.published) {
+            let mut labels = base.to_vec();
+            labels.extend(w.label.map(|(k, v)| Label::new(k, v)));
+            let name = names.get(w.metric);
+            match w.op {
+                published::Op::Set(v) => metrics::gauge!(name, labels).set(v),
+                published::Op::Increment(v) => metrics::counter!(name, labels).increment(v),
+                published::Op::Record(v) => metrics::histogram!(name, labels).record(v),
             }
         }
-        let bytes = now.released_bytes.saturating_sub(before.released_bytes);
-        if bytes > 0 {
-            metrics::counter!(names.get(Metric::ReclaimThreadReleasedBytes), labels(None)).increment(bytes);
-        }
         if let Some(r) = refault {
-            metrics::counter!(names.get(Metric::ReclaimRefaultBytes), labels(None)).increment(r.regained_bytes);
-            metrics::counter!(names.get(Metric::ReclaimRefaultFaults), labels(None)).increment(r.minor_faults);
             tracing::debug!(
                 target: "frag",
                 regained_bytes = r.regained_bytes,
@@ -626,13 +602,6 @@ impl Reclaimer {
         match round {
             Round::Acted(a) => {
                 self.last_skip = None;
-                let method = labels(Some(("method", a.method.name())));
-                metrics::counter!(names.get(Metric::ReclaimActions), method).increment(1);
-                metrics::counter!(names.get(Metric::ReclaimedBytes), labels(None)).increment(a.released_bytes());
-                metrics::counter!(names.get(Metric::ReclaimPredicted), labels(None)).increment(a.predicted_bytes);
-                if let Some(ratio) = a.release_ratio() {
-                    metrics::histogram!(names.get(Metric::ReclaimReleaseRatio), labels(None)).record(ratio);
-                }
                 tracing::debug!(
                     target: "frag",
                     method = a.method.name(),
@@ -645,8 +614,6 @@ impl Reclaimer {
                 );
             }
             Round::Skipped(s) => {
-                let reason = labels(Some(("reason", s.name())));
-                metrics::counter!(names.get(Metric::ReclaimSkipped), reason).increment(1);
                 if let Skip::Failed(e) = s {
                     tracing::warn!(target: "frag", error = %e, "frag reclaimer: the backend refused to release memory");
                 } else if self.last_skip != Some(s.name()) {
