@@ -256,7 +256,7 @@ pub struct Totals {
     /// The quiet window's current multiple of the configured one (1 unless releases were refaulted).
     pub backoff: u32,
     /// What idle threads released through [`idle`](super::idle) (process-wide, as of the last round).
-    pub threads: super::ThreadReleases,
+    pub threads: super::threads::ThreadReleases,
     /// Time RSS spent over the memory limit's target (see [`MemoryLimit`](super::MemoryLimit)).
     pub over_target: Duration,
     /// Rounds over the target in which nothing the reclaimer could release would bring RSS under it:
