@@ -3,11 +3,16 @@
 //! allocation path.
 
 use super::content::Report;
-use super::figures::ShardPool;
+use super::figures::{ShardPool, ThreadRow};
 use super::origin as origin_section;
+use super::origin::Origin;
+use super::warn::Warning;
 use super::{counters, ratio, warn};
 use crate::backend::WrappedBackend;
+use crate::backend::classes::AllocatorClass;
+use crate::backend::registry::Registration;
 use crate::backend::registry::registered;
+use crate::backend::stats::AllocatorStats;
 use crate::own;
 use crate::process::{self, ProcessStats};
 use crate::reentry::ReportGuard;
@@ -101,24 +106,7 @@ fn report_now() -> Report {
     let thread_total = snap.owners.iter().map(|o| o.totals).fold(snap.retired.plus(snap.overflow), Totals::plus);
     let mut tracked = counters::tracked_stats(thread_total, &snap.classes, reg);
 
-    let allocator = match (reg, &guard) {
-        (Some(r), Some(_)) => r.stats().unwrap_or_else(|e| {
-            warnings.push(warn::allocator_stats(&e));
-            None
-        }),
-        (Some(_), None) => {
-            warnings.push(warn::reentered());
-            None
-        }
-        (None, _) => None,
-    };
-    let allocator_classes = match (reg, &guard) {
-        (Some(r), Some(_)) => r.classes().unwrap_or_else(|e| {
-            warnings.push(warn::allocator_stats(&e));
-            Vec::new()
-        }),
-        _ => Vec::new(),
-    };
+    let (allocator, allocator_classes) = allocator_figures(reg, guard.is_some(), &mut warnings);
     warnings.extend(warn::select_fallback());
     counters::bound_by_allocator(&mut tracked, &allocator_classes);
     let process = ProcessStats::read();
@@ -127,17 +115,7 @@ fn report_now() -> Report {
     warnings.extend(warn::pool_full(snap.unslotted_threads));
 
     let threads = counters::thread_rows(&snap);
-    let thread_facts = |tid: u64| {
-        let row = threads.iter().find(|r| r.tid == Some(tid));
-        origin_section::ThreadFacts {
-            name: row.and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid)),
-            freed: row.filter(|r| !r.estimated).map(|r| (r.deallocations + r.reallocations, r.freed_bytes)),
-        }
-    };
-    // The exact tier counts every free; the sampled tier's count is itself an estimate.
-    let exact = (!tracked.estimated)
-        .then(|| (thread_total.deallocations.saturating_add(thread_total.reallocations), thread_total.freed_bytes));
-    let origin = origin_section::section(thread_total.origin, exact, &thread_facts);
+    let origin = origin_of(&thread_total, &threads, tracked.estimated);
     warnings.extend(origin.as_ref().and_then(warn::dropped_samples));
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(warn::config_trap));
@@ -152,7 +130,7 @@ fn report_now() -> Report {
     let diagnosis = process.rss_bytes.map(|rss| {
         let breakdown =
             diagnosis::split(rss, process.anon_bytes, known, &tracked, frag_itself.usable_bytes, allocator.as_ref());
-        let findings = diagnosis::find(&diagnosis::Evidence {
+        let evidence = diagnosis::Evidence {
             backend: known,
             breakdown: &breakdown,
             classes: &size_classes,
@@ -160,8 +138,8 @@ fn report_now() -> Report {
             sites: sites.as_ref(),
             traps,
             limit: diagnosis::limit_in_force(),
-        });
-        Diagnosis { breakdown, findings }
+        };
+        Diagnosis { findings: diagnosis::find(&evidence), breakdown }
     });
 
     Report {
@@ -192,4 +170,41 @@ fn report_now() -> Report {
 /// allocator's classes now; `None` where the allocator gives no free space by class.
 pub(crate) fn pinned_by_site() -> Option<std::collections::HashMap<u32, f64>> {
     super::pins::current(&allocator_classes(), registered()).map(|s| s.by_site)
+}
+
+/// The wrapped allocator's own figures and size classes, where it has them and the report may read
+/// them (`reading`: not re-entered from a probe); what could not be read is said in `warnings`.
+fn allocator_figures(
+    reg: Option<Registration>,
+    reading: bool,
+    warnings: &mut Vec<Warning>,
+) -> (Option<AllocatorStats>, Vec<AllocatorClass>) {
+    let Some(r) = reg else { return (None, Vec::new()) };
+    if !reading {
+        warnings.push(warn::reentered());
+        return (None, Vec::new());
+    }
+    let stats = r.stats().unwrap_or_else(|e| {
+        warnings.push(warn::allocator_stats(&e));
+        None
+    });
+    let classes = r.classes().unwrap_or_else(|e| {
+        warnings.push(warn::allocator_stats(&e));
+        Vec::new()
+    });
+    (stats, classes)
+}
+
+/// The origin section, from every thread's totals and rows: frees counted exactly in the exact tier
+/// (`estimated` false), estimated in the sampled one.
+fn origin_of(total: &Totals, threads: &[ThreadRow], estimated: bool) -> Option<Origin> {
+    let thread_facts = |tid: u64| {
+        let row = threads.iter().find(|r| r.tid == Some(tid));
+        origin_section::ThreadFacts {
+            name: row.and_then(|r| r.name.clone()).or_else(|| process::thread_comm(tid)),
+            freed: row.filter(|r| !r.estimated).map(|r| (r.deallocations + r.reallocations, r.freed_bytes)),
+        }
+    };
+    let exact = (!estimated).then(|| (total.deallocations.saturating_add(total.reallocations), total.freed_bytes));
+    origin_section::section(total.origin, exact, &thread_facts)
 }

@@ -3,13 +3,16 @@
 use core::fmt::{self, Display, Formatter};
 
 use super::content::Report;
-use super::figures::{FragItself, RowKind, ThreadRow};
+use super::figures::{FragItself, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
 use super::origin::Origin;
 use super::pins::PinMethod;
+use super::ratio::Fragmentation;
 use super::sites::Sites;
 use super::warn::{Warning, WarningKind};
+use crate::backend::AllocatorStats;
 use crate::estimate::MIN_SAMPLES_SHARE;
 use crate::format::{Approx, Bytes, ClassRange, ESTIMATED, Nanos, Percent, TOO_FEW};
+use crate::process::ProcessStats;
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
 use crate::sampler::Sampling;
 use crate::sites::Unwinder;
@@ -313,6 +316,183 @@ fn write_allocator_classes(f: &mut Formatter<'_>, classes: &[crate::backend::All
     Ok(())
 }
 
+/// The program's figures: live bytes and blocks, the counts, and their intervals in the sampled tier.
+fn write_tracked(f: &mut Formatter<'_>, t: &TrackedStats, internal_bytes: u64) -> fmt::Result {
+    let e = if t.estimated { ESTIMATED } else { "" };
+    writeln!(
+        f,
+        "tracked    live {e}{} in {e}{} blocks, usable {e}{} (internal {e}{}), peak {e}{}",
+        Bytes(t.allocated_bytes),
+        t.live_blocks,
+        Bytes(t.usable_bytes),
+        Bytes(internal_bytes),
+        Bytes(t.peak_allocated_bytes)
+    )?;
+    writeln!(
+        f,
+        "           {e}{} allocations, {e}{} deallocations, {e}{} reallocations{}",
+        t.allocations,
+        t.deallocations,
+        t.reallocations,
+        match (t.estimated, t.sampled_in_jemalloc) {
+            (true, true) => " (sampled inside jemalloc: estimates from its samples)",
+            (true, false) => " (sampled tier: estimates from the samples)",
+            (false, _) => "",
+        }
+    )?;
+    if let (Some(a), Some(d), Some(l)) = (t.allocations_interval, t.deallocations_interval, t.live_blocks_interval) {
+        // Tiny blocks are rarely sampled: the upper ends include what unseen ones could be.
+        writeln!(
+            f,
+            "           95%: allocations {}-{}, deallocations {}-{}, live blocks {}-{} (upper ends bound the \
+             tiny blocks no sample saw)",
+            a.0, a.1, d.0, d.1, l.0, l.1
+        )?;
+    }
+    Ok(())
+}
+
+/// The allocator's own figures, those it has.
+fn write_allocator(f: &mut Formatter<'_>, a: &AllocatorStats) -> fmt::Result {
+    let fields = [
+        ("allocated", a.allocated),
+        ("active", a.active),
+        ("metadata", a.metadata),
+        ("resident", a.resident),
+        ("mapped", a.mapped),
+        ("retained", a.retained),
+        ("dirty", a.dirty),
+        ("top releasable", a.top_releasable),
+        ("free whole pages", a.free_whole_pages),
+        ("thread arena tops", a.thread_arena_tops),
+        ("free", a.free),
+        ("arena", a.arena),
+        ("mmap", a.mmap),
+        ("committed", a.committed),
+        ("peak committed", a.peak_committed),
+        ("peak mapped", a.peak_mapped),
+    ];
+    let parts: Vec<String> = fields.iter().filter_map(|(n, v)| v.map(|v| format!("{n} {}", Bytes(v)))).collect();
+    writeln!(f, "allocator  {}", parts.join(", "))?;
+    Ok(())
+}
+
+/// The kernel's view, the cgroup, and the fragmentation ratios.
+fn write_process(f: &mut Formatter<'_>, p: &ProcessStats, fr: &Fragmentation) -> fmt::Result {
+    writeln!(
+        f,
+        "process    rss {}, pss {}, anon {}",
+        opt_bytes(p.rss_bytes),
+        opt_bytes(p.pss_bytes),
+        opt_bytes(p.anon_bytes)
+    )?;
+    if let Some(c) = &p.cgroup {
+        let limit = c.max_bytes.map_or_else(|| "no limit".to_owned(), |m| format!("limit {}", Bytes(m)));
+        writeln!(
+            f,
+            "cgroup {}  {} charged ({limit}), anon {}, file {}",
+            c.version,
+            Bytes(c.current_bytes),
+            opt_bytes(c.anon_bytes),
+            opt_bytes(c.file_bytes)
+        )?;
+    }
+    writeln!(
+        f,
+        "frag ratio {} ({}), process ratio {}",
+        opt_ratio(fr.ratio),
+        fr.ratio_inputs,
+        opt_ratio(fr.process_ratio)
+    )?;
+    Ok(())
+}
+
+/// One row per thread with its own shard, then the aggregates that hold anything.
+fn write_threads(f: &mut Formatter<'_>, threads: &[ThreadRow], shards: &ShardPool) -> fmt::Result {
+    writeln!(
+        f,
+        "\nthreads ({} running, tracked individually, of {} at most; elsewhere {ESTIMATED} its blocks freed by others, \
+         remote {ESTIMATED} others' blocks it freed, both estimated)",
+        shards.live, shards.capacity
+    )?;
+    writeln!(
+        f,
+        "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
+        "thread",
+        "allocs",
+        "frees",
+        "reallocs",
+        "allocated",
+        "freed",
+        &format!("{ESTIMATED}elsewhere"),
+        &format!("{ESTIMATED}remote")
+    )?;
+    for r in threads {
+        if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
+            continue;
+        }
+        let e = |v: &dyn Display| Approx(v.to_string(), r.estimated);
+        writeln!(
+            f,
+            "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
+            row_label(r),
+            e(&r.allocations),
+            e(&r.deallocations),
+            e(&r.reallocations),
+            Bytes(r.allocated_bytes),
+            e(&Bytes(r.freed_bytes)),
+            r.freed_elsewhere,
+            if r.free_samples < MIN_SAMPLES_SHARE && r.remote_frees > 0 {
+                TOO_FEW.to_owned()
+            } else {
+                r.remote_frees.to_string()
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// One row per size class that has seen a block.
+fn write_size_classes(f: &mut Formatter<'_>, classes: &[SizeClassRow]) -> fmt::Result {
+    writeln!(
+        f,
+        "\nsize classes (live; {ESTIMATED}xthread: estimated share of frees on another thread, \"{TOO_FEW}\" below \
+         {MIN_SAMPLES_SHARE} samples)"
+    )?;
+    writeln!(
+        f,
+        "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
+        "request size",
+        "allocs",
+        "frees",
+        "live",
+        "live bytes",
+        "usable",
+        "internal",
+        &format!("{ESTIMATED}xthread")
+    )?;
+    for c in classes {
+        let range = ClassRange { min: c.min_size, max: c.max_size, unit: false };
+        let e = |v: &dyn Display| Approx(v.to_string(), c.estimated);
+        writeln!(
+            f,
+            "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
+            range,
+            e(&c.allocations),
+            e(&c.deallocations),
+            e(&c.live_blocks),
+            e(&Bytes(c.live_bytes)),
+            e(&Bytes(c.usable_bytes)),
+            e(&Bytes(c.internal_bytes)),
+            match (c.cross_thread_ratio, c.cross_thread_samples) {
+                (None, 1..) => TOO_FEW.to_owned(), // sampled, but too few to tell
+                (r, _) => opt_percent(r),
+            }
+        )?;
+    }
+    Ok(())
+}
+
 impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let t = &self.tracked;
@@ -323,167 +503,14 @@ impl Display for Report {
         if let Some(d) = &self.diagnosis {
             write_diagnosis(f, d)?;
         }
-        let e = if t.estimated { ESTIMATED } else { "" };
-        writeln!(
-            f,
-            "tracked    live {e}{} in {e}{} blocks, usable {e}{} (internal {e}{}), peak {e}{}",
-            Bytes(t.allocated_bytes),
-            t.live_blocks,
-            Bytes(t.usable_bytes),
-            Bytes(self.fragmentation.internal_bytes),
-            Bytes(t.peak_allocated_bytes)
-        )?;
-        writeln!(
-            f,
-            "           {e}{} allocations, {e}{} deallocations, {e}{} reallocations{}",
-            t.allocations,
-            t.deallocations,
-            t.reallocations,
-            match (t.estimated, t.sampled_in_jemalloc) {
-                (true, true) => " (sampled inside jemalloc: estimates from its samples)",
-                (true, false) => " (sampled tier: estimates from the samples)",
-                (false, _) => "",
-            }
-        )?;
-        if let (Some(a), Some(d), Some(l)) = (t.allocations_interval, t.deallocations_interval, t.live_blocks_interval)
-        {
-            // Tiny blocks are rarely sampled: the upper ends include what unseen ones could be.
-            writeln!(
-                f,
-                "           95%: allocations {}-{}, deallocations {}-{}, live blocks {}-{} (upper ends bound the \
-                 tiny blocks no sample saw)",
-                a.0, a.1, d.0, d.1, l.0, l.1
-            )?;
-        }
+        write_tracked(f, t, self.fragmentation.internal_bytes)?;
         write_frag_itself(f, &self.frag_itself)?;
         if let Some(a) = &self.allocator {
-            let fields = [
-                ("allocated", a.allocated),
-                ("active", a.active),
-                ("metadata", a.metadata),
-                ("resident", a.resident),
-                ("mapped", a.mapped),
-                ("retained", a.retained),
-                ("dirty", a.dirty),
-                ("top releasable", a.top_releasable),
-                ("free whole pages", a.free_whole_pages),
-                ("thread arena tops", a.thread_arena_tops),
-                ("free", a.free),
-                ("arena", a.arena),
-                ("mmap", a.mmap),
-                ("committed", a.committed),
-                ("peak committed", a.peak_committed),
-                ("peak mapped", a.peak_mapped),
-            ];
-            let parts: Vec<String> =
-                fields.iter().filter_map(|(n, v)| v.map(|v| format!("{n} {}", Bytes(v)))).collect();
-            writeln!(f, "allocator  {}", parts.join(", "))?;
+            write_allocator(f, a)?;
         }
-        let p = &self.process;
-        writeln!(
-            f,
-            "process    rss {}, pss {}, anon {}",
-            opt_bytes(p.rss_bytes),
-            opt_bytes(p.pss_bytes),
-            opt_bytes(p.anon_bytes)
-        )?;
-        if let Some(c) = &p.cgroup {
-            let limit = c.max_bytes.map_or_else(|| "no limit".to_owned(), |m| format!("limit {}", Bytes(m)));
-            writeln!(
-                f,
-                "cgroup {}  {} charged ({limit}), anon {}, file {}",
-                c.version,
-                Bytes(c.current_bytes),
-                opt_bytes(c.anon_bytes),
-                opt_bytes(c.file_bytes)
-            )?;
-        }
-        let fr = &self.fragmentation;
-        writeln!(
-            f,
-            "frag ratio {} ({}), process ratio {}",
-            opt_ratio(fr.ratio),
-            fr.ratio_inputs,
-            opt_ratio(fr.process_ratio)
-        )?;
-
-        writeln!(
-            f,
-            "\nthreads ({} running, tracked individually, of {} at most; elsewhere {ESTIMATED} its blocks freed by others, \
-             remote {ESTIMATED} others' blocks it freed, both estimated)",
-            self.shards.live, self.shards.capacity
-        )?;
-        writeln!(
-            f,
-            "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
-            "thread",
-            "allocs",
-            "frees",
-            "reallocs",
-            "allocated",
-            "freed",
-            &format!("{ESTIMATED}elsewhere"),
-            &format!("{ESTIMATED}remote")
-        )?;
-        for r in &self.threads {
-            if r.kind != RowKind::Thread && r.allocations == 0 && r.deallocations == 0 {
-                continue;
-            }
-            let e = |v: &dyn Display| Approx(v.to_string(), r.estimated);
-            writeln!(
-                f,
-                "  {:<32} {:>12} {:>12} {:>9} {:>11} {:>11} {:>10} {:>10}",
-                row_label(r),
-                e(&r.allocations),
-                e(&r.deallocations),
-                e(&r.reallocations),
-                Bytes(r.allocated_bytes),
-                e(&Bytes(r.freed_bytes)),
-                r.freed_elsewhere,
-                if r.free_samples < MIN_SAMPLES_SHARE && r.remote_frees > 0 {
-                    TOO_FEW.to_owned()
-                } else {
-                    r.remote_frees.to_string()
-                }
-            )?;
-        }
-
-        writeln!(
-            f,
-            "\nsize classes (live; {ESTIMATED}xthread: estimated share of frees on another thread, \"{TOO_FEW}\" below \
-             {MIN_SAMPLES_SHARE} samples)"
-        )?;
-        writeln!(
-            f,
-            "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
-            "request size",
-            "allocs",
-            "frees",
-            "live",
-            "live bytes",
-            "usable",
-            "internal",
-            &format!("{ESTIMATED}xthread")
-        )?;
-        for c in &self.size_classes {
-            let range = ClassRange { min: c.min_size, max: c.max_size, unit: false };
-            let e = |v: &dyn Display| Approx(v.to_string(), c.estimated);
-            writeln!(
-                f,
-                "  {:>21} {:>12} {:>12} {:>10} {:>11} {:>11} {:>11} {:>7}",
-                range,
-                e(&c.allocations),
-                e(&c.deallocations),
-                e(&c.live_blocks),
-                e(&Bytes(c.live_bytes)),
-                e(&Bytes(c.usable_bytes)),
-                e(&Bytes(c.internal_bytes)),
-                match (c.cross_thread_ratio, c.cross_thread_samples) {
-                    (None, 1..) => TOO_FEW.to_owned(), // sampled, but too few to tell
-                    (r, _) => opt_percent(r),
-                }
-            )?;
-        }
+        write_process(f, &self.process, &self.fragmentation)?;
+        write_threads(f, &self.threads, &self.shards)?;
+        write_size_classes(f, &self.size_classes)?;
         write_allocator_classes(f, &self.allocator_classes)?;
         if let Some(o) = &self.origin {
             write_origin(f, o)?;
