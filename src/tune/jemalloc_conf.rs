@@ -49,7 +49,7 @@ macro_rules! jemalloc_conf {
     ($config:expr $(,)?) => {
         const _: () = {
             const BYTES: [u8; $crate::tune::jemalloc::CONF_CAPACITY] =
-                match $crate::tune::jemalloc::JemallocConfig::render(&$config) {
+                match $crate::tune::jemalloc::JemallocConfig::render_for_start_up(&$config) {
                     ::core::result::Result::Ok(conf) => conf.into_nul_terminated(),
                     ::core::result::Result::Err(why) => ::core::panic!("{}", why),
                 };

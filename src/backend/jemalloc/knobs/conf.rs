@@ -126,8 +126,9 @@ pub struct JemallocConfig {
     /// `abort_conf`: abort at start-up on an invalid option instead of printing a warning and going on.
     pub abort_conf: Option<bool>,
     /// `prof`: jemalloc's heap profiler, which only start-up can turn on, and only in a jemalloc
-    /// built with it: `true` needs frag-alloc's feature `jemalloc-prof` ([`render`](Self::render)
-    /// refuses it otherwise, so `jemalloc_conf!` fails the build). `frag::sample_in_jemalloc`
+    /// built with it: `true` needs frag-alloc's feature `jemalloc-prof`
+    /// ([`render_for_start_up`](Self::render_for_start_up) refuses it otherwise, so `jemalloc_conf!`
+    /// fails the build). `frag::sample_in_jemalloc`
     /// needs it.
     pub prof: Option<bool>,
     /// `prof_active`: whether the profiler samples from the start. `false` beside `prof: true` leaves
@@ -208,6 +209,21 @@ impl JemallocConfig {
         prof_active: bool;
     }
 
+    /// [`render`](Self::render), refusing also what this build's jemalloc cannot start with:
+    /// `prof: true` without its profiler (frag-alloc's feature `jemalloc-prof`), which jemalloc would
+    /// only reject at start-up with "Invalid conf pair". What [`jemalloc_conf!`](crate::jemalloc_conf)
+    /// emits.
+    ///
+    /// # Errors
+    ///
+    /// As [`render`](Self::render), and `prof(true)` in a build without the profiler.
+    pub const fn render_for_start_up(&self) -> Result<ConfBytes, &'static str> {
+        if matches!(self.prof, Some(true)) && !cfg!(feature = "jemalloc-prof") {
+            return Err(PROF_REFUSED);
+        }
+        self.render()
+    }
+
     /// Renders the `malloc_conf` string with a trailing NUL, in a fixed buffer, at compile time if
     /// need be. Used by [`jemalloc_conf!`](crate::jemalloc_conf); the error says which value is out
     /// of range.
@@ -274,9 +290,6 @@ impl JemallocConfig {
             out = out.key("abort_conf").boolean(v);
         }
         if let Some(v) = self.prof {
-            if v && !cfg!(feature = "jemalloc-prof") {
-                return Err(PROF_REFUSED);
-            }
             out = out.key("prof").boolean(v);
         }
         if let Some(v) = self.prof_active {
@@ -388,17 +401,19 @@ impl ConfBytes {
 mod tests {
     use super::*;
 
-    /// `prof(true)` renders only where jemalloc has its profiler (frag-alloc's `jemalloc-prof`);
-    /// `prof(false)` always.
+    /// `prof(true)` is emitted for start-up only where jemalloc has its profiler (frag-alloc's
+    /// `jemalloc-prof`); it renders as text, and `prof(false)` is emitted, always.
     #[test]
     fn prof_needs_the_profiler() {
-        let on = JemallocConfig::new().prof(true).render().map(|c| c.as_str().to_owned());
+        assert_eq!(JemallocConfig::new().prof(true).render().map(|c| c.as_str().to_owned()).as_deref(), Ok("prof:true"));
+        let on = JemallocConfig::new().prof(true).render_for_start_up().map(|c| c.as_str().to_owned());
         if cfg!(feature = "jemalloc-prof") {
             assert_eq!(on.as_deref(), Ok("prof:true"));
         } else {
             assert_eq!(on, Err(PROF_REFUSED));
             assert!(PROF_REFUSED.contains("jemalloc-prof"));
         }
-        assert_eq!(JemallocConfig::new().prof(false).render().map(|c| c.as_str().to_owned()).as_deref(), Ok("prof:false"));
+        let off = JemallocConfig::new().prof(false).render_for_start_up().map(|c| c.as_str().to_owned());
+        assert_eq!(off.as_deref(), Ok("prof:false"));
     }
 }
