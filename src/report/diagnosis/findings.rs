@@ -14,7 +14,9 @@ use crate::tune::Trap;
 
 use super::breakdown::Breakdown;
 use super::kinds::{Finding, FindingKind, Severity};
-use super::thresholds::{CROSS_THREAD, HOLES, LIVE_DATA, METADATA, OUTSIDE_HEAP, RECLAIMABLE, ROUNDING, grade};
+use super::thresholds::{
+    CROSS_THREAD, HOLES, LIVE_DATA, METADATA, OUTSIDE_HEAP, RECLAIMABLE, ROUNDING, Thresholds, grade,
+};
 use crate::backend::split::{Part, Source};
 
 /// Everything the findings are drawn from.
@@ -119,80 +121,86 @@ fn rounding(e: &Evidence<'_>) -> Option<Finding> {
     })
 }
 
+/// A finding on one bucket of the breakdown graded as a share of RSS: its `kind`, the bucket's
+/// `bytes` from `part`, its `thresholds`, the `summary` of (bytes, share), and the remedy.
+fn share_of_rss(
+    e: &Evidence<'_>,
+    (kind, part, thresholds): (FindingKind, Part, &Thresholds),
+    summary: fn(u64, f64) -> String,
+    remedy: impl FnOnce() -> String,
+) -> Option<Finding> {
+    let b = e.breakdown;
+    let bytes = b.bytes(part);
+    let share = bytes as f64 / rss(b);
+    let severity = grade(share, bytes, thresholds)?;
+    Some(Finding {
+        kind,
+        severity,
+        bytes,
+        estimated: estimated(b, part),
+        summary: summary(bytes, share),
+        remedy: remedy(),
+    })
+}
+
 /// Free space inside pages that still hold live blocks.
 fn holes(e: &Evidence<'_>) -> Option<Finding> {
-    let b = e.breakdown;
-    let severity = grade(b.holes_bytes as f64 / rss(b), b.holes_bytes, &HOLES)?;
-    Some(Finding {
-        kind: FindingKind::Holes,
-        severity,
-        bytes: b.holes_bytes,
-        estimated: estimated(b, Part::Holes),
-        summary: format!(
-            "{} ({} of resident) is free space inside pages that still hold live blocks",
-            Bytes(b.holes_bytes),
-            Percent(b.holes_bytes as f64 / rss(b), 0)
-        ),
-        remedy: holes_remedy(e),
-    })
+    share_of_rss(
+        e,
+        (FindingKind::Holes, Part::Holes, &HOLES),
+        |bytes, share| {
+            format!(
+                "{} ({} of resident) is free space inside pages that still hold live blocks",
+                Bytes(bytes),
+                Percent(share, 0)
+            )
+        },
+        || holes_remedy(e),
+    )
 }
 
 /// Free pages the allocator could return now.
 fn reclaimable(e: &Evidence<'_>) -> Option<Finding> {
-    let b = e.breakdown;
-    let severity = grade(b.reclaimable_bytes as f64 / rss(b), b.reclaimable_bytes, &RECLAIMABLE)?;
-    Some(Finding {
-        kind: FindingKind::Reclaimable,
-        severity,
-        bytes: b.reclaimable_bytes,
-        estimated: estimated(b, Part::Reclaimable),
-        summary: format!(
-            "the allocator holds {} of free pages ({} of resident) it could return now",
-            Bytes(b.reclaimable_bytes),
-            Percent(b.reclaimable_bytes as f64 / rss(b), 0)
-        ),
-        remedy: reclaimable_remedy(e.backend),
-    })
+    share_of_rss(
+        e,
+        (FindingKind::Reclaimable, Part::Reclaimable, &RECLAIMABLE),
+        |bytes, share| {
+            format!(
+                "the allocator holds {} of free pages ({} of resident) it could return now",
+                Bytes(bytes),
+                Percent(share, 0)
+            )
+        },
+        || reclaimable_remedy(e.backend),
+    )
 }
 
 /// The allocator's own bookkeeping.
 fn metadata(e: &Evidence<'_>) -> Option<Finding> {
-    let b = e.breakdown;
-    let severity = grade(b.metadata_bytes as f64 / rss(b), b.metadata_bytes, &METADATA)?;
-    Some(Finding {
-        kind: FindingKind::Metadata,
-        severity,
-        bytes: b.metadata_bytes,
-        estimated: estimated(b, Part::Metadata),
-        summary: format!(
-            "allocator bookkeeping takes {} ({} of resident)",
-            Bytes(b.metadata_bytes),
-            Percent(b.metadata_bytes as f64 / rss(b), 0)
-        ),
-        remedy: backend_remedy(e.backend, Remedy::Metadata)
-            .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
-            .to_owned(),
-    })
+    share_of_rss(
+        e,
+        (FindingKind::Metadata, Part::Metadata, &METADATA),
+        |bytes, share| format!("allocator bookkeeping takes {} ({} of resident)", Bytes(bytes), Percent(share, 0)),
+        || {
+            backend_remedy(e.backend, Remedy::Metadata)
+                .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
+                .to_owned()
+        },
+    )
 }
 
 /// Resident memory that is not the Rust heap.
 fn outside_heap(e: &Evidence<'_>) -> Option<Finding> {
-    let b = e.breakdown;
-    let severity = grade(b.outside_heap_bytes as f64 / rss(b), b.outside_heap_bytes, &OUTSIDE_HEAP)?;
-    Some(Finding {
-        kind: FindingKind::OutsideHeap,
-        severity,
-        bytes: b.outside_heap_bytes,
-        estimated: estimated(b, Part::OutsideHeap),
-        summary: format!(
-            "{} ({} of resident) is not the Rust heap",
-            Bytes(b.outside_heap_bytes),
-            Percent(b.outside_heap_bytes as f64 / rss(b), 0)
-        ),
-        remedy: "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own heaps \
-                 (C code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
-            .to_owned(),
-    })
+    share_of_rss(
+        e,
+        (FindingKind::OutsideHeap, Part::OutsideHeap, &OUTSIDE_HEAP),
+        |bytes, share| format!("{} ({} of resident) is not the Rust heap", Bytes(bytes), Percent(share, 0)),
+        || {
+            "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own heaps (C \
+             code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
+                .to_owned()
+        },
+    )
 }
 
 /// Over a soft memory limit's target with more kept than the heap can release.
