@@ -305,17 +305,6 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> 
 const KNOWN_CIRCLES: &[&[&str]] = &[
     // The unwinder's public types and start frame in `unwind/mod.rs`, which its children import.
     &["sites::unwind", "sites::unwind::fp", "sites::unwind::modules", "sites::unwind::walk"],
-    // jemalloc's knobs and their parser, which share `knobs/mod.rs`'s types.
-    &[
-        "backend::jemalloc",
-        "backend::jemalloc::classes",
-        "backend::jemalloc::env",
-        "backend::jemalloc::knobs",
-        "backend::jemalloc::knobs::conf",
-        "backend::jemalloc::knobs::effective",
-        "backend::jemalloc::knobs::parse",
-        "backend::jemalloc::knobs::reclaim",
-    ],
 ];
 
 /// No two files import each other, directly or through others, beyond the known circles.

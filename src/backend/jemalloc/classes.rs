@@ -5,7 +5,7 @@
 
 use tikv_jemalloc_ctl::raw;
 
-use super::all_arenas;
+use super::knobs::mallctl::all_arenas;
 use crate::backend::AllocatorClass;
 use crate::backend::introspect::StatsError;
 

@@ -20,14 +20,8 @@ mod env;
 mod slabs;
 pub mod knobs;
 
-/// The mallctl name `$prefix.<MALLCTL_ARENAS_ALL>.$leaf`, NUL-terminated, as bytes: jemalloc.h's
-/// `MALLCTL_ARENAS_ALL` (4096) is the arena index that stands for every arena.
-macro_rules! all_arenas {
-    ($prefix:literal, $leaf:literal) => {
-        concat!($prefix, ".4096.", $leaf, "\0").as_bytes()
-    };
-}
-pub(crate) use all_arenas;
+use knobs::mallctl::all_arenas;
+
 
 const USABLE_SOURCE: &str = "exact: jemalloc nallocx, once per size class up to 32 KiB (classes are \
     uniform there), per block above (page-granular) and when over-aligned";

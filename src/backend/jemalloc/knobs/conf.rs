@@ -314,7 +314,7 @@ impl fmt::Display for JemallocConfig {
 const DIRTY_DECAY_REFUSED: &str = concat!("dirty_decay: ", crate::backend::knob::decay_range!());
 const MUZZY_DECAY_REFUSED: &str = concat!("muzzy_decay: ", crate::backend::knob::decay_range!());
 /// `render`'s refusal of a thread-cache limit jemalloc would clip.
-const TCACHE_MAX_REFUSED: &str = concat!("tcache_max: ", super::tcache_max_range!());
+const TCACHE_MAX_REFUSED: &str = concat!("tcache_max: ", super::controls::tcache_max_range!());
 
 /// The largest `tcache_max` jemalloc keeps, where it is known at compile time: 8 pages
 /// (`TCACHE_MAXCLASS_LIMIT`), and x86-64 jemalloc builds use 4 KiB pages. Elsewhere (page sizes vary

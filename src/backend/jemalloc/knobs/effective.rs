@@ -2,7 +2,7 @@
 
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
 use super::mallctl::{self, Key};
-use super::{DecayKind, conf_env_var, decay_from, require};
+use super::controls::{DecayKind, THREAD_TCACHE_ENABLED, THREAD_TCACHE_MAX, conf_env_var, decay_from, require};
 use crate::backend::knob::{Decay, TuneError};
 
 /// One arena's purge delays.
@@ -118,7 +118,7 @@ pub fn effective() -> Result<Effective, TuneError> {
         default_dirty_decay: decay_from("arenas.dirty_decay_ms", DecayKind::Dirty.defaults_key().read()?)?,
         default_muzzy_decay: decay_from("arenas.muzzy_decay_ms", DecayKind::Muzzy.defaults_key().read()?)?,
         arenas,
-        thread_tcache_enabled: super::THREAD_TCACHE_ENABLED.read()?,
-        thread_tcache_max: super::THREAD_TCACHE_MAX.read()?,
+        thread_tcache_enabled: THREAD_TCACHE_ENABLED.read()?,
+        thread_tcache_max: THREAD_TCACHE_MAX.read()?,
     })
 }

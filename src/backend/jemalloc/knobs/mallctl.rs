@@ -159,6 +159,15 @@ pub(crate) fn call(name: &'static [u8]) -> Result<(), TuneError> {
     if rc == 0 { Ok(()) } else { Err(failed_rc(name, rc)) }
 }
 
+/// The mallctl name `$prefix.<MALLCTL_ARENAS_ALL>.$leaf`, NUL-terminated, as bytes: jemalloc.h's
+/// `MALLCTL_ARENAS_ALL` (4096) is the arena index that stands for every arena.
+macro_rules! all_arenas {
+    ($prefix:literal, $leaf:literal) => {
+        concat!($prefix, ".4096.", $leaf, "\0").as_bytes()
+    };
+}
+pub(crate) use all_arenas;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,8 +25,9 @@
 //! ```
 
 mod conf;
+mod controls;
 mod effective;
-mod mallctl;
+pub(super) mod mallctl;
 mod parse;
 mod reclaim;
 
@@ -34,51 +35,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use conf::{CONF_CAPACITY, ConfBytes, JemallocConfig, MetadataThp, PercpuArena, Thp};
 pub use effective::{ArenaDecay, Effective, effective};
+pub use controls::{DecayKind, conf_env_var};
 pub use parse::ConfError;
 pub(crate) use reclaim::reclaim;
 
-use self::mallctl::{ArenaKey, Key};
-use super::all_arenas;
-use crate::backend::Backend;
+use controls::{PAGE, THREAD_TCACHE_ENABLED, THREAD_TCACHE_MAX, decay_from, require, tcache_max_range};
+use mallctl::all_arenas;
 use crate::backend::knob::{DECAY_EXPECTED, Decay, Released, TuneError};
-
-pub(crate) const NAME: &str = "jemalloc";
-
-fn require() -> Result<(), TuneError> {
-    crate::backend::knob::require(Backend::Jemalloc, NAME)
-}
-
-/// Which of jemalloc's two page-purging delays a call is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DecayKind {
-    /// `dirty_decay_ms`: freed pages still resident, reused without a fault.
-    Dirty,
-    /// `muzzy_decay_ms`: pages already given back lazily (`MADV_FREE`), not yet released for good.
-    Muzzy,
-}
-
-impl DecayKind {
-    fn leaf(self) -> &'static str {
-        match self {
-            Self::Dirty => "dirty_decay_ms",
-            Self::Muzzy => "muzzy_decay_ms",
-        }
-    }
-
-    fn defaults_key(self) -> Key<isize> {
-        Key::new(match self {
-            Self::Dirty => b"arenas.dirty_decay_ms\0",
-            Self::Muzzy => b"arenas.muzzy_decay_ms\0",
-        })
-    }
-
-    fn arena_key(self) -> Result<ArenaKey<isize>, TuneError> {
-        ArenaKey::new(match self {
-            Self::Dirty => b"arena.0.dirty_decay_ms\0",
-            Self::Muzzy => b"arena.0.muzzy_decay_ms\0",
-        })
-    }
-}
 
 /// What [`set_decay`] changed, as read back from jemalloc.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,14 +53,6 @@ pub struct DecayChange {
     pub arenas_updated: usize,
     /// Arena slots not yet initialised; they will take `decay` from the default when created.
     pub arenas_uninitialised: usize,
-}
-
-pub(crate) fn decay_from(knob: &str, ms: isize) -> Result<Decay, TuneError> {
-    Decay::from_millis(ms as i64).ok_or_else(|| TuneError::ReadBack {
-        knob: knob.to_owned(),
-        wrote: "a decay".to_owned(),
-        read: ms.to_string(),
-    })
 }
 
 /// The purge delay of arenas created from now on (`arenas.dirty_decay_ms` or `muzzy_decay_ms`):
@@ -190,19 +145,6 @@ impl TcacheMax {
         self.effective > self.requested
     }
 }
-
-const THREAD_TCACHE_MAX: Key<usize> = Key::new(b"thread.tcache.max\0");
-const THREAD_TCACHE_ENABLED: Key<bool> = Key::new(b"thread.tcache.enabled\0");
-const PAGE: Key<usize> = Key::new(b"arenas.page\0");
-
-/// The accepted range of a thread-cache limit, as a literal (`JemallocConfig::render` prefixes it with
-/// `concat!`).
-macro_rules! tcache_max_range {
-    () => {
-        "0 to 8 pages (32768 bytes with 4 KiB pages): jemalloc would clip a larger value to that"
-    };
-}
-use tcache_max_range;
 
 /// The accepted range of a thread-cache limit, at run time as in [`JemallocConfig::tcache_max`].
 const TCACHE_MAX_EXPECTED: &str = tcache_max_range!();
@@ -407,15 +349,4 @@ pub fn set_max_background_threads(n: usize) -> Result<usize, TuneError> {
         });
     }
     mallctl::typed("max_background_threads", tikv_jemalloc_ctl::max_background_threads::update(n))
-}
-
-/// The environment variable this build of jemalloc reads its options from: `_RJEM_MALLOC_CONF` for
-/// tikv-jemallocator's default prefixed build, `MALLOC_CONF` when it replaces the system `malloc`.
-#[must_use]
-pub fn conf_env_var() -> &'static str {
-    // With the prefix, jemalloc's `malloc` is `_rjem_malloc`, a different function from the C
-    // library's `malloc`; unprefixed, both names resolve to the same (jemalloc's) definition.
-    let jemalloc = tikv_jemalloc_sys::malloc as *const () as usize;
-    let libc = libc::malloc as *const () as usize;
-    if jemalloc == libc { "MALLOC_CONF" } else { "_RJEM_MALLOC_CONF" }
 }

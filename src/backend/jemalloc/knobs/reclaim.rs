@@ -2,7 +2,8 @@
 //! can stop between arenas when its budget is spent, and keep what it is asked to keep.
 
 use super::mallctl::{self, ArenaKey, Key};
-use super::{all_arenas, require};
+use super::controls::require;
+use super::mallctl::all_arenas;
 use crate::backend::knob::{Method, TuneError};
 
 /// Unused (dirty and muzzy) bytes per initialised arena that has any.
