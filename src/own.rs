@@ -12,6 +12,7 @@
 //! original is freed as frag's. So no block of frag's reaches the program's frees, which in the exact
 //! tier are counted in the freeing thread's shard whoever allocated the block.
 
+use crate::stats::pool::frag_work;
 use crate::stats::thread::{self, FRAG_WORK};
 
 /// A thread doing frag's own work, for as long as it lives: the slot word it had before (`None`
@@ -22,10 +23,10 @@ struct Work {
 
 impl Work {
     fn enter() -> Self {
-        let before = thread::slot();
-        if before == FRAG_WORK {
+        if frag_work() {
             return Self { before: None };
         }
+        let before = thread::slot();
         thread::set_slot(FRAG_WORK);
         Self { before: Some(before) }
     }
@@ -55,7 +56,7 @@ pub(crate) fn handed_over<T: Clone>(build: impl FnOnce() -> T) -> T {
 /// Hands the program a copy of `built`, a value frag's own work allocated, and frees the original as
 /// frag's: outside frag's own work; inside it, `built` stays frag's, uncopied.
 pub(crate) fn hand_over<T: Clone>(built: T) -> T {
-    if thread::slot() == FRAG_WORK {
+    if frag_work() {
         return built;
     }
     let copy = built.clone();
