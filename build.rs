@@ -3,10 +3,10 @@
 //! - `"frame_pointers"`: built with `-C force-frame-pointers=yes`, on Linux with glibc, x86-64 or
 //!   AArch64: the frame-pointer chain;
 //! - `"tables"`: otherwise on x86-64 Linux with glibc: unwind tables built from `.eh_frame`;
-//! - neither: no stacks.
+//! - `"none"`: elsewhere: no stacks.
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(frag_unwind, values(\"frame_pointers\", \"tables\"))");
+    println!("cargo::rustc-check-cfg=cfg(frag_unwind, values(\"frame_pointers\", \"tables\", \"none\"))");
     println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     let var = |name: &str| std::env::var(name).unwrap_or_default();
     let flags = var("CARGO_ENCODED_RUSTFLAGS");
@@ -30,5 +30,7 @@ fn main() {
         println!("cargo::rustc-cfg=frag_unwind=\"frame_pointers\"");
     } else if glibc && arch == "x86_64" {
         println!("cargo::rustc-cfg=frag_unwind=\"tables\"");
+    } else {
+        println!("cargo::rustc-cfg=frag_unwind=\"none\"");
     }
 }

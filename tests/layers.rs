@@ -301,22 +301,11 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> 
         .collect()
 }
 
-/// Circles not removed yet, each a known debt: a new circle, or a known one that grows, fails.
-const KNOWN_CIRCLES: &[&[&str]] = &[
-    // The unwinder's public types and start frame in `unwind/mod.rs`, which its children import.
-    &["sites::unwind", "sites::unwind::fp", "sites::unwind::modules", "sites::unwind::walk"],
-];
-
-/// No two files import each other, directly or through others, beyond the known circles.
+/// No two files import each other, directly or through others.
 #[test]
 fn no_file_imports_itself_through_others() {
-    let found = circles(&file_imports());
-    let known: BTreeSet<Vec<String>> =
-        KNOWN_CIRCLES.iter().map(|c| c.iter().map(|m| (*m).to_owned()).collect()).collect();
-    let new: Vec<String> = found.difference(&known).map(|c| c.join(" <-> ")).collect();
-    assert!(new.is_empty(), "import circles between files:\n{}", new.join("\n"));
-    let gone: Vec<String> = known.difference(&found).map(|c| c.join(" <-> ")).collect();
-    assert!(gone.is_empty(), "known circles no longer there (take them out of KNOWN_CIRCLES):\n{}", gone.join("\n"));
+    let found: Vec<String> = circles(&file_imports()).iter().map(|c| c.join(" <-> ")).collect();
+    assert!(found.is_empty(), "import circles between files:\n{}", found.join("\n"));
 }
 
 #[test]

@@ -1,38 +1,64 @@
-//! The frame-pointer walk, for builds with `-C force-frame-pointers=yes`: the chain of frame
-//! records, `[saved fp, return address]`, from frag's entry frame up.
+//! The frame-pointer unwinder, for builds with `-C force-frame-pointers=yes` (x86-64 or AArch64
+//! Linux with glibc): the chain of frame records, `[saved fp, return address]`, from frag's cold
+//! frame up.
 //!
-//! Each frame record must lie inside the thread's stack, above the previous one, so a corrupt chain
-//! ends the walk instead of looping. The standard library is not rebuilt by the flag; the walk stops
-//! where a frame without a frame pointer breaks the chain (usually in `std`'s thread start, below
-//! every frame of interest, but also inside `std` functions that allocate).
+//! Every read goes through [`Stack::load`], inside the thread's stack; each record must lie above
+//! the previous one, so a corrupt chain ends the walk instead of looping. The standard library is not
+//! rebuilt by the flag; the walk stops where a frame without a frame pointer breaks the chain
+//! (usually in `std`'s thread start, below every frame of interest, but also inside `std` functions
+//! that allocate).
+//!
+//! Exports what every unwinder exports: [`ColdFrame`], [`capture`], [`refresh`], [`summary`].
 
-use super::{Frames, MAX_FRAMES};
+use super::frames::{Frames, MAX_FRAMES};
+use super::stack::ThreadStack;
+use super::summary::UnwindTables;
+use super::walk::Stack;
+
+/// Where a walk starts (see the parent module): the frame pointer of frag's outermost out-of-line
+/// function on the allocation path, whose record links to its callers'.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ColdFrame {
+    fp: usize,
+}
+
+impl ColdFrame {
+    /// The frame pointer of the calling function, which must not be inlined, and must be the only
+    /// frame of frag's between the allocating code and the walk's start.
+    #[inline(always)]
+    pub(crate) fn here() -> Self {
+        Self { fp: frame_pointer() }
+    }
+}
 
 /// This function's own frame pointer (it is inlined into its caller, so: the caller's).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) fn frame_pointer() -> usize {
+fn frame_pointer() -> usize {
     let fp: usize;
     // SAFETY: reads a register; no memory is touched.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    // SAFETY: as above.
-    #[cfg(target_arch = "aarch64")]
-    unsafe {
-        core::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
+    unsafe { core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags)) };
     fp
 }
 
-/// Walks from the frame record at `fp`, reading only below `top` (the top of this thread's stack).
-pub(super) fn walk(mut fp: usize, top: usize, out: &mut Frames) -> usize {
-    let sp = super::stack_pointer();
+/// This function's own frame pointer (it is inlined into its caller, so: the caller's).
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn frame_pointer() -> usize {
+    let fp: usize;
+    // SAFETY: reads a register; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags)) };
+    fp
+}
+
+/// Walks the chain from `entry`'s record into `out`; returns the number of frames recorded. Must
+/// run while `entry`'s function is still on the stack (it is: capture runs below it).
+pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
+    let Some(stack) = ThreadStack::above(entry.fp) else { return 0 };
+    let mut fp = entry.fp;
     let mut n = 0;
-    while n < MAX_FRAMES && fp >= sp && fp.saturating_add(16) <= top && fp % 8 == 0 {
-        // SAFETY: the frame record [fp, fp + 16) lies in the mapped part of this thread's stack
-        // (the loop condition): a saved frame pointer, then a return address.
-        let (next, ret) = unsafe { ((fp as *const usize).read(), ((fp + 8) as *const usize).read()) };
+    while n < MAX_FRAMES {
+        let (Some(next), Some(ret)) = (stack.load(fp), stack.load(fp.wrapping_add(8))) else { break };
         if ret == 0 {
             break;
         }
@@ -46,4 +72,12 @@ pub(super) fn walk(mut fp: usize, top: usize, out: &mut Frames) -> usize {
         fp = next;
     }
     n
+}
+
+/// Nothing to build: the chain is in the stack.
+pub(crate) fn refresh() {}
+
+/// No tables with this unwinder.
+pub(crate) fn summary() -> Option<UnwindTables> {
+    None
 }

@@ -25,12 +25,12 @@ use std::ffi::{CStr, CString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::UnwindTables;
 use super::cfi::{self, Mapped};
 use super::recent::Recent;
 use super::rows::Rows;
 #[cfg(test)]
 use super::rows::Rule;
+use super::summary::UnwindTables;
 
 /// One module's rows.
 #[derive(Debug)]

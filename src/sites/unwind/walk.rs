@@ -7,8 +7,8 @@
 //! when the CFA does not grow (so it cannot loop), or after [`MAX_STEPS`] steps. It takes no lock,
 //! calls nothing that can, and allocates nothing.
 
+use super::frames::{Frames, MAX_FRAMES};
 use super::rows::{Bp, Cfa, Rule};
-use super::{Frames, MAX_FRAMES};
 
 /// Steps taken at most: the frames kept, and frag's own frames below them.
 pub(crate) const MAX_STEPS: usize = MAX_FRAMES + 32;
