@@ -21,7 +21,7 @@ use crate::sites::{self, unwind::ColdFrame};
 use crate::stats::class::Class;
 use crate::stats::clock;
 use crate::stats::pool::{self, Home};
-use crate::stats::shard::{Anyone, Frag, Owner, Shard};
+use crate::stats::shard::Shard;
 use crate::sync::{AtomicBool, Ordering};
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -115,14 +115,11 @@ fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
     let usable = usable::of(Some(Backend::Jemalloc), None, ptr.cast_mut().cast(), layout);
     let random = sampler::rounding(e);
     let class = Class::of(size);
-    match sample::home_of(e, pool::home_or(|| pool::slow(|| {}, sampler::mean))) {
-        Home::Owned(s) => {
-            s.count_weighted::<Owner>(entering, class, size, usable, e.weight, random);
-            catch_up(s);
-            publish_if_due(s, s.hot.clock.moved((e.weight * size as f64) as u64));
-        }
-        Home::Overflow(s) => s.count_weighted::<Anyone>(entering, class, size, usable, e.weight, random),
-        Home::Frag(s) => s.count_weighted::<Frag>(entering, class, size, usable, e.weight, random),
+    let home = sample::home_of(e, pool::home_or(|| pool::slow(|| {}, sampler::mean)));
+    pool::with_writer!(home, |s, W| s.count_weighted::<W>(entering, class, size, usable, e.weight, random));
+    if let Home::Owned(s) = home {
+        catch_up(s);
+        publish_if_due(s, s.hot.clock.moved((e.weight * size as f64) as u64));
     }
 }
 

@@ -9,7 +9,7 @@ pub(crate) mod worker;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use metrics::{Label, SharedString};
+use metrics::Label;
 
 use self::names::{MetricKind, Names, Series};
 use self::worker::Worker;
@@ -163,19 +163,7 @@ impl Publisher {
         self
     }
 
-    /// Metric name prefix (default `frag_`).
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.series.set_prefix(prefix.into());
-        self
-    }
-
-    /// A label added to every series.
-    #[must_use]
-    pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
-        self.series.add_label(Label::new(key, value));
-        self
-    }
+    names::series_settings!("");
 
     /// Per-thread series (`frag_thread_*{thread="name"}`), off by default: threads of the same name
     /// are summed, and at most [`thread_cap`](Self::thread_cap) names are published (the rest as

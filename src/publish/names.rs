@@ -187,6 +187,28 @@ impl Series {
     }
 }
 
+/// The builder methods of an emitter of series (the publisher, the reclaimer), on a type with a
+/// field `series: Series`: `prefix` (its docs end with `$default`, how the default is chosen) and
+/// `label`.
+macro_rules! series_settings {
+    ($default:literal) => {
+        #[doc = concat!("Metric name prefix (default `frag_`", $default, ").")]
+        #[must_use]
+        pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+            self.series.set_prefix(prefix.into());
+            self
+        }
+
+        /// A label added to every series.
+        #[must_use]
+        pub fn label(mut self, key: impl Into<metrics::SharedString>, value: impl Into<metrics::SharedString>) -> Self {
+            self.series.add_label(metrics::Label::new(key, value));
+            self
+        }
+    };
+}
+pub(crate) use series_settings;
+
 /// Whether the reclaimer emits `m` (the publisher emits the others).
 pub(crate) fn of_reclaimer(m: Metric) -> bool {
     m as usize >= Metric::ReclaimedBytes as usize

@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrics::{Label, SharedString};
+use metrics::Label;
 
 use self::engine::{Engine, Settings};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
@@ -416,19 +416,7 @@ impl Reclaimer {
         self
     }
 
-    /// Metric name prefix (default `frag_`, as the publisher's).
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.series.set_prefix(prefix.into());
-        self
-    }
-
-    /// A label added to every series.
-    #[must_use]
-    pub fn label(mut self, key: impl Into<SharedString>, value: impl Into<SharedString>) -> Self {
-        self.series.add_label(Label::new(key, value));
-        self
-    }
+    names::series_settings!(", as the publisher's");
 
     /// Every metric name the reclaimer emits, with its prefix.
     #[must_use]

@@ -92,6 +92,28 @@ impl Home {
     }
 }
 
+/// `$body` with `$s` the shard of `$home` and `$w` the type of its writer (`shard::Owner`,
+/// `shard::Anyone` or `shard::Frag`): the one dispatch from a home to generic counting code.
+macro_rules! with_writer {
+    ($home:expr, |$s:ident, $w:ident| $body:expr) => {
+        match $home {
+            $crate::stats::pool::Home::Owned($s) => {
+                type $w = $crate::stats::shard::Owner;
+                $body
+            }
+            $crate::stats::pool::Home::Overflow($s) => {
+                type $w = $crate::stats::shard::Anyone;
+                $body
+            }
+            $crate::stats::pool::Home::Frag($s) => {
+                type $w = $crate::stats::shard::Frag;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_writer;
+
 /// The calling thread's home: its own shard, or what `slow` gives a thread without one (see
 /// [`slow`]).
 #[inline(always)]

@@ -15,8 +15,8 @@ use crate::sampler::table::SampledBlock;
 use crate::sampler::{self, mark};
 use crate::sites::{self, unwind::ColdFrame as Frame};
 use crate::stats::class::Class;
-use crate::stats::pool::{self, Home};
-use crate::stats::shard::{Anyone, Frag, Owner, Shard, Writer};
+use crate::stats::pool::{self, Home, with_writer};
+use crate::stats::shard::{Shard, Writer};
 
 /// Where the calling thread's counts go, claiming a shard on its first allocation.
 #[inline(always)]
@@ -111,14 +111,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let frame = Frame::here();
-        match home(self) {
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Owned(s) => unsafe { self.allocate_in::<Owner>(s, layout, zeroed, frame) },
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Overflow(s) => unsafe { self.allocate_in::<Anyone>(s, layout, zeroed, frame) },
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Frag(s) => unsafe { self.allocate_in::<Frag>(s, layout, zeroed, frame) },
-        }
+        // SAFETY: the caller's guarantees, passed on.
+        with_writer!(home(self), |s, W| unsafe { self.allocate_in::<W>(s, layout, zeroed, frame) })
     }
 
     /// [`Self::allocate_cold`] in shard `s`, written by `W`.
@@ -230,17 +224,12 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if T::EXACT || weight.is_some() {
             let here = home(self);
             let size = layout.size();
-            match sampled.as_ref().map_or(here, |e| sample::home_of(e, here)) {
-                Home::Owned(s) => {
-                    count::<Owner, T>(s, false, size, usable, sampled.as_ref());
-                    // Sampled frees move the thread towards publishing its live figure too, so that a
-                    // thread that only frees (no allocations, no clock events) still does.
-                    if let Some(w) = weight {
-                        publish_if_due(s, s.hot.clock.moved((w * size as f64) as u64));
-                    }
-                }
-                Home::Overflow(s) => count::<Anyone, T>(s, false, size, usable, sampled.as_ref()),
-                Home::Frag(s) => count::<Frag, T>(s, false, size, usable, sampled.as_ref()),
+            let counted = sampled.as_ref().map_or(here, |e| sample::home_of(e, here));
+            with_writer!(counted, |s, W| count::<W, T>(s, false, size, usable, sampled.as_ref()));
+            // Sampled frees move the thread towards publishing its live figure too, so that a thread
+            // that only frees (no allocations, no clock events) still does.
+            if let (Home::Owned(s), Some(w)) = (counted, weight) {
+                publish_if_due(s, s.hot.clock.moved((w * size as f64) as u64));
             }
         }
         if let Some(e) = sampled {
@@ -299,14 +288,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here();
-        match home(self) {
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Owned(s) => unsafe { self.reallocate_in::<Owner>(s, ptr, layout, new_size, frame) },
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Overflow(s) => unsafe { self.reallocate_in::<Anyone>(s, ptr, layout, new_size, frame) },
-            // SAFETY: the caller's guarantees, passed on.
-            Home::Frag(s) => unsafe { self.reallocate_in::<Frag>(s, ptr, layout, new_size, frame) },
-        }
+        // SAFETY: the caller's guarantees, passed on.
+        with_writer!(home(self), |s, W| unsafe { self.reallocate_in::<W>(s, ptr, layout, new_size, frame) })
     }
 
     /// # Safety
@@ -366,11 +349,8 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
         } else {
             // The old sample leaves the shard it entered (`sample::home_of`).
-            match old.as_ref().map_or(Home::of(s), |e| sample::home_of(e, Home::of(s))) {
-                Home::Owned(o) => count::<Owner, T>(o, false, layout.size(), old_usable, old.as_ref()),
-                Home::Overflow(o) => count::<Anyone, T>(o, false, layout.size(), old_usable, old.as_ref()),
-                Home::Frag(o) => count::<Frag, T>(o, false, layout.size(), old_usable, old.as_ref()),
-            }
+            let left = old.as_ref().map_or(Home::of(s), |e| sample::home_of(e, Home::of(s)));
+            with_writer!(left, |o, V| count::<V, T>(o, false, layout.size(), old_usable, old.as_ref()));
             count::<W, T>(s, true, new_size, new_usable, kept.as_ref());
             if let Some(e) = kept {
                 s.count_reallocs::<W>(e.weight, sampler::rounding(&e));
