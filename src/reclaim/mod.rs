@@ -197,6 +197,21 @@ impl core::fmt::Debug for Reclaimer {
     }
 }
 
+/// Builder methods that each set one field of the reclaimer's settings:
+/// `/// docs  name(argument: Type) => field;`.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $field:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.settings.$field = $arg;
+                self
+            }
+        )*
+    };
+}
+
 impl Reclaimer {
     /// Default time between rounds.
     pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -280,28 +295,18 @@ impl Reclaimer {
         self
     }
 
-    /// The share of the limit over which the controller acts (0.5 to 1; default 0.95, as Go's
-    /// scavenger aims at 95% of `GOMEMLIMIT`).
-    #[must_use]
-    pub fn limit_target(mut self, share: f64) -> Self {
-        self.settings.target_share = share;
-        self
-    }
+    settings! {
+        /// The share of the limit over which the controller acts (0.5 to 1; default 0.95, as Go's
+        /// scavenger aims at 95% of `GOMEMLIMIT`).
+        limit_target(share: f64) => target_share;
 
-    /// The most CPU the reclaimer spends over the limit's target, as a share of one core, reached at
-    /// the limit (above 0, at most 1; default 0.1). Below `cpu_share`, `cpu_share` is the most.
-    #[must_use]
-    pub fn max_cpu_share(mut self, share: f64) -> Self {
-        self.settings.max_cpu_share = share;
-        self
-    }
+        /// The most CPU the reclaimer spends over the limit's target, as a share of one core, reached at
+        /// the limit (above 0, at most 1; default 0.1). Below `cpu_share`, `cpu_share` is the most.
+        max_cpu_share(share: f64) => max_cpu_share;
 
-    /// Warns when RSS, at its rate over the last half minute or so, will reach the limit within this
-    /// long (at most 1 day; default 5 min; zero: never).
-    #[must_use]
-    pub fn limit_horizon(mut self, horizon: Duration) -> Self {
-        self.settings.eta_horizon = horizon;
-        self
+        /// Warns when RSS, at its rate over the last half minute or so, will reach the limit within this
+        /// long (at most 1 day; default 5 min; zero: never).
+        limit_horizon(horizon: Duration) => eta_horizon;
     }
 
     /// Sets or removes the limit of a reclaimer run from a task of your own, from its next round.
@@ -357,26 +362,16 @@ impl Reclaimer {
         }
     }
 
-    /// Time between rounds of a spawned reclaimer (10 ms to 1 min).
-    #[must_use]
-    pub fn poll(mut self, every: Duration) -> Self {
-        self.settings.poll = every;
-        self
-    }
+    settings! {
+        /// Time between rounds of a spawned reclaimer (10 ms to 1 min).
+        poll(every: Duration) => poll;
 
-    /// How long the heap must be quiet before an action (at most 10 min).
-    #[must_use]
-    pub fn quiet(mut self, window: Duration) -> Self {
-        self.settings.quiet = window;
-        self
-    }
+        /// How long the heap must be quiet before an action (at most 10 min).
+        quiet(window: Duration) => quiet;
 
-    /// The share of the busiest recent allocation rate below which the heap counts as quiet
-    /// (above 0, at most 1). Below 1 MiB/s it is always quiet.
-    #[must_use]
-    pub fn quiet_share(mut self, share: f64) -> Self {
-        self.settings.quiet_share = share;
-        self
+        /// The share of the busiest recent allocation rate below which the heap counts as quiet
+        /// (above 0, at most 1). Below 1 MiB/s it is always quiet.
+        quiet_share(share: f64) => quiet_share;
     }
 
     /// Acts only when at least `bytes` and `share` of RSS would be released (share 0 to 1).
@@ -387,33 +382,19 @@ impl Reclaimer {
         self
     }
 
-    /// Free bytes left resident for reuse: glibc's trim pad (the top of the main heap), jemalloc's
-    /// unused pages after the action. Default 0.
-    #[must_use]
-    pub fn keep(mut self, bytes: u64) -> Self {
-        self.settings.keep = bytes;
-        self
-    }
+    settings! {
+        /// Free bytes left resident for reuse: glibc's trim pad (the top of the main heap), jemalloc's
+        /// unused pages after the action. Default 0.
+        keep(bytes: u64) => keep;
 
-    /// The least time from one action's start to the next's (at most 1 h).
-    #[must_use]
-    pub fn min_interval(mut self, interval: Duration) -> Self {
-        self.settings.min_interval = interval;
-        self
-    }
+        /// The least time from one action's start to the next's (at most 1 h).
+        min_interval(interval: Duration) => min_interval;
 
-    /// The most CPU time the reclaimer spends, as a share of one core (above 0, at most 1).
-    #[must_use]
-    pub fn cpu_share(mut self, share: f64) -> Self {
-        self.settings.cpu_share = share;
-        self
-    }
+        /// The most CPU time the reclaimer spends, as a share of one core (above 0, at most 1).
+        cpu_share(share: f64) => cpu_share;
 
-    /// How long after an action RSS is watched for what comes back (at most 10 min).
-    #[must_use]
-    pub fn refault_window(mut self, window: Duration) -> Self {
-        self.settings.refault_window = window;
-        self
+        /// How long after an action RSS is watched for what comes back (at most 10 min).
+        refault_window(window: Duration) => refault_window;
     }
 
     names::series_settings!(", as the publisher's");
