@@ -126,6 +126,7 @@ mod sampler;
 mod sites;
 mod stats;
 mod sync;
+mod tally;
 mod tracked;
 pub mod tune;
 pub mod watch;

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate.
     "sync", "format", "estimate", "process", "loader", "reentry",
+    // What a group of samples adds up to (a site's, a scope's).
+    "tally",
     // The counters (with the size classes), frag's own work apart from the program's, the sampler
     // and what it feeds, and a sample's life.
     "stats", "own", "sampler", "origin", "sites", "sample",

@@ -199,11 +199,17 @@ pub(super) fn frames(symbols: &mut Symbols, symbolize: bool, stack: &[usize]) ->
 /// `[alloc_objects, alloc_space, inuse_objects, inuse_space]`, then `pinned_space` when `pinned`,
 /// rounded.
 fn values(site: &SiteFigures, pinned: bool) -> Vec<i64> {
-    [site.alloc_blocks, site.alloc_bytes, site.inuse_blocks, site.inuse_bytes, site.pinned_bytes]
-        .iter()
-        .take(if pinned { 5 } else { 4 })
-        .map(|v| v.round() as i64)
-        .collect()
+    [
+        site.tally.alloc_blocks,
+        site.tally.alloc_bytes,
+        site.tally.inuse_blocks,
+        site.tally.inuse_bytes,
+        site.pinned_bytes,
+    ]
+    .iter()
+    .take(if pinned { 5 } else { 4 })
+    .map(|v| v.round() as i64)
+    .collect()
 }
 
 /// A location standing for samples without a stack, named for why.

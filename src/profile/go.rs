@@ -284,10 +284,10 @@ fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> 
         .into_iter()
         .map(|mut s| {
             if let Some(b) = base.remove(&s.stack) {
-                s.alloc_blocks -= b.alloc_blocks;
-                s.alloc_bytes -= b.alloc_bytes;
-                s.inuse_blocks -= b.inuse_blocks;
-                s.inuse_bytes -= b.inuse_bytes;
+                s.tally.alloc_blocks -= b.tally.alloc_blocks;
+                s.tally.alloc_bytes -= b.tally.alloc_bytes;
+                s.tally.inuse_blocks -= b.tally.inuse_blocks;
+                s.tally.inuse_bytes -= b.tally.inuse_bytes;
                 s.pinned_bytes -= b.pinned_bytes;
             }
             s
@@ -296,9 +296,8 @@ fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> 
     // A site seen before and not after (its tallies are never removed, so only if it merged into
     // another stack's): it freed what it held.
     out.extend(base.into_values().map(|b| {
-        let mut s = SiteFigures::default();
-        s.stack = b.stack;
-        (s.inuse_blocks, s.inuse_bytes, s.pinned_bytes) = (-b.inuse_blocks, -b.inuse_bytes, -b.pinned_bytes);
+        let mut s = SiteFigures { stack: b.stack, pinned_bytes: -b.pinned_bytes, ..SiteFigures::default() };
+        (s.tally.inuse_blocks, s.tally.inuse_bytes) = (-b.tally.inuse_blocks, -b.tally.inuse_bytes);
         s
     }));
     out
@@ -318,10 +317,10 @@ fn text(endpoint: Endpoint, sites: &[SiteFigures], symbolize: bool) -> String {
     let _ = writeln!(
         out,
         "heap profile: {}: {} [{}: {}] @ heap_v2/1",
-        sum(|s| s.inuse_blocks),
-        sum(|s| s.inuse_bytes),
-        sum(|s| s.alloc_blocks),
-        sum(|s| s.alloc_bytes)
+        sum(|s| s.tally.inuse_blocks),
+        sum(|s| s.tally.inuse_bytes),
+        sum(|s| s.tally.alloc_blocks),
+        sum(|s| s.tally.alloc_bytes)
     );
     let mean = match sampling() {
         Sampling::MeanBytes(m) => format!("a sampling mean of {m} bytes"),
@@ -333,17 +332,17 @@ fn text(endpoint: Endpoint, sites: &[SiteFigures], symbolize: bool) -> String {
         endpoint.name()
     );
     let mut order: Vec<&SiteFigures> = sites.iter().collect();
-    order.sort_by(|a, b| b.inuse_bytes.total_cmp(&a.inuse_bytes));
+    order.sort_by(|a, b| b.tally.inuse_bytes.total_cmp(&a.tally.inuse_bytes));
     for site in order {
         let frames = frames(&mut symbols, symbolize, &site.stack);
         let addresses: Vec<String> = frames.iter().map(|(pc, _)| format!("{:#x}", pc.saturating_sub(1))).collect();
         let _ = writeln!(
             out,
             "{}: {} [{}: {}] @ {}",
-            r(site.inuse_blocks),
-            r(site.inuse_bytes),
-            r(site.alloc_blocks),
-            r(site.alloc_bytes),
+            r(site.tally.inuse_blocks),
+            r(site.tally.inuse_bytes),
+            r(site.tally.alloc_blocks),
+            r(site.tally.alloc_bytes),
             if addresses.is_empty() { "[no stack]".to_owned() } else { addresses.join(" ") }
         );
         if symbolize {
@@ -394,15 +393,15 @@ mod tests {
     #[test]
     fn a_delta_subtracts_site_by_site() {
         let site = |stack: &[usize], v: f64| {
-            let mut s = SiteFigures::default();
-            s.stack = stack.to_vec();
-            (s.alloc_blocks, s.alloc_bytes, s.inuse_blocks, s.inuse_bytes) = (v, 10.0 * v, v / 2.0, 5.0 * v);
+            let mut s = SiteFigures { stack: stack.to_vec(), ..SiteFigures::default() };
+            (s.tally.alloc_blocks, s.tally.alloc_bytes, s.tally.inuse_blocks, s.tally.inuse_bytes) =
+                (v, 10.0 * v, v / 2.0, 5.0 * v);
             s
         };
         let d = delta(vec![site(&[1], 4.0), site(&[2], 2.0)], vec![site(&[1], 10.0), site(&[3], 1.0)]);
         let by: HashMap<Vec<usize>, &SiteFigures> = d.iter().map(|s| (s.stack.clone(), s)).collect();
-        assert_eq!((by[&vec![1]].alloc_bytes, by[&vec![1]].inuse_bytes), (60.0, 30.0));
-        assert_eq!(by[&vec![3]].alloc_blocks, 1.0);
-        assert_eq!((by[&vec![2]].alloc_bytes, by[&vec![2]].inuse_bytes), (0.0, -10.0));
+        assert_eq!((by[&vec![1]].tally.alloc_bytes, by[&vec![1]].tally.inuse_bytes), (60.0, 30.0));
+        assert_eq!(by[&vec![3]].tally.alloc_blocks, 1.0);
+        assert_eq!((by[&vec![2]].tally.alloc_bytes, by[&vec![2]].tally.inuse_bytes), (0.0, -10.0));
     }
 }

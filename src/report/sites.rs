@@ -217,11 +217,11 @@ pub(crate) fn section(
         sampling,
         unwinder: sites::unwinder(),
         unwind_tables: sites::unwind_tables(),
-        samples: all.iter().map(|s| s.samples).sum(),
+        samples: all.iter().map(|s| s.tally.samples).sum(),
         sites: stacked.len(),
         site_capacity: sites::SITE_CAPACITY,
         dropped_stacks: read::dropped(),
-        no_stack_inuse_bytes: no_stack.iter().map(|s| s.inuse_bytes.round() as u64).sum(),
+        no_stack_inuse_bytes: no_stack.iter().map(|s| s.tally.inuse_bytes.round() as u64).sum(),
         top,
         pinned: shares.map(|s| PinnedHoles {
             holes_bytes: s.holes,
@@ -259,21 +259,21 @@ fn named_frames(symbols: &mut Symbols, stack: &[usize], max: usize) -> Vec<Strin
 }
 
 fn row(s: &SiteFigures, pins_split: bool) -> SiteRow {
-    let inuse_bytes = s.inuse_bytes.round() as u64;
-    let alloc_bytes = s.alloc_bytes.round() as u64;
+    let inuse_bytes = s.tally.inuse_bytes.round() as u64;
+    let alloc_bytes = s.tally.alloc_bytes.round() as u64;
     SiteRow {
         stack: s.stack.iter().map(|&pc| pc as u64).collect(),
         frames: s.stack.iter().take(LEAF_FRAMES).map(|pc| format!("{pc:#x}")).collect(),
         inuse_bytes,
-        inuse_bytes_interval: bytes_interval(inuse_bytes, s.inuse_bytes_var, u64::MAX),
-        inuse_blocks: s.inuse_blocks.round() as u64,
+        inuse_bytes_interval: bytes_interval(inuse_bytes, s.tally.inuse_bytes_var, u64::MAX),
+        inuse_blocks: s.tally.inuse_blocks.round() as u64,
         alloc_bytes,
-        alloc_bytes_interval: bytes_interval(alloc_bytes, s.alloc_bytes_var, u64::MAX),
-        alloc_blocks: s.alloc_blocks.round() as u64,
-        samples: s.samples,
-        cross_thread_share: s.cross_share(),
-        free_samples: s.free_samples,
-        median_lifetime_ns: s.median_lifetime_ns(),
+        alloc_bytes_interval: bytes_interval(alloc_bytes, s.tally.alloc_bytes_var, u64::MAX),
+        alloc_blocks: s.tally.alloc_blocks.round() as u64,
+        samples: s.tally.samples,
+        cross_thread_share: s.tally.cross_share(),
+        free_samples: s.tally.free_samples,
+        median_lifetime_ns: s.tally.median_lifetime_ns(),
         pinned_bytes: pins_split.then(|| s.pinned_bytes.round() as u64),
     }
 }

@@ -33,8 +33,6 @@ static MEAN: AtomicU64 = AtomicU64::new(DEFAULT_MEAN);
 /// `MemProfileRate`.
 pub(crate) const DEFAULT_MEAN: u64 = 512 << 10;
 
-pub(crate) use crate::estimate::W_ONE;
-
 /// `MEAN` when sampling is off.
 pub(crate) const OFF: u64 = u64::MAX;
 

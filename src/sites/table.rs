@@ -15,106 +15,19 @@
 //! zero-initialised static memory, resident only where touched (one or two pages per site seen).
 
 use super::unwind::{Frames, MAX_FRAMES};
-use crate::estimate::SampleSums;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::tally::Tallies;
 
 /// Sites kept.
 pub(crate) const CAPACITY: usize = 1 << 12;
 /// Longest run of slots a site may be placed in, from its home slot.
 pub(crate) const MAX_PROBE: usize = 64;
-/// Lifetime buckets: bucket `i` holds lifetimes in `[2^(i+6), 2^(i+7))` ns, the first everything
-/// below 128 ns and the last everything from 2^37 ns (2.3 minutes) on.
-pub(crate) const LIFETIME_OCTAVES: usize = 32;
 
 /// The site of samples without a stack (no frame pointers, a foreign stack, a full table).
 pub(crate) const NO_SITE: u32 = 0;
 
 const EMPTY: u64 = 0;
 const BUSY: u64 = 1;
-
-/// One site's tallies, weighted fixed point (`W_ONE` = one block) unless said otherwise.
-pub(crate) struct Tallies {
-    /// Sampled allocations and their bytes.
-    pub(crate) allocs: AtomicU64,
-    pub(crate) alloc_bytes: AtomicU64,
-    /// In use = `live_in - live_out` (blocks and bytes); reallocations move both.
-    pub(crate) live_in: [AtomicU64; 2],
-    pub(crate) live_out: [AtomicU64; 2],
-    /// Sampled blocks freed, and those freed on another thread than the allocating one.
-    pub(crate) frees: AtomicU64,
-    pub(crate) cross: AtomicU64,
-    /// Raw counts: samples taken, sampled frees seen.
-    pub(crate) samples: AtomicU64,
-    pub(crate) free_samples: AtomicU64,
-    /// Weighted frees per lifetime bucket.
-    pub(crate) lifetimes: [AtomicU64; LIFETIME_OCTAVES],
-    /// Byte variances (`estimate::SampleSums::bytes_var`) of the samples taken, and of those that
-    /// stopped being in use: the intervals of `alloc_bytes` and of the bytes in use.
-    pub(crate) bytes_var: AtomicU64,
-    pub(crate) bytes_var_out: AtomicU64,
-}
-
-impl Tallies {
-    const fn new() -> Self {
-        Self {
-            allocs: AtomicU64::new(0),
-            alloc_bytes: AtomicU64::new(0),
-            live_in: [const { AtomicU64::new(0) }; 2],
-            live_out: [const { AtomicU64::new(0) }; 2],
-            frees: AtomicU64::new(0),
-            cross: AtomicU64::new(0),
-            samples: AtomicU64::new(0),
-            free_samples: AtomicU64::new(0),
-            lifetimes: [const { AtomicU64::new(0) }; LIFETIME_OCTAVES],
-            bytes_var: AtomicU64::new(0),
-            bytes_var_out: AtomicU64::new(0),
-        }
-    }
-
-    /// A block adding `sums` to the estimates was sampled here.
-    pub(crate) fn sampled(&self, sums: SampleSums) {
-        let SampleSums { w, wb, bytes_var, .. } = sums;
-        self.bytes_var.fetch_add(bytes_var, Ordering::Relaxed);
-        self.allocs.fetch_add(w, Ordering::Relaxed);
-        self.alloc_bytes.fetch_add(wb, Ordering::Relaxed);
-        self.live_in[0].fetch_add(w, Ordering::Relaxed);
-        self.live_in[1].fetch_add(wb, Ordering::Relaxed);
-        self.samples.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A sampled block was freed, on another thread than the allocating one when `cross`.
-    pub(crate) fn freed(&self, sums: SampleSums, cross: bool, lifetime_ns: u64) {
-        let w = sums.w;
-        self.gone(sums);
-        self.frees.fetch_add(w, Ordering::Relaxed);
-        if cross {
-            self.cross.fetch_add(w, Ordering::Relaxed);
-        }
-        self.free_samples.fetch_add(1, Ordering::Relaxed);
-        if let Some(b) = self.lifetimes.get(lifetime_bucket(lifetime_ns)) {
-            b.fetch_add(w, Ordering::Relaxed);
-        }
-    }
-
-    /// A sampled block no longer counts as in use.
-    fn gone(&self, sums: SampleSums) {
-        let SampleSums { w, wb, bytes_var, .. } = sums;
-        self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
-        self.live_out[0].fetch_add(w, Ordering::Relaxed);
-        self.live_out[1].fetch_add(wb, Ordering::Relaxed);
-    }
-}
-
-/// Lifetime bucket of `ns` (see [`LIFETIME_OCTAVES`]).
-pub(crate) fn lifetime_bucket(ns: u64) -> usize {
-    let log2 = 63 - (ns | 1).leading_zeros() as usize;
-    log2.saturating_sub(6).min(LIFETIME_OCTAVES - 1)
-}
-
-/// Lower bound of lifetime bucket `i`, in nanoseconds (0 for the first).
-pub(crate) fn lifetime_lower_ns(i: usize) -> u64 {
-    if i == 0 { 0 } else { 1 << (i + 6) }
-}
 
 struct Slot {
     key: AtomicU64,
@@ -222,18 +135,6 @@ mod tests {
     fn memory_is_as_documented() {
         assert_eq!(size_of::<Slot>(), 880);
         assert_eq!((size_of::<Table>() as f64 / (1u64 << 20) as f64 * 10.0).round() / 10.0, 3.4);
-    }
-
-    #[test]
-    fn lifetime_buckets_are_powers_of_two() {
-        assert_eq!(lifetime_bucket(0), 0);
-        assert_eq!(lifetime_bucket(127), 0);
-        assert_eq!(lifetime_bucket(128), 1);
-        assert_eq!(lifetime_bucket(255), 1);
-        assert_eq!(lifetime_bucket(256), 2);
-        assert_eq!(lifetime_lower_ns(2), 256);
-        assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_OCTAVES - 1);
-        assert_eq!(lifetime_lower_ns(LIFETIME_OCTAVES - 1), 1 << 37);
     }
 
     #[test]

@@ -108,7 +108,7 @@ pub(crate) struct Totals {
 }
 
 /// Origin estimates of one thread (or several), from sampled blocks. Counts and bytes are weighted by
-/// the inverse sampling probability and kept in fixed point (`sampler::W_ONE` = 1.0); the
+/// the inverse sampling probability and kept in fixed point (`estimate::W_ONE` = 1.0); the
 /// squared weights (plain integers) give the estimate's variance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OriginTotals {
