@@ -92,6 +92,26 @@ pub(crate) fn bytes_interval(estimate: u64, bytes_var: u64, cap: u64) -> (u64, u
     around(estimate, bytes_var as f64 * BYTES_VAR_UNIT, cap)
 }
 
+/// The 95% interval of a group's live bytes (a scope's) estimated as `estimate` from `samples` live
+/// samples whose byte variances sum to `bytes_var`, sampled at a mean of `mean` bytes (`None`: every
+/// block is sampled, and the estimate is exact).
+///
+/// With [`MIN_SAMPLES_INTERVAL`] samples or more, the normal interval ([`bytes_interval`]). With
+/// fewer, its variance, estimated from the samples seen, misses the blocks nobody sampled (a group
+/// with no sample gets the interval (0, 0) whatever it holds). There the samples are close to a
+/// Poisson draw whose mean is `Σ p` over the group's live blocks, and every sample stands for at
+/// least `mean` bytes (`w·s = s / (1 − e^(−s/mean)) ≥ mean`, growing with `s`): Garwood's limits of
+/// that Poisson mean, times `mean` below and times the larger of `mean` and the bytes each sample
+/// stands for on average above, bound the bytes.
+pub(crate) fn live_bytes_interval(estimate: u64, bytes_var: u64, samples: u64, mean: Option<u64>) -> (u64, u64) {
+    let Some(mean) = mean.filter(|_| (samples as f64) < MIN_SAMPLES_INTERVAL) else {
+        return bytes_interval(estimate, bytes_var, u64::MAX);
+    };
+    let (low, high) = POISSON_95[(samples as usize).min(POISSON_95.len() - 1)];
+    let per_sample = (estimate as f64 / samples.max(1) as f64).max(mean as f64);
+    (((low * mean as f64) as u64).min(estimate), ((high * per_sample).ceil() as u64).max(estimate))
+}
+
 /// Garwood's exact two-sided 95% limits of a Poisson mean after observing `k` events, `k` below
 /// [`MIN_SAMPLES_INTERVAL`] (checked against the Poisson distribution in the tests).
 const POISSON_95: [(f64, f64); 30] = [
@@ -244,6 +264,52 @@ mod tests {
         let (lo, hi) = wilson(1.0, 10.0).unwrap();
         assert!(lo < 0.75 && hi > 0.999, "{lo} {hi}");
         assert_eq!(wilson(0.5, 0.0), None);
+    }
+
+    /// Against a model of a group's sampling (blocks of 1 to 64 KiB, each sampled on its own with
+    /// its probability at the default mean): the live-bytes interval covers the group's bytes in at
+    /// least 93% of 2,000 draws, for groups from 256 KiB (no sample at all one time in two) to
+    /// 64 MiB. Without the few-samples rule the small groups fall far below (broken on purpose:
+    /// 0.39 at 256 KiB).
+    #[test]
+    fn live_bytes_intervals_cover_small_and_large_groups() {
+        let mean = 512u64 << 10;
+        let mut state = 7u64;
+        let mut next = || {
+            state = crate::stats::clock::splitmix64(state);
+            state
+        };
+        for bytes in [256u64 << 10, 1600 << 10, 5 << 20, 64 << 20] {
+            let sizes: Vec<u64> = {
+                let mut v = Vec::new();
+                let mut total = 0;
+                while total < bytes {
+                    let s = (1024 + next() % (63 << 10)).min(bytes - total).max(1);
+                    total += s;
+                    v.push(s);
+                }
+                v
+            };
+            let trials = 2000;
+            let mut covered = 0;
+            for _ in 0..trials {
+                let (mut est, mut var, mut k) = (0.0, 0u64, 0u64);
+                for &size in &sizes {
+                    let w = weight_of(size, mean);
+                    if ((next() >> 11) as f64 / (1u64 << 53) as f64) < 1.0 / w {
+                        est += w * size as f64;
+                        var += SampleSums::of(w, size).bytes_var;
+                        k += 1;
+                    }
+                }
+                let (lo, hi) = live_bytes_interval(est.round() as u64, var, k, Some(mean));
+                covered += u64::from(lo <= bytes && bytes <= hi);
+            }
+            let share = covered as f64 / trials as f64;
+            assert!(share >= 0.93, "{bytes} B: covered {share:.3}");
+        }
+        // Every block sampled: exact.
+        assert_eq!(live_bytes_interval(1000, 0, 3, None), (1000, 1000));
     }
 
     #[test]

@@ -123,6 +123,7 @@ mod reentry;
 mod report;
 mod sample;
 mod sampler;
+mod scope;
 mod sites;
 mod stats;
 mod sync;
@@ -143,10 +144,11 @@ pub use report::diagnosis;
 pub use report::needs_serde;
 pub use report::{
     FragItself, Fragmentation, LifetimeRow, Origin, OriginPair, PinMethod, PinnedHoles, RatioInputs, Report, RowKind,
-    ShardPool, SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind, allocator_classes,
-    own_totals, report, size_classes, totals,
+    ScopeRow, Scopes, ShardPool, SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind,
+    allocator_classes, own_totals, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
+pub use scope::{Entered, LiveBytes, Scope, ScopeError, ScopeExt, Scoped};
 #[doc(hidden)]
 pub use sites::capture_for_bench;
 #[allow(deprecated)]

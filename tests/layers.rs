@@ -15,8 +15,8 @@ const LAYERS: &[&str] = &[
     // What a group of samples adds up to (a site's, a scope's).
     "tally",
     // The counters (with the size classes), frag's own work apart from the program's, the sampler
-    // and what it feeds, and a sample's life.
-    "stats", "own", "sampler", "origin", "sites", "sample",
+    // and what it feeds (origin, sites, scopes), and a sample's life.
+    "stats", "own", "sampler", "origin", "sites", "scope", "sample",
     // The allocators, then the allocation path that wraps them, and the hooks that sample inside
     // jemalloc.
     "backend", "tracked", "hooked",

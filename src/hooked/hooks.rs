@@ -142,11 +142,11 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
         settle(&old, ptr);
         let _ = REPLACED.try_with(|r| r.set(address as usize));
     }
-    let site = || {
+    let site = |scope| {
         // jemalloc's own frames lead the stack: the site starts at the code that called it.
         let skip = entry::leading(frames.get(..depth).unwrap_or(&[]));
         frames.copy_within(skip..depth, 0);
-        sites::intern(&frames, depth - skip)
+        sites::intern(&frames, depth - skip, scope)
     };
     let entry = sample::entry(size as u64, weight, site, false, 0);
     if !sampler::keep_reported(address, entry) {

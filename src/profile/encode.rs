@@ -8,14 +8,15 @@ use std::io::Write;
 use super::mappings;
 use super::proto;
 use crate::sampler::{Sampling, sampling};
-use crate::sites::read::{SiteFigures, snapshot};
+use crate::scope;
+use crate::sites::read::{Grouping, SiteFigures, snapshot};
 use crate::sites::symbols::{PLUMBING_REGEX, Symbols, trimmed};
 
-/// Every site's figures now, with its pinned bytes where the allocator splits its holes by class
-/// (`pinned`: whether it does).
+/// Every site's figures now, one per stack and scope, with its pinned bytes where the allocator
+/// splits its holes by class (`pinned`: whether it does).
 pub(super) fn sites_now() -> Pinned {
     let pins = crate::report::pinned_by_site();
-    Pinned { split: pins.is_some(), sites: snapshot(&pins.unwrap_or_default()) }
+    Pinned { split: pins.is_some(), sites: snapshot(&pins.unwrap_or_default(), Grouping::StackAndScope) }
 }
 
 /// The sites' figures, and whether their `pinned_bytes` mean anything (the allocator split its holes
@@ -54,6 +55,10 @@ impl Strings {
         i
     }
 }
+
+/// The label that names a sample's scope (`go tool pprof -tagfocus=scope=tenant-42`); samples taken
+/// outside every scope have none.
+const SCOPE_LABEL: &str = "scope";
 
 /// How a profile is built from the sites' figures.
 pub(super) struct Options {
@@ -161,7 +166,13 @@ pub(super) fn build(all: &Pinned, options: &Options) -> proto::Profile {
         if ids.is_empty() {
             ids.push(no_stack_location(&mut strings, &mut functions, &mut locations));
         }
-        samples.push(proto::Sample { location_id: ids, value: values(site, all.split), label: Vec::new() });
+        let label = match scope::read::name(site.scope) {
+            Some(name) => {
+                vec![proto::Label { key: strings.id(SCOPE_LABEL), str: strings.id(name), num: 0, num_unit: 0 }]
+            }
+            None => Vec::new(),
+        };
+        samples.push(proto::Sample { location_id: ids, value: values(site, all.split), label });
     }
 
     let comment = vec![

@@ -276,14 +276,15 @@ fn names(addresses: &[u8]) -> GoAnswer {
     }
 }
 
-/// `after − before`, site by site (by stack), every value: what happened in between, as Go's delta
+/// `after − before`, site by site (by stack and scope), every value: what happened in between, as Go's delta
 /// profiles give it (`inuse_*` may be negative where more was freed than allocated).
 fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> {
-    let mut base: HashMap<Vec<usize>, SiteFigures> = before.into_iter().map(|s| (s.stack.clone(), s)).collect();
+    let mut base: HashMap<(Vec<usize>, u16), SiteFigures> =
+        before.into_iter().map(|s| ((s.stack.clone(), s.scope), s)).collect();
     let mut out: Vec<SiteFigures> = after
         .into_iter()
         .map(|mut s| {
-            if let Some(b) = base.remove(&s.stack) {
+            if let Some(b) = base.remove(&(s.stack.clone(), s.scope)) {
                 s.tally.alloc_blocks -= b.tally.alloc_blocks;
                 s.tally.alloc_bytes -= b.tally.alloc_bytes;
                 s.tally.inuse_blocks -= b.tally.inuse_blocks;
@@ -296,7 +297,8 @@ fn delta(before: Vec<SiteFigures>, after: Vec<SiteFigures>) -> Vec<SiteFigures> 
     // A site seen before and not after (its tallies are never removed, so only if it merged into
     // another stack's): it freed what it held.
     out.extend(base.into_values().map(|b| {
-        let mut s = SiteFigures { stack: b.stack, pinned_bytes: -b.pinned_bytes, ..SiteFigures::default() };
+        let mut s =
+            SiteFigures { stack: b.stack, scope: b.scope, pinned_bytes: -b.pinned_bytes, ..SiteFigures::default() };
         (s.tally.inuse_blocks, s.tally.inuse_bytes) = (-b.tally.inuse_blocks, -b.tally.inuse_bytes);
         s
     }));

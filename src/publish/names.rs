@@ -67,6 +67,8 @@ metrics_table! {
     FindingBytes: Gauge, "finding_bytes", Unit::Bytes, "Resident bytes each kind of finding explains now (0 when not raised); for reclaimable, what its remedy would release";
     FindingsWarn: Gauge, "findings_warn", Unit::Count, "Findings of severity warn now, configuration traps included";
     ThreadFreedElsewhere: Gauge, "thread_freed_elsewhere", Unit::Count, "Blocks these threads allocated that others freed (estimated)";
+    ScopeLiveBytes: Gauge, "scope_live_bytes", Unit::Bytes, "Bytes in use by scope, estimated from samples (label scope: the published scopes, none for outside every scope, other for the rest)";
+    ScopeAllocatedBytes: Counter, "scope_allocated_bytes_total", Unit::Bytes, "Bytes allocated by scope since start, estimated from samples (labels as scope_live_bytes)";
     ReclaimedBytes: Counter, "reclaimed_bytes_total", Unit::Bytes, "Resident bytes the reclaimer's actions released (process RSS before minus after each action)";
     ReclaimPredicted: Counter, "reclaim_predicted_bytes_total", Unit::Bytes, "Bytes the diagnosis predicted the reclaimer's actions would release (estimated)";
     ReclaimSeconds: Total, "reclaim_seconds_total", Unit::Seconds, "CPU seconds the reclaimer's thread spent, polls and actions (a gauge that only grows)";

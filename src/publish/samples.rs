@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use super::names::Metric;
 use crate::report::diagnosis::{Diagnosis, FindingKind, Part, Severity, Source};
-use crate::report::{Report, RowKind};
+use crate::report::{Report, RowKind, Scopes};
+use crate::scope::{NO_SCOPE, OTHER_SCOPES};
 
 /// One value to publish.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,10 +86,36 @@ pub(crate) fn samples(report: &Report, threads: Option<usize>) -> Vec<Sample> {
             out.push(Sample { metric, labels: labels.clone(), value: Some(value as f64) });
         }
     }
+    if let Some(s) = &report.scopes {
+        scope_samples(s, &mut out);
+    }
     if let Some(cap) = threads {
         thread_samples(report, cap.max(1), &mut out);
     }
     out
+}
+
+/// Per scope: the published scopes under their names, the allocations outside every scope as
+/// `none`, every other scope summed as `other` (present even at 0, so that the sum over `scope` is
+/// always every sampled byte).
+fn scope_samples(s: &Scopes, out: &mut Vec<Sample>) {
+    let mut by_label: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+    by_label.insert(OTHER_SCOPES.to_owned(), [0; 2]);
+    for r in &s.rows {
+        let label = match &r.name {
+            None => NO_SCOPE,
+            Some(name) if r.published => name.as_str(),
+            Some(_) => OTHER_SCOPES,
+        };
+        let sums = by_label.entry(label.to_owned()).or_default();
+        sums[0] += r.inuse_bytes;
+        sums[1] += r.alloc_bytes;
+    }
+    for (label, [live, allocated]) in by_label {
+        let labels = vec![("scope", label)];
+        out.push(Sample { metric: Metric::ScopeLiveBytes, labels: labels.clone(), value: Some(live as f64) });
+        out.push(Sample { metric: Metric::ScopeAllocatedBytes, labels, value: Some(allocated as f64) });
+    }
 }
 
 /// The breakdown by part (split parts and `unexplained`) and the bytes of every finding kind, 0 for

@@ -122,6 +122,8 @@ fn report_now() -> Report {
     warnings.extend(warn::sampling());
     let sites = super::sites::section(&allocator_classes, reg);
     warnings.extend(sites.as_ref().into_iter().flat_map(warn::sites));
+    let scopes = super::scopes::section();
+    warnings.extend(scopes.as_ref().and_then(warn::scopes));
 
     let size_classes = counters::class_rows(&snap.classes, reg);
     let wrapped = reg.map(|r| r.wrapped());
@@ -154,6 +156,7 @@ fn report_now() -> Report {
         size_classes,
         origin,
         sites,
+        scopes,
         shards: ShardPool {
             capacity: crate::stats::pool::POOL_SIZE,
             used: snap.slots_used,

@@ -5,6 +5,7 @@ use super::diagnosis::Diagnosis;
 use super::figures::{FragItself, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
 use super::origin::Origin;
 use super::ratio::Fragmentation;
+use super::scopes::Scopes;
 use super::sites::Sites;
 use super::warn::Warning;
 use crate::backend::{AllocatorStats, UsableSource, WrappedBackend};
@@ -43,6 +44,9 @@ pub struct Report {
     /// Allocation sites holding the most bytes in use, estimated from sampled stacks; `None` while
     /// site sampling is off and nothing was sampled.
     pub sites: Option<Sites>,
+    /// Memory by scope ([`Scope`](crate::Scope)), estimated from the samples; `None` until a scope
+    /// is made.
+    pub scopes: Option<Scopes>,
     /// Occupancy of the per-thread shard pool.
     pub shards: ShardPool,
     /// Where resident memory goes and what it means: `None` without a process RSS (no `/proc`).

@@ -7,6 +7,7 @@ use super::figures::{FragItself, RowKind, ShardPool, SizeClassRow, ThreadRow, Tr
 use super::origin::Origin;
 use super::pins::PinMethod;
 use super::ratio::Fragmentation;
+use super::scopes::Scopes;
 use super::sites::Sites;
 use super::warn::{Warning, WarningKind};
 use crate::backend::AllocatorStats;
@@ -160,6 +161,44 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
         for frame in r.frames.iter().skip(1) {
             writeln!(f, "  {:>67}      {frame}", "")?;
         }
+    }
+    Ok(())
+}
+
+fn write_scopes(f: &mut Formatter<'_>, s: &Scopes) -> fmt::Result {
+    writeln!(
+        f,
+        "\nscopes     sampling {}: {} named of {} the table holds, {} names refused; estimates from the samples",
+        sampling_text(s.sampling),
+        s.named,
+        s.capacity,
+        s.refused_names
+    )?;
+    writeln!(
+        f,
+        "  {:>11} {:>5} {:>11} {:>8} {:>10} {:>9}  scope",
+        &format!("{ESTIMATED}in use"),
+        "95%",
+        &format!("{ESTIMATED}allocated"),
+        "samples",
+        &format!("{ESTIMATED}elsewhere"),
+        &format!("{ESTIMATED}median")
+    )?;
+    for r in &s.rows {
+        let few = |v: Option<String>| {
+            v.unwrap_or_else(|| if r.free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
+        };
+        writeln!(
+            f,
+            "  {:>11} {:>5} {:>11} {:>8} {:>10} {:>9}  {}",
+            Bytes(r.inuse_bytes),
+            plus_minus(r.inuse_bytes, Some(r.inuse_bytes_interval)),
+            Bytes(r.alloc_bytes),
+            r.samples,
+            few(r.freed_elsewhere_share.map(|c| Percent(c, 0).to_string())),
+            few(r.median_lifetime_ns.map(|ns| Nanos(ns).to_string())),
+            r.name.as_deref().unwrap_or("(no scope)")
+        )?;
     }
     Ok(())
 }
@@ -517,6 +556,9 @@ impl Display for Report {
         }
         if let Some(s) = &self.sites {
             write_sites(f, s)?;
+        }
+        if let Some(s) = &self.scopes {
+            write_scopes(f, s)?;
         }
         if let Some(source) = self.usable_source {
             writeln!(f, "\nusable sizes: {source}")?;

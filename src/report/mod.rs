@@ -11,6 +11,7 @@ mod figures;
 mod origin;
 mod pins;
 mod ratio;
+mod scopes;
 pub(crate) mod sites;
 mod warn;
 
@@ -21,6 +22,7 @@ pub(crate) use counters::allocated_bytes_total;
 pub use counters::{own_totals, size_classes, totals};
 pub use pins::PinMethod;
 pub use ratio::RatioInputs;
+pub use scopes::{ScopeRow, Scopes};
 pub use sites::{PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 

@@ -4,7 +4,7 @@ use super::pins::PinMethod;
 use crate::estimate::bytes_interval;
 use crate::own;
 use crate::sampler::{self, Sampling};
-use crate::sites::read::{self, SiteFigures};
+use crate::sites::read::{self, Grouping, SiteFigures};
 use crate::sites::symbols::{Symbols, trimmed};
 use crate::sites::{self, UnwindTables, Unwinder};
 
@@ -199,7 +199,7 @@ pub(crate) fn section(
     let sampling = sampler::sampling();
     let shares = super::pins::current(classes, reg);
     let none = std::collections::HashMap::new();
-    let all = read::snapshot(shares.as_ref().map_or(&none, |s| &s.by_site));
+    let all = read::snapshot(shares.as_ref().map_or(&none, |s| &s.by_site), Grouping::Stack);
     if all.is_empty() && sampling == Sampling::Off {
         return None;
     }

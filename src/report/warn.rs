@@ -3,6 +3,7 @@
 use core::fmt;
 
 use super::origin::Origin;
+use super::scopes::Scopes;
 use super::sites::Sites;
 use crate::backend::Backend;
 use crate::backend::introspect::StatsError;
@@ -66,6 +67,8 @@ pub enum WarningKind {
     NoStacks,
     /// Stacks were lost because the site table was full.
     DroppedSites,
+    /// Scope names were refused because the scope table was full: their samples are in `other`.
+    ScopesFull,
     /// The sampled tier runs with sampling off: only a thread's allocated bytes are known; counts,
     /// frees, per-class and live figures are not estimated.
     UnsampledTier,
@@ -172,6 +175,20 @@ pub(super) fn sampling() -> Vec<Warning> {
 const SITES_NEARLY_FULL: f64 = 0.9;
 
 /// Sites without stacks, and stacks lost to a full table.
+/// When names found the scope table full.
+pub(super) fn scopes(s: &Scopes) -> Option<Warning> {
+    (s.refused_names > 0).then(|| {
+        Warning::new(
+            WarningKind::ScopesFull,
+            format!(
+                "{} scope names found the table full ({} named scopes) and share the scope `other`: scopes are \
+                 for bounded sets (tenants, endpoints, components), not one name per request",
+                s.refused_names, s.capacity
+            ),
+        )
+    })
+}
+
 pub(super) fn sites(s: &Sites) -> Vec<Warning> {
     let mut out = Vec::new();
     if s.samples > 0 {

@@ -63,6 +63,8 @@ pub(crate) struct SampledBlock {
     pub(crate) twin: usize,
     /// Whether frag's own work allocated it (`own`): counted in frag's own shard, wherever freed.
     pub(crate) frag: bool,
+    /// The scope current on the allocating thread (`scope`'s slot, 0 for none).
+    pub(crate) scope: u16,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -73,8 +75,12 @@ impl SampledBlock {
         (u64::from(self.tid) << 32) | u64::from(slot)
     }
 
+    /// `scope << 40 | site << 2 | frag << 1 | marked`.
     fn how(self) -> u64 {
-        (u64::from(self.site) << 2) | (u64::from(self.frag) << 1) | u64::from(self.marked)
+        (u64::from(self.scope) << 40)
+            | (u64::from(self.site) << 2)
+            | (u64::from(self.frag) << 1)
+            | u64::from(self.marked)
     }
 
     fn unpack(who: u64, size: u64, weight: u64, born: u64, how: u64, twin: usize) -> Self {
@@ -89,6 +95,7 @@ impl SampledBlock {
             marked: how & 1 == 1,
             twin,
             frag: how & 2 == 2,
+            scope: (how >> 40) as u16,
         }
     }
 }
@@ -312,6 +319,7 @@ mod tests {
             marked: true,
             twin: 0x7f00_0000_2040,
             frag: false,
+            scope: 7,
         }
     }
 
@@ -347,6 +355,7 @@ mod tests {
             marked: false,
             twin: 0,
             frag: true,
+            scope: u16::MAX,
         };
         assert_eq!(SampledBlock::unpack(e.who(), e.size, e.weight.to_bits(), e.born, e.how(), e.twin), e);
         let e = entry(1, 12345);

@@ -90,14 +90,15 @@ pub fn unwind_tables() -> Option<UnwindTables> {
     unwind::summary()
 }
 
-/// The site of the allocation being sampled: its stack, walked from `entry` and interned;
+/// The site of the allocation being sampled in scope `scope`: its stack, walked from `entry` and
+/// interned;
 /// [`NO_SITE`] without a stack (no unwinder, a foreign stack, no tables yet) or when the table is
 /// full.
 #[cold]
-pub(crate) fn capture(entry: ColdFrame) -> u32 {
+pub(crate) fn capture(entry: ColdFrame, scope: u16) -> u32 {
     let mut frames: Frames = [0; MAX_FRAMES];
     let depth = walk(entry, &mut frames);
-    if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth) }
+    if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth, scope) }
 }
 
 /// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
@@ -108,10 +109,11 @@ pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
     unwind::capture(entry, out)
 }
 
-/// The site of the first `depth` frames of `frames` (a stack walked earlier), interned.
+/// The site of the first `depth` frames of `frames` (a stack walked earlier) in scope `scope`,
+/// interned.
 #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
-pub(crate) fn intern(frames: &Frames, depth: usize) -> u32 {
-    SITES.intern(frames, depth)
+pub(crate) fn intern(frames: &Frames, depth: usize, scope: u16) -> u32 {
+    SITES.intern(frames, depth, scope)
 }
 
 /// The calling function's stack, captured as a sampled allocation's is, into `out`; returns the

@@ -1,4 +1,5 @@
-//! The site table: each distinct sampled stack, interned once, with its tallies.
+//! The site table: each distinct sampled stack, interned once per scope (`scope`) it was sampled in,
+//! with its tallies.
 //!
 //! A fixed array of [`CAPACITY`] sites with open addressing on a 64-bit hash of the stack (at most
 //! [`MAX_PROBE`] slots from the home slot). Lock-free and allocation-free, like the sampler's side table:
@@ -31,7 +32,8 @@ const BUSY: u64 = 1;
 
 struct Slot {
     key: AtomicU64,
-    depth: AtomicUsize,
+    /// The stack's depth (low 8 bits) and the scope it was sampled in (the bits above).
+    shape: AtomicUsize,
     frames: [AtomicUsize; MAX_FRAMES],
     tallies: Tallies,
 }
@@ -40,7 +42,7 @@ impl Slot {
     const fn new() -> Self {
         Self {
             key: AtomicU64::new(EMPTY),
-            depth: AtomicUsize::new(0),
+            shape: AtomicUsize::new(0),
             frames: [const { AtomicUsize::new(0) }; MAX_FRAMES],
             tallies: Tallies::new(),
         }
@@ -61,14 +63,14 @@ impl Table {
         Self { none: Tallies::new(), slots: [const { Slot::new() }; CAPACITY], dropped: AtomicU64::new(0) }
     }
 
-    /// The site of the stack `frames[..depth]`, interned on first sight; [`NO_SITE`] for an empty
-    /// stack or a full neighbourhood (counted).
-    pub(crate) fn intern(&self, frames: &Frames, depth: usize) -> u32 {
+    /// The site of the stack `frames[..depth]` sampled in scope `scope`, interned on first sight;
+    /// [`NO_SITE`] for an empty stack or a full neighbourhood (counted).
+    pub(crate) fn intern(&self, frames: &Frames, depth: usize, scope: u16) -> u32 {
         let stack = frames.get(..depth).unwrap_or(&[]);
         if stack.is_empty() {
             return NO_SITE;
         }
-        let key = hash(stack);
+        let key = hash(stack, scope);
         let home = (key as usize) & (CAPACITY - 1);
         for i in 0..MAX_PROBE {
             let index = (home + i) & (CAPACITY - 1);
@@ -81,7 +83,7 @@ impl Table {
                 for (to, &pc) in slot.frames.iter().zip(stack) {
                     to.store(pc, Ordering::Relaxed);
                 }
-                slot.depth.store(stack.len(), Ordering::Relaxed);
+                slot.shape.store(stack.len() | usize::from(scope) << 8, Ordering::Relaxed);
                 slot.key.store(key, Ordering::Release);
                 return index as u32 + 1;
             }
@@ -103,23 +105,25 @@ impl Table {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Every published site: its id and stack (allocates: report side only).
-    pub(crate) fn stacks(&self) -> Vec<(u32, Vec<usize>)> {
-        let mut out = vec![(NO_SITE, Vec::new())];
+    /// Every published site: its id, stack and scope (allocates: report side only). The "no stack"
+    /// site has no scope (0).
+    pub(crate) fn stacks(&self) -> Vec<(u32, Vec<usize>, u16)> {
+        let mut out = vec![(NO_SITE, Vec::new(), 0)];
         for (i, slot) in self.slots.iter().enumerate() {
             if slot.key.load(Ordering::Acquire) > BUSY {
-                let depth = slot.depth.load(Ordering::Relaxed).min(MAX_FRAMES);
+                let shape = slot.shape.load(Ordering::Relaxed);
+                let depth = (shape & 0xff).min(MAX_FRAMES);
                 let stack = slot.frames.iter().take(depth).map(|f| f.load(Ordering::Relaxed)).collect();
-                out.push((i as u32 + 1, stack));
+                out.push((i as u32 + 1, stack, (shape >> 8) as u16));
             }
         }
         out
     }
 }
 
-/// A 64-bit hash of a stack, never `EMPTY` or `BUSY`.
-fn hash(stack: &[usize]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ stack.len() as u64;
+/// A 64-bit hash of a stack and its scope, never `EMPTY` or `BUSY`.
+fn hash(stack: &[usize], scope: u16) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ stack.len() as u64 ^ u64::from(scope) << 32;
     for &pc in stack {
         h = crate::stats::clock::splitmix64(h ^ pc as u64);
     }
@@ -150,18 +154,21 @@ mod tests {
         };
         let mut a: Frames = [0; MAX_FRAMES];
         a[..3].copy_from_slice(&[0x1000, 0x2000, 0x3000]);
-        let id = t.intern(&a, 3);
+        let id = t.intern(&a, 3, 0);
         assert_ne!(id, NO_SITE);
-        assert_eq!(t.intern(&a, 3), id);
-        assert_ne!(t.intern(&a, 2), id, "a shorter stack is another site");
-        assert_eq!(t.intern(&a, 0), NO_SITE);
+        assert_eq!(t.intern(&a, 3, 0), id);
+        assert_ne!(t.intern(&a, 2, 0), id, "a shorter stack is another site");
+        let scoped = t.intern(&a, 3, 1000);
+        assert_ne!(scoped, id, "the stack in another scope is another site");
+        assert_eq!(t.intern(&a, 0, 0), NO_SITE);
         let stacks = t.stacks();
-        assert!(stacks.contains(&(id, vec![0x1000, 0x2000, 0x3000])));
+        assert!(stacks.contains(&(id, vec![0x1000, 0x2000, 0x3000], 0)));
+        assert!(stacks.contains(&(scoped, vec![0x1000, 0x2000, 0x3000], 1000)));
         // Fill the table: every stack beyond the capacity is dropped to NO_SITE and counted.
         let mut distinct = 0;
         for i in 0..CAPACITY * 2 {
             a[0] = 0x10_0000 + i * 16;
-            if t.intern(&a, 3) != NO_SITE {
+            if t.intern(&a, 3, 0) != NO_SITE {
                 distinct += 1;
             }
         }

@@ -49,7 +49,7 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) ->
         Placed::Natural => (false, 0),
         Placed::Marked { twin } => (true, twin),
     };
-    let entry = sample::entry(size as u64, weight, || sites::capture(frame), marked, twin);
+    let entry = sample::entry(size as u64, weight, |scope| sites::capture(frame, scope), marked, twin);
     if !sampler::keep(ptr, entry) {
         return None;
     }

@@ -5,13 +5,20 @@ use std::process::Command;
 /// `go tool pprof -top -nodecount=1000 <args> [-diff_base=<base>] <profile>`: the report's text.
 /// Panics when `go` is missing or `pprof` refuses the profile.
 pub fn top(profile: &[u8], base: Option<&[u8]>, args: &[&str]) -> String {
+    let args: Vec<&str> = ["-top", "-nodecount=1000"].into_iter().chain(args.iter().copied()).collect();
+    pprof(profile, base, &args)
+}
+
+/// `go tool pprof <args> [-diff_base=<base>] <profile>`: the report's text. Panics when `go` is
+/// missing or `pprof` refuses the profile.
+pub fn pprof(profile: &[u8], base: Option<&[u8]>, args: &[&str]) -> String {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = |what: &str| std::env::temp_dir().join(format!("frag-go-{}-{n}-{what}.pb.gz", std::process::id()));
     let path = file("profile");
     std::fs::write(&path, profile).unwrap();
     let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof", "-top", "-nodecount=1000"]).args(args);
+    cmd.args(["tool", "pprof"]).args(args);
     let base_path = base.map(|base| {
         let base_path = file("base");
         std::fs::write(&base_path, base).unwrap();
