@@ -144,8 +144,8 @@ pub use report::diagnosis;
 pub use report::needs_serde;
 pub use report::{
     FragItself, Fragmentation, LifetimeRow, Origin, OriginPair, PinMethod, PinnedHoles, RatioInputs, Report, RowKind,
-    ScopeRow, Scopes, ShardPool, SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning, WarningKind,
-    allocator_classes, own_totals, report, size_classes, totals,
+    ScopeRow, ScopeSite, Scopes, ShardPool, SiteRow, Sites, SizeClassRow, ThreadRow, TrackedStats, Warning,
+    WarningKind, allocator_classes, own_totals, report, size_classes, totals,
 };
 pub use sampler::{Sampling, SamplingError, sampling, set_sampling};
 pub use scope::{Entered, LiveBytes, Scope, ScopeError, ScopeExt, Scoped};

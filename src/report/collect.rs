@@ -120,9 +120,10 @@ fn report_now() -> Report {
     let traps: &[crate::tune::Trap] = if guard.is_some() { crate::tune::checked() } else { &[] };
     warnings.extend(traps.iter().map(warn::config_trap));
     warnings.extend(warn::sampling());
-    let sites = super::sites::section(&allocator_classes, reg);
+    let shares = super::pins::current(&allocator_classes, reg);
+    let sites = super::sites::section(shares.as_ref());
     warnings.extend(sites.as_ref().into_iter().flat_map(warn::sites));
-    let scopes = super::scopes::section();
+    let scopes = super::scopes::section(shares.as_ref());
     warnings.extend(scopes.as_ref().and_then(warn::scopes));
 
     let size_classes = counters::class_rows(&snap.classes, reg);

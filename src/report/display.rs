@@ -176,10 +176,11 @@ fn write_scopes(f: &mut Formatter<'_>, s: &Scopes) -> fmt::Result {
     )?;
     writeln!(
         f,
-        "  {:>11} {:>5} {:>11} {:>8} {:>10} {:>9}  scope",
+        "  {:>11} {:>5} {:>11} {:>10} {:>8} {:>10} {:>9}  scope, then its top sites",
         &format!("{ESTIMATED}in use"),
         "95%",
         &format!("{ESTIMATED}allocated"),
+        &format!("{ESTIMATED}pins"),
         "samples",
         &format!("{ESTIMATED}elsewhere"),
         &format!("{ESTIMATED}median")
@@ -190,15 +191,20 @@ fn write_scopes(f: &mut Formatter<'_>, s: &Scopes) -> fmt::Result {
         };
         writeln!(
             f,
-            "  {:>11} {:>5} {:>11} {:>8} {:>10} {:>9}  {}",
+            "  {:>11} {:>5} {:>11} {:>10} {:>8} {:>10} {:>9}  {}",
             Bytes(r.inuse_bytes),
             plus_minus(r.inuse_bytes, Some(r.inuse_bytes_interval)),
             Bytes(r.alloc_bytes),
+            r.pinned_bytes.map_or_else(|| "-".to_owned(), |b| Bytes(b).to_string()),
             r.samples,
             few(r.freed_elsewhere_share.map(|c| Percent(c, 0).to_string())),
             few(r.median_lifetime_ns.map(|ns| Nanos(ns).to_string())),
             r.name.as_deref().unwrap_or("(no scope)")
         )?;
+        for site in &r.top_sites {
+            let leaf = site.frames.first().map_or("?", String::as_str);
+            writeln!(f, "  {:>11} {:>70}  {leaf}", Bytes(site.inuse_bytes), "")?;
+        }
     }
     Ok(())
 }

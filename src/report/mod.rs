@@ -22,7 +22,7 @@ pub(crate) use counters::allocated_bytes_total;
 pub use counters::{own_totals, size_classes, totals};
 pub use pins::PinMethod;
 pub use ratio::RatioInputs;
-pub use scopes::{ScopeRow, Scopes};
+pub use scopes::{ScopeRow, ScopeSite, Scopes};
 pub use sites::{PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 

@@ -1,6 +1,6 @@
 //! The report's `sites` section: the allocation sites holding the most bytes in use.
 
-use super::pins::PinMethod;
+use super::pins::{PinMethod, Shares};
 use crate::estimate::bytes_interval;
 use crate::own;
 use crate::sampler::{self, Sampling};
@@ -12,7 +12,7 @@ use crate::sites::{self, UnwindTables, Unwinder};
 pub(crate) const TOP: usize = 10;
 /// Frames named per site, from the leaf; more, up to [`MAX_NAMED`], where two sites would read the
 /// same (two paths below one leaf).
-const LEAF_FRAMES: usize = 4;
+pub(super) const LEAF_FRAMES: usize = 4;
 const MAX_NAMED: usize = 16;
 
 /// Allocation sites, estimated from sampled allocations (see [`Sampling`]). Every figure named
@@ -88,7 +88,7 @@ impl Sites {
 /// The names of each stack's frames, from the leaf: the first [`LEAF_FRAMES`], or as many more as
 /// it takes to tell it from the others. `None` where the process cannot symbolize (see
 /// [`Symbols::new`]).
-fn told_apart(stacks: &[Vec<usize>]) -> Option<Vec<Vec<String>>> {
+pub(super) fn told_apart(stacks: &[Vec<usize>]) -> Option<Vec<Vec<String>>> {
     let mut symbols = Symbols::new()?;
     let named: Vec<Vec<String>> = stacks.iter().map(|stack| named_frames(&mut symbols, stack, MAX_NAMED)).collect();
     let told = named
@@ -190,16 +190,12 @@ pub struct SiteRow {
 /// Sites pinning the most holes that are listed beside the top sites by bytes in use.
 const TOP_PINNING: usize = 3;
 
-/// The section; `None` when site sampling is off and nothing was sampled. `classes` are the
-/// allocator's own (empty where it has none), whose slab figures the pins are shared from.
-pub(crate) fn section(
-    classes: &[crate::backend::AllocatorClass],
-    reg: Option<crate::backend::registry::Registration>,
-) -> Option<Sites> {
+/// The section; `None` when site sampling is off and nothing was sampled. `shares`: the holes of the
+/// allocator's slabs shared among sites, where it has slabs (`pins::current`).
+pub(crate) fn section(shares: Option<&Shares>) -> Option<Sites> {
     let sampling = sampler::sampling();
-    let shares = super::pins::current(classes, reg);
     let none = std::collections::HashMap::new();
-    let all = read::snapshot(shares.as_ref().map_or(&none, |s| &s.by_site), Grouping::Stack);
+    let all = read::snapshot(shares.map_or(&none, |s| &s.by_site), Grouping::Stack);
     if all.is_empty() && sampling == Sampling::Off {
         return None;
     }

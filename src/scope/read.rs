@@ -8,6 +8,8 @@ use crate::tally::Figures;
 /// One scope's figures.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ScopeFigures {
+    /// The scope's slot.
+    pub(crate) id: u16,
     /// The scope's name; `None` for the samples taken outside every scope.
     pub(crate) name: Option<&'static str>,
     /// Published under its own name.
@@ -26,7 +28,7 @@ pub(crate) fn snapshot() -> Vec<ScopeFigures> {
         if tally.samples == 0 {
             continue;
         }
-        out.push(ScopeFigures { name: name(id), published: SCOPES.published(id), tally });
+        out.push(ScopeFigures { id, name: name(id), published: SCOPES.published(id), tally });
     }
     out.sort_by(|a, b| b.tally.inuse_bytes.total_cmp(&a.tally.inuse_bytes));
     out
