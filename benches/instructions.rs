@@ -11,6 +11,8 @@
 //! instructions churn <backend> <variant> <steps>          65,536 live blocks of 16..=1024 bytes
 //!                                                         (random), one replaced at random per step
 //! instructions handoff <backend> <variant> <size> <iters> allocated on one thread, freed on another
+//! instructions poll <plain|scoped> <iters>                 a pending future polled, bare or wrapped
+//!                                                         in a scope (`ScopeExt::in_scope`)
 //! ```
 //!
 //! `<variant>` is `bare` (the backend alone), `sampled` (`Tracked`'s production tier), `exact`
@@ -235,6 +237,27 @@ fn handoff(v: &Variant, size: usize, iters: u64) {
     });
 }
 
+/// A future that is never ready: each poll is the wrapper's cost and a return.
+struct Pending;
+
+impl std::future::Future for Pending {
+    type Output = ();
+    #[inline(never)]
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        std::task::Poll::Pending
+    }
+}
+
+/// Polls `future` `iters` times.
+#[inline(never)]
+fn poll_n<F: std::future::Future>(future: F, iters: u64) {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..iters {
+        let _ = black_box(future.as_mut().poll(&mut cx));
+    }
+}
+
 fn main() {
     // The sampled variants without their stacks, to count what the unwinder adds to a sample.
     if std::env::var_os("FRAG_NO_STACKS").is_some() {
@@ -243,6 +266,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let number = |i: usize| arg(i).parse::<u64>().unwrap_or(0);
+    if arg(0) == "poll" {
+        use frag::ScopeExt;
+        let scope = frag::Scope::new("bench").expect("a name");
+        match arg(1) {
+            "scoped" => poll_n(Pending.in_scope(scope), number(2)),
+            _ => poll_n(Pending, number(2)),
+        }
+        return;
+    }
     let Some(v) = variant(arg(1), arg(2)) else {
         if args.iter().any(|a| a == "--bench") {
             println!(

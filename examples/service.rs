@@ -18,6 +18,8 @@
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
 //! `--no-stacks` turns stack capture off (`frag::set_stacks(false)`); `--sampling-mean-kib N` samples
 //! one allocation per N KiB on average (`frag::set_sampling`; default 512, at least 64 in this tier).
+//! `--scoped` runs each `/echo` request in the scope of one of three tenants (`frag::Scope`, by the
+//! body's length): the report then splits the memory by tenant, and heap profiles label it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -71,6 +73,12 @@ fn options() -> Result<Options, String> {
             // Sampled allocations without their stacks: what the unwinder costs, measured on the
             // same build (`scripts/instructions.py`).
             "--no-stacks" => frag::set_stacks(false),
+            "--scoped" => {
+                let tenants =
+                    ["tenant-a", "tenant-b", "tenant-c"].map(|t| frag::Scope::new(t).map_err(|e| e.to_string()));
+                let [a, b, c] = tenants;
+                let _ = TENANTS.set([a?, b?, c?]);
+            }
             "--sampling-mean-kib" => {
                 let mean = frag::Sampling::MeanBytes(number(value()?)?.saturating_mul(1024));
                 frag::set_sampling(mean).map_err(|e| format!("{flag}: {e}"))?;
@@ -81,7 +89,21 @@ fn options() -> Result<Options, String> {
     Ok(o)
 }
 
-async fn echo(State(delay): State<Duration>, body: axum::body::Bytes) -> impl IntoResponse {
+/// The tenants' scopes, with `--scoped`.
+static TENANTS: std::sync::OnceLock<[frag::Scope; 3]> = std::sync::OnceLock::new();
+
+async fn echo(State(delay): State<Duration>, body: axum::body::Bytes) -> axum::response::Response {
+    use frag::ScopeExt;
+    match TENANTS.get() {
+        Some(tenants) => {
+            let tenant = tenants[body.len() % 3];
+            handle_echo(delay, body).in_scope(tenant).await
+        }
+        None => handle_echo(delay, body).await,
+    }
+}
+
+async fn handle_echo(delay: Duration, body: axum::body::Bytes) -> axum::response::Response {
     let value: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return (axum::http::StatusCode::BAD_REQUEST, e.to_string()).into_response(),

@@ -55,6 +55,7 @@ EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
+POLL_ITERS = (1_000_000, 2_000_000)
 PAIR_ITERS = (200_000, 400_000)
 CHURN_STEPS = (500_000, 1_500_000)
 SERVICE_LOAD = (300, 600)
@@ -175,7 +176,7 @@ def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=()):
 
 
 # The service example's global allocator per variant (`examples/support/global_allocator.rs`).
-VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "exact": "exact", "jeprof": "1",
+VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "sampled-scoped": "", "exact": "exact", "jeprof": "1",
             "in-jemalloc": "in-jemalloc", "forward": "forward", "count": "count",
             "count-inline": "count-inline", "sample-only": "sample-only",
             "count-sample": "count-sample"}
@@ -188,8 +189,8 @@ def build_service(backend, variant, salt=0):
     `salt` adds `-C metadata=salt<N>` to the example crate alone: its symbol hashes, and so how rustc
     splits it into codegen units and what gets inlined where, change; its source and its dependencies
     do not. The spread over salts is the build-to-build spread a service delta carries."""
-    if variant == "sampled-nostacks":
-        variant = "sampled"  # the same build, run with --no-stacks
+    if variant in ("sampled-nostacks", "sampled-scoped"):
+        variant = "sampled"  # the same build, run with --no-stacks or --scoped
     feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else [])
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
@@ -236,6 +237,8 @@ def main():
                     help="builds of the service per allocator, each with its own -C metadata salt on the example "
                          "crate (median and range over all builds and runs; default 1)")
     ap.add_argument("--no-pairs", action="store_true", help="skip the pair and churn workloads")
+    ap.add_argument("--scoped", action="store_true",
+                    help="also count the service with each request in a tenant's scope, and a scoped poll")
     ap.add_argument("--repeat", type=int, default=3,
                     help="callgrind runs of the service per build (median and range reported; default 3)")
     ap.add_argument("--service-backends", default=None,
@@ -305,6 +308,12 @@ def main():
                 failures.append(f"{backend} churn, {tier}: L1 read misses {100 * rel[tier]:+.1f}% > "
                                 f"+{100 * budget:.1f}%")
 
+    if exe and args.scoped:
+        r = {kind: per_op(lambda n: [exe, "poll", kind, str(n)], POLL_ITERS, env=PATH_ONLY)["Ir"]
+             for kind in ("plain", "scoped")}
+        print(f"\nA poll in a scope (`fut.in_scope(scope)`): {r['scoped']:.1f} instructions against "
+              f"{r['plain']:.1f} for the bare future: {r['scoped'] - r['plain']:+.1f} per poll", flush=True)
+
     if not args.no_service:
         print(f"\nService example, instructions per request (--concurrency 8 --delay-ms 0; publisher rounds "
               f"and the half-way heap profile not counted; median of {args.repeat} runs of each of {args.salts} builds, range in brackets)\n")
@@ -313,7 +322,8 @@ def main():
         service_backends = backends if args.service_backends is None else \
             [b for b in args.service_backends.split(",") if b]
         for backend in service_backends:
-            variants = ["bare", "sampled"] + (["sampled-nostacks"] if args.stacks_off else []) + ["exact"] + \
+            variants = ["bare", "sampled"] + (["sampled-nostacks"] if args.stacks_off else []) + \
+                (["sampled-scoped"] if args.scoped else []) + ["exact"] + \
                 (["jeprof", "in-jemalloc"] if backend == "jemalloc" else []) + \
                 (["forward", "count", "count-inline", "sample-only", "count-sample"] if args.floor else [])
             r = {}
@@ -324,7 +334,7 @@ def main():
                 runs = []
                 for salt in range(max(1, args.salts)):
                     exe_s = build_service(backend, variant, salt)
-                    flags = ["--no-stacks"] if variant == "sampled-nostacks" else []
+                    flags = {"sampled-nostacks": ["--no-stacks"], "sampled-scoped": ["--scoped"]}.get(variant, [])
                     for _ in range(max(1, args.repeat)):
                         counts = per_op(lambda n: [exe_s, "--load", str(n), "--concurrency", "8", "--delay-ms", "0"]
                                         + flags, SERVICE_LOAD, extra=PUBLISHER_EXCLUDED, env=env,
@@ -339,7 +349,9 @@ def main():
                 r[variant] = (runs[len(runs) // 2], runs[0], runs[-1])
             bare = r["bare"][0]
             names = {"bare": "bare", "sampled": "Tracked (sampled)",
-                     "sampled-nostacks": "Tracked (sampled), stacks off", "exact": "Tracked<_, Exact>",
+                     "sampled-nostacks": "Tracked (sampled), stacks off",
+                     "sampled-scoped": "Tracked (sampled), each request in one of three tenants' scopes (`--scoped`)",
+                     "exact": "Tracked<_, Exact>",
                      "jeprof": "jemalloc's own profiler",
                      "in-jemalloc": "bare, sampled inside jemalloc (`frag::sample_in_jemalloc`)", "forward": "floor: forward", "count": "floor: count",
                      "count-inline": "floor: count-inline", "sample-only": "floor: sample-only",
@@ -366,6 +378,10 @@ def main():
             if "in-jemalloc" in r and r["in-jemalloc"][0] >= r["jeprof"][0]:
                 failures.append(f"{backend} service: sampling inside jemalloc ({r['in-jemalloc'][0] / 1e6:.3f} M per "
                                 f"request) is not below jemalloc's own profiler ({r['jeprof'][0] / 1e6:.3f} M)")
+            if "sampled-scoped" in r:
+                scoped = (r["sampled-scoped"][0] - r["sampled"][0]) / bare
+                print(f"| {backend} | scopes: sampled with --scoped over the same build without | | "
+                      f"{100 * scoped:+.2f} points |")
             if "sampled-nostacks" in r:
                 off = (r["sampled"][0] - r["sampled-nostacks"][0]) / bare
                 print(f"| {backend} | stacks: sampled over the same build with --no-stacks (medians of separate "

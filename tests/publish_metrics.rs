@@ -311,3 +311,32 @@ fn the_reclaimer_publishes_what_it_released() {
     }
     assert_eq!(pin[0], 1);
 }
+
+/// Scopes: the published ones under their names, the others summed as `other`, allocations outside
+/// every scope as `none`; with every block sampled, each equals the bytes the test holds in it.
+#[test]
+fn scope_series_are_the_published_scopes_and_the_rest() {
+    frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
+    let scopes = ["metrics-a", "metrics-b", "metrics-c", "metrics-d"].map(|n| frag::Scope::new(n).unwrap());
+    scopes[0].publish().unwrap();
+    scopes[1].publish().unwrap();
+    let mut held: Vec<Vec<u8>> = Vec::with_capacity(64);
+    for (i, scope) in scopes.iter().enumerate() {
+        let _in = scope.enter();
+        for _ in 0..4 {
+            held.push(vec![1u8; 1000 * (i + 1)]);
+        }
+    }
+    let report = frag::report();
+    let series = record(|| frag::publish(&report));
+    let live = |scope: &str| get(&series, "frag_scope_live_bytes", &[("scope", scope)]).2;
+    assert_eq!(live("metrics-a"), 4000.0);
+    assert_eq!(live("metrics-b"), 8000.0);
+    assert_eq!(live("other"), 12_000.0 + 16_000.0, "c and d, not published");
+    let none = report.scopes.as_ref().unwrap().rows.iter().find(|r| r.name.is_none()).unwrap();
+    assert_eq!(live("none"), none.inuse_bytes as f64);
+    let (kind, unit, allocated) = get(&series, "frag_scope_allocated_bytes_total", &[("scope", "metrics-a")]);
+    assert_eq!((kind, unit, allocated), (MetricKind::Counter, Some(Unit::Bytes), 4000.0));
+    assert!(!series.keys().any(|(_, l)| l.iter().any(|(_, v)| v == "metrics-c")), "c is not published");
+    drop(held);
+}
