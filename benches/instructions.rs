@@ -237,13 +237,16 @@ fn handoff(v: &Variant, size: usize, iters: u64) {
     });
 }
 
-/// A future that is never ready: each poll is the wrapper's cost and a return.
+/// A future that is never ready: each poll is the wrapper's cost and a call. Opaque to the
+/// optimizer (as any real future's poll is), so that the scope's two thread-local writes around it
+/// cannot be folded away.
 struct Pending;
 
 impl std::future::Future for Pending {
     type Output = ();
     #[inline(never)]
-    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        black_box(cx);
         std::task::Poll::Pending
     }
 }

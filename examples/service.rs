@@ -89,27 +89,24 @@ fn options() -> Result<Options, String> {
     Ok(o)
 }
 
-/// The tenants' scopes, with `--scoped`.
-static TENANTS: std::sync::OnceLock<[frag::Scope; 3]> = std::sync::OnceLock::new();
-
-async fn echo(State(delay): State<Duration>, body: axum::body::Bytes) -> axum::response::Response {
-    use frag::ScopeExt;
-    match TENANTS.get() {
-        Some(tenants) => {
-            let tenant = tenants[body.len() % 3];
-            handle_echo(delay, body).in_scope(tenant).await
-        }
-        None => handle_echo(delay, body).await,
-    }
-}
-
-async fn handle_echo(delay: Duration, body: axum::body::Bytes) -> axum::response::Response {
+async fn echo(State(delay): State<Duration>, body: axum::body::Bytes) -> impl IntoResponse {
     let value: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return (axum::http::StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
     tokio::time::sleep(delay).await;
     ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(&value).unwrap_or_default()).into_response()
+}
+
+/// The tenants' scopes, with `--scoped`.
+static TENANTS: std::sync::OnceLock<[frag::Scope; 3]> = std::sync::OnceLock::new();
+
+/// `/echo` in the scope of one of three tenants (`--scoped`), by the body's length.
+async fn scoped_echo(delay: State<Duration>, body: axum::body::Bytes) -> axum::response::Response {
+    use frag::ScopeExt;
+    let Some(tenants) = TENANTS.get() else { return echo(delay, body).await.into_response() };
+    let tenant = tenants[body.len() % 3];
+    echo(delay, body).in_scope(tenant).await.into_response()
 }
 
 /// A report with its allocation sites named (reading the debug information once, on first use).
@@ -144,7 +141,7 @@ async fn debug_pprof(request: axum::extract::Request) -> axum::response::Respons
 
 fn app(delay: Duration) -> Router {
     Router::new()
-        .route("/echo", post(echo))
+        .route("/echo", if TENANTS.get().is_some() { post(scoped_echo) } else { post(echo) })
         .route("/debug/frag", get(debug_json))
         .route("/debug/frag/text", get(debug_text))
         .route("/debug/pprof/{profile}", get(debug_pprof).post(debug_pprof))
