@@ -143,8 +143,11 @@ fn each_scopes_interval_covers_its_live_bytes() {
     }
     let share = covered as f64 / intervals as f64;
     eprintln!("{covered} of {intervals} intervals covered their truth ({:.1}%)", share * 100.0);
-    assert!(rounds < 100 || share >= 0.9, "{covered} of {intervals}");
-    assert!(migrated, "no task ran on more than one worker");
+    // At full scale (memcheck runs one round, its threads one at a time).
+    if rounds >= 100 {
+        assert!(share >= 0.9, "{covered} of {intervals}");
+        assert!(migrated, "no task ran on more than one worker");
+    }
 }
 
 /// Bad input is refused with a typed error; a full table sends new names to `other`, counted in the
