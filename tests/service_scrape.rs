@@ -29,8 +29,13 @@ const MEAN_KIB: u64 = 64;
 
 /// The service, serving on a free loopback port: the child and its address.
 fn start(service: &std::path::Path) -> (Child, SocketAddr) {
+    start_with_delay(service, 0)
+}
+
+/// [`start`], with each `/echo` request holding its parsed body for `delay_ms` before it answers.
+fn start_with_delay(service: &std::path::Path, delay_ms: u64) -> (Child, SocketAddr) {
     let mut child = Command::new(service)
-        .args(["--port", "0", "--metrics-port", "0", "--delay-ms", "0"])
+        .args(["--port", "0", "--metrics-port", "0", "--delay-ms", &delay_ms.to_string()])
         .args(["--sampling-mean-kib", &MEAN_KIB.to_string()])
         .stderr(Stdio::piped())
         .spawn()
@@ -165,7 +170,7 @@ fn go_pprof(args: &[String]) -> (bool, String) {
 }
 
 /// The README's `go tool pprof` line, as written but for the service's port, against the service
-/// example: `pprof` fetches the unsymbolized profile, names what it can from the binary, and asks the
+/// example under load: `pprof` fetches the unsymbolized profile, names what it can from the binary, and asks the
 /// service's `/debug/pprof/symbol` for the rest, as it does of a Go service (before the endpoint it
 /// failed with a 405); its sites come out by name. With `-symbolize=remote`, every name comes from
 /// the endpoint: the allocation profile names serde_json's key and value sites.
@@ -185,14 +190,33 @@ fn the_readmes_go_tool_pprof_line_reads_the_service() {
         .find(|quoted| quoted.starts_with("go tool pprof ") && quoted.contains("/debug/pprof/heap"))
         .expect("a `go tool pprof ...` line in the README");
     let service = common::example::build("service");
-    let (child, addr) = start(&service);
+    // Requests stay in flight while pprof fetches the heap: each holds its parsed body (about 100 KB)
+    // for 300 ms, 16 at a time, about 50 samples live at the 64 KiB mean. Once answered, the
+    // service holds too little for a sample to be sure to be live (its heap between requests is about
+    // 100 KB: a profile with no sample in use one time in ten).
+    let (child, addr) = start_with_delay(&service, 300);
     let _child = Killed(child);
-    for i in 0..200 {
-        assert_eq!(request(addr, "POST", "/echo", &measured_body(i)).0, 200);
-    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..16)
+        .map(|t| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut i = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert_eq!(request(addr, "POST", "/echo", &measured_body(i)).0, 200);
+                    i += 16;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(2));
     let args: Vec<String> =
         command.split_whitespace().skip(3).map(|a| a.replace("127.0.0.1:3000", &addr.to_string())).collect();
     let (ok, text) = go_pprof(&args);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in load {
+        l.join().unwrap();
+    }
     let named = common::go::rows(&text);
     assert!(ok && !text.contains("405") && !named.is_empty(), "{command}:\n{text}");
     assert!(named.iter().all(|r| !r.name.starts_with("0x")), "an unnamed address: {command}:\n{text}");
