@@ -23,6 +23,7 @@ fn entry(tid: u32, size: u64) -> SampledBlock {
         marked: tid % 2 == 0,
         twin: if tid % 2 == 0 { 0x9000 + tid as usize * 0x40 } else { 0 },
         frag: tid % 3 == 0,
+        scope: (tid % 5) as u16,
     }
 }
 
