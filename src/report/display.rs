@@ -142,9 +142,7 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
         &format!("{ESTIMATED}median")
     )?;
     for (i, r) in s.top.iter().enumerate() {
-        let few = |v: Option<String>| {
-            v.unwrap_or_else(|| if r.free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
-        };
+        let few = |v: Option<String>| or_too_few(v, r.free_samples);
         writeln!(
             f,
             "  {:>11} {:>5} {:>10} {:>10} {:>8} {:>7} {:>9}  #{:<2} {}",
@@ -186,9 +184,7 @@ fn write_scopes(f: &mut Formatter<'_>, s: &Scopes) -> fmt::Result {
         &format!("{ESTIMATED}median")
     )?;
     for r in &s.rows {
-        let few = |v: Option<String>| {
-            v.unwrap_or_else(|| if r.free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
-        };
+        let few = |v: Option<String>| or_too_few(v, r.free_samples);
         writeln!(
             f,
             "  {:>11} {:>5} {:>11} {:>10} {:>8} {:>10} {:>9}  {}",
@@ -207,6 +203,11 @@ fn write_scopes(f: &mut Formatter<'_>, s: &Scopes) -> fmt::Result {
         }
     }
     Ok(())
+}
+
+/// A figure from sampled frees, or why there is none: too few frees (`free_samples` of them), or none.
+fn or_too_few(figure: Option<String>, free_samples: u64) -> String {
+    figure.unwrap_or_else(|| if free_samples > 0 { TOO_FEW.to_owned() } else { "-".to_owned() })
 }
 
 /// The half-width of a 95% interval around `estimate`, as a share of it: "±8%" ("-" for none).
