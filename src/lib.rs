@@ -129,6 +129,7 @@ mod stats;
 mod sync;
 mod tally;
 mod tracked;
+mod usdt;
 pub mod tune;
 pub mod watch;
 

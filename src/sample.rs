@@ -2,7 +2,10 @@
 //! hooks that take jemalloc's: `hooked`): it arrives ([`entry`], then [`arrived`] once the side
 //! table holds it), it is counted in a shard ([`home_of`]) and in the origin, site and scope tallies
 //! (`scope`: the scope current on the allocating thread), and it departs, freed or reallocated away
-//! ([`departed`]). Whatever follows every sample attaches here.
+//! ([`departed`]). Whatever follows every sample attaches here: the tallies, and the OpenTelemetry
+//! memory probes that tracers attach to (`usdt`), fired as the sample arrives and as it departs.
+//! The functions that fire them are never inlined, so that each probe has one site in a binary
+//! (two for `alloc`: [`arrived`] and [`stayed`]) and tracers attach one uprobe per site.
 //!
 //! A sample of frag's own work (`own`) has no site or scope and stays out of the tallies,
 //! which are the program's; it counts in frag's own shard from its arrival to its departure,
@@ -16,6 +19,7 @@ use crate::sites;
 use crate::stats::live;
 use crate::stats::pool::{self, CallingThread, Home};
 use crate::stats::shard::Shard;
+use crate::usdt;
 
 /// The entry of a block of `size` bytes requested, weighing `weight` (the inverse of its sampling
 /// probability), sampled now by the calling thread in its current scope; its site from `site` (given
@@ -39,8 +43,10 @@ pub(crate) fn entry(size: u64, weight: f64, site: impl FnOnce(u16) -> u32, marke
     }
 }
 
-/// The sample `e` arrived: the side table holds it. Counted in the origin and site tallies.
-pub(crate) fn arrived(e: &SampledBlock) {
+/// The sample `e` at `user` (the address handed to the program) arrived: the side table holds it.
+/// Counted in the origin, site and scope tallies; `otel_memory:alloc` fires.
+#[inline(never)]
+pub(crate) fn arrived(e: &SampledBlock, user: *const u8) {
     if e.frag {
         return;
     }
@@ -48,11 +54,28 @@ pub(crate) fn arrived(e: &SampledBlock) {
     origin::arrived(e.size, sums);
     sites::arrived(e.site, sums);
     scope::arrived(e.scope, sums);
+    usdt::alloc(user, e.size, e.weight);
 }
 
-/// The sample `e` departed, freed (or reallocated away) by the thread `caller`: settled in the
-/// origin and site tallies.
-pub(crate) fn departed(caller: &CallingThread, e: &SampledBlock) {
+/// The sample `e` at `user` departed, freed (or reallocated away) by the thread `caller`, which still
+/// holds the block: [`departing`], then [`settled`].
+pub(crate) fn departed(caller: &CallingThread, e: &SampledBlock, user: *const u8) {
+    departing(e, user);
+    settled(caller, e);
+}
+
+/// The sample `e` at `user` is departing: `otel_memory:free` fires, while the caller still holds the
+/// block (its address cannot have gone to another sample yet). A reallocation in place calls this
+/// before the allocator moves the block, then [`settled`], or [`stayed`] if the allocator failed.
+#[inline(never)]
+pub(crate) fn departing(e: &SampledBlock, user: *const u8) {
+    if !e.frag {
+        usdt::free(user);
+    }
+}
+
+/// The sample `e`, departed by the thread `caller`: settled in the origin, site and scope tallies.
+pub(crate) fn settled(caller: &CallingThread, e: &SampledBlock) {
     if e.frag {
         return;
     }
@@ -61,6 +84,16 @@ pub(crate) fn departed(caller: &CallingThread, e: &SampledBlock) {
     origin::departed(caller, e, sums, lifetime_ns);
     sites::departed(e.site, sums, e.tid != caller.tid, lifetime_ns);
     scope::departed(e.scope, sums, lifetime_ns);
+}
+
+/// The sample `e` at `user` was [`departing`], and stays: the reallocation failed, the block is
+/// untouched and its entry is back in the side table. `otel_memory:alloc` fires again (its tallies
+/// never moved).
+#[inline(never)]
+pub(crate) fn stayed(e: &SampledBlock, user: *const u8) {
+    if !e.frag {
+        usdt::alloc(user, e.size, e.weight);
+    }
 }
 
 /// Where the counts of sample `e` go, on a thread whose own are in `home`: frag's own shard for

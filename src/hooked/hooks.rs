@@ -152,14 +152,14 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
     if !sampler::keep_reported(address, entry) {
         return;
     }
-    sample::arrived(&entry);
+    sample::arrived(&entry, address);
     count(true, ptr, &entry);
 }
 
 /// Settles the entry `e` of a sampled block at `ptr`, freed (or replaced) by the calling thread.
 fn settle(e: &SampledBlock, ptr: *const c_void) {
     count(false, ptr, e);
-    sample::departed(&pool::calling_thread(), e);
+    sample::departed(&pool::calling_thread(), e, ptr.cast());
 }
 
 /// A sampled block is being freed (or was reallocated away).

@@ -53,7 +53,7 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) ->
     if !sampler::keep(ptr, entry) {
         return None;
     }
-    sample::arrived(&entry);
+    sample::arrived(&entry, ptr);
     Some(entry)
 }
 
@@ -233,7 +233,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             }
         }
         if let Some(e) = sampled {
-            sample::departed(&pool::calling_thread(), &e);
+            sample::departed(&pool::calling_thread(), &e, ptr);
             // SAFETY: the twin was allocated with the block's layout, the caller's, and goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }
@@ -318,19 +318,20 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             unsafe { self.move_by_hand(ptr, layout, new_layout, old, weight, frame) }
         } else {
             // Before the old block can go back to the allocator (its address may be reused at once).
-            if old.is_some() {
+            if let Some(e) = old {
                 sampler::remove(ptr, layout);
+                sample::departing(&e, ptr);
             }
             // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
             let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
             if p.is_null() {
                 // The old block is untouched and still live: its entry goes back (an unmarked entry,
                 // so if its neighbourhood filled up meanwhile only the sample is lost).
-                if let Some(e) = old {
-                    sampler::keep(ptr, e);
+                if let Some(e) = old.filter(|e| sampler::keep(ptr, *e)) {
+                    sample::stayed(&e, ptr);
                 }
             } else if let Some(e) = old {
-                sample::departed(&pool::calling_thread(), &e);
+                sample::settled(&pool::calling_thread(), &e);
             }
             let kept = match weight {
                 // Produced in place of an unmarked block while marking is off: its layout stays.
@@ -390,7 +391,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let (base, real) = real(ptr, layout, old.as_ref());
         if let Some(e) = old {
             sampler::remove(ptr, layout);
-            sample::departed(&pool::calling_thread(), &e);
+            sample::departed(&pool::calling_thread(), &e, ptr);
             // SAFETY: the old block's twin, allocated with its layout, goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }

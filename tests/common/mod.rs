@@ -5,6 +5,7 @@ pub mod churn;
 pub mod example;
 pub mod go;
 pub mod limit;
+pub mod otel;
 #[cfg(feature = "jemalloc")]
 pub mod pins;
 pub mod reclaim;
