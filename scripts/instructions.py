@@ -88,6 +88,9 @@ FEATURES = {
 
 # Set by main(): RUSTFLAGS and CARGO_TARGET_DIR of every build.
 BUILD_ENV = {}
+# The default build's OpenTelemetry memory probes (feature `usdt`), unless `--no-usdt`: what a user's
+# build carries.
+EXTRA_FEATURES = ["usdt"]
 
 
 def target_dir():
@@ -107,7 +110,7 @@ def run(cmd, env=None, quiet=True):
 
 
 def build_workloads(backends):
-    feats = sorted({FEATURES[b] for b in backends if FEATURES[b]})
+    feats = sorted({FEATURES[b] for b in backends if FEATURES[b]} | set(EXTRA_FEATURES))
     out = run(["cargo", "build", "--profile", PROFILE, "--bench", "instructions", "--no-default-features",
                "--message-format=json"] + (["--features", ",".join(feats)] if feats else []))
     for line in out.stdout.splitlines():
@@ -191,7 +194,7 @@ def build_service(backend, variant, salt=0):
     do not. The spread over salts is the build-to-build spread a service delta carries."""
     if variant in ("sampled-nostacks", "sampled-scoped"):
         variant = "sampled"  # the same build, run with --no-stacks or --scoped
-    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else [])
+    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
     if variant == "in-jemalloc":
@@ -249,7 +252,11 @@ def main():
     ap.add_argument("--floor", action="store_true",
                     help="also count the service with the floor wrappers of examples/support/floor.rs "
                          "(forwarding only; minimal exact per-class counter)")
+    ap.add_argument("--no-usdt", action="store_true",
+                    help="build without the OpenTelemetry memory probes (the `usdt` feature, on by default)")
     args = ap.parse_args()
+    if args.no_usdt:
+        EXTRA_FEATURES.clear()
     fp = args.frame_pointers
     BUILD_ENV["RUSTFLAGS"] = "-C force-frame-pointers=yes" if fp else ""
     BUILD_ENV["CARGO_TARGET_DIR"] = args.target_dir or os.path.join(ROOT, "target",

@@ -129,8 +129,8 @@ mod stats;
 mod sync;
 mod tally;
 mod tracked;
-mod usdt;
 pub mod tune;
+mod usdt;
 pub mod watch;
 
 pub use backend::select::Select;

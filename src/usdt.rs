@@ -24,6 +24,7 @@
 /// stands for: `size × weight`, rounded. At a mean of `R` bytes, `weight = 1 / (1 − exp(−size / R))`,
 /// so this is the contract's `S / p`; summed over the live samples it is frag's own estimate of live
 /// bytes (docs/SAMPLING.md, "Fleet profilers"). Float to integer casts saturate: no panic.
+#[cfg_attr(not(feature = "usdt"), allow(dead_code, reason = "the probes are compiled out"))]
 pub(crate) fn weighted_bytes(size: u64, weight: f64) -> u64 {
     libm::round(size as f64 * weight) as u64
 }

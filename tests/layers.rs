@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// before it, never from those after it.
 const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate.
-    "sync", "format", "estimate", "process", "loader", "reentry",
+    "sync", "format", "estimate", "process", "loader", "reentry", "usdt",
     // What a group of samples adds up to (a site's, a scope's).
     "tally",
     // The counters (with the size classes), frag's own work apart from the program's, the sampler

@@ -282,8 +282,17 @@ pub fn check(child_test: &str, mean: u64, stacks: bool) {
     writeln!(to_child, "exit").unwrap();
     assert!(child.0.wait().unwrap().success(), "the child failed");
     let traced = parse(&out.join("\n"));
-    eprintln!("frag: {} allocs, {} frees, {} live samples, {} B live (estimate)", frags.allocs, frags.frees, frags.live_samples, frags.live_estimate);
-    eprintln!("bpftrace: {} allocs, {} frees, {} live, by size {:?}", traced.allocs, traced.frees, traced.live.len(), traced.by_size);
+    eprintln!(
+        "frag: {} allocs, {} frees, {} live samples, {} B live (estimate)",
+        frags.allocs, frags.frees, frags.live_samples, frags.live_estimate
+    );
+    eprintln!(
+        "bpftrace: {} allocs, {} frees, {} live, by size {:?}",
+        traced.allocs,
+        traced.frees,
+        traced.live.len(),
+        traced.by_size
+    );
 
     // Every sample, and only those: the tracer's counts are frag's.
     assert!(frags.allocs > 500, "the window sampled too little to check: {frags:?}");
@@ -293,7 +302,11 @@ pub fn check(child_test: &str, mean: u64, stacks: bool) {
     assert_eq!(traced.live.len() as u64, frags.live_samples, "live samples");
     let traced_live: u64 = traced.live.values().sum();
     let off = (traced_live as f64 - frags.live_estimate as f64).abs() / frags.live_estimate as f64;
-    assert!(off < 0.01, "sum of weighted_bytes over live blocks {traced_live} against frag's live bytes {}", frags.live_estimate);
+    assert!(
+        off < 0.01,
+        "sum of weighted_bytes over live blocks {traced_live} against frag's live bytes {}",
+        frags.live_estimate
+    );
     let strangers: Vec<&usize> = traced.live.keys().filter(|a| !frags.held.contains(a)).collect();
     assert!(strangers.is_empty(), "live samples at addresses the program does not hold: {strangers:x?}");
     // The known split: each size's bytes, allocated in the window, within 5 standard errors.
@@ -304,7 +317,10 @@ pub fn check(child_test: &str, mean: u64, stacks: bool) {
         let sd = (n as f64 * p * (1.0 - p)).sqrt() * w;
         let got = traced.by_size.get(&(size as u64)).copied().unwrap_or(0) as f64;
         let want = (size * n) as f64;
-        assert!((got - want).abs() < 5.0 * sd, "{size} B blocks: {got} weighted bytes against {want} allocated (sd {sd})");
+        assert!(
+            (got - want).abs() < 5.0 * sd,
+            "{size} B blocks: {got} weighted bytes against {want} allocated (sd {sd})"
+        );
     }
     if stacks {
         for site in ["small_site", "large_site"] {
