@@ -133,9 +133,10 @@ CAPTURE = "frag::sites::capture"
 HOOK_WALK = "frag::hooked::hooks::backtrace"
 
 
-def inclusive(path, name):
-    """The inclusive instructions of function `name` in a callgrind output (0 if it never ran)."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+def inclusive(path, name, inclusive=True):
+    """The inclusive instructions of function `name` in a callgrind output (0 if it never ran); its
+    own alone with `inclusive=False`."""
+    out = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", path],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     for line in out.splitlines():
         m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*:" + re.escape(name) + r" ", line)
@@ -144,9 +145,9 @@ def inclusive(path, name):
     return 0
 
 
-def callgrind(cmd, cache=False, extra=(), env=None, functions=()):
-    """Total events of one run: {'Ir': ..., 'D1mr': ...}, and the inclusive Ir of each of
-    `functions` under its name."""
+def callgrind(cmd, cache=False, extra=(), env=None, functions=(), own=()):
+    """Total events of one run: {'Ir': ..., 'D1mr': ...}, the inclusive Ir of each of `functions`
+    under its name, and the Ir of each of `own`'s functions alone under `own:<name>`."""
     with tempfile.NamedTemporaryFile(prefix="callgrind.", delete=False) as f:
         path = f.name
     try:
@@ -163,17 +164,19 @@ def callgrind(cmd, cache=False, extra=(), env=None, functions=()):
         result = dict(zip(events, totals))
         for name in functions:
             result[name] = inclusive(path, name)
+        for name in own:
+            result[f"own:{name}"] = inclusive(path, name, inclusive=False)
         return result
     finally:
         os.unlink(path)
 
 
-def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=()):
+def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=(), own=()):
     """Per operation: the difference of the two run lengths' counts over the difference of lengths.
     The two runs go side by side (callgrind runs one thread at a time, and its counts, simulated
     cache included, do not depend on what else the machine runs)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(lambda n: callgrind(cmd_for(n), cache, extra, env, functions), lengths)
+        a, b = pool.map(lambda n: callgrind(cmd_for(n), cache, extra, env, functions, own), lengths)
     n = lengths[1] - lengths[0]
     return {k: (b[k] - a[k]) / n for k in a}
 
@@ -208,6 +211,24 @@ def build_service(backend, variant, salt=0):
     shutil.copy2(os.path.join(target_dir(), "release", "examples", "service"), dest)
     check_excluded(dest)
     return dest
+
+
+def build_churn(backend, variant):
+    """The churn example (`examples/churn.rs`), release, with `variant`'s global allocator inlined
+    into its loop, as into any caller's."""
+    feats = ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    run(["cargo", "rustc", "--quiet", "--release", "--example", "churn", "--no-default-features"]
+        + (["--features", ",".join(feats)] if feats else []), {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]})
+    out_dir = os.path.join(ROOT, "target", "instructions")
+    os.makedirs(out_dir, exist_ok=True)
+    dest = os.path.join(out_dir, f"churn-{backend}-{variant}")
+    shutil.copy2(os.path.join(target_dir(), "release", "examples", "churn"), dest)
+    return dest
+
+
+# The churn example's loop, the caller the allocator is inlined into; and its run lengths.
+CHURN_CALLER = "churn::churn"
+CALLER_STEPS = (1_000_000, 2_000_000)
 
 
 def frag_unwinder():
@@ -314,6 +335,22 @@ def main():
             if rel[tier] > budget:
                 failures.append(f"{backend} churn, {tier}: L1 read misses {100 * rel[tier]:+.1f}% > "
                                 f"+{100 * budget:.1f}%")
+
+    if exe:
+        print(f"\nThe churn loop in a real caller (`examples/churn.rs`: 65,536 live blocks, each step frees one "
+              f"at random and allocates 16 B-1 KiB; the global allocator inlined into the loop; stacks on), "
+              f"instructions per step, and the loop's own (`{CHURN_CALLER}`)\n")
+        print("| backend | allocator | per step | added | the loop's own | added |")
+        print("|---|---|---|---|---|---|")
+        for backend in backends:
+            rows = {}
+            for variant in ("bare", "forward", "sampled", "exact"):
+                churn = build_churn(backend, variant)
+                rows[variant] = per_op(lambda n: [churn, str(n)], CALLER_STEPS, own=(CHURN_CALLER,))
+                r, b = rows[variant], rows["bare"]
+                own = f"own:{CHURN_CALLER}"
+                print(f"| {backend} | {variant} | {r['Ir']:.1f} | {r['Ir'] - b['Ir']:+.1f} | {r[own]:.1f} | "
+                      f"{r[own] - b[own]:+.1f} |", flush=True)
 
     if exe and args.scoped:
         r = {kind: per_op(lambda n: [exe, "poll", kind, str(n)], POLL_ITERS, env=PATH_ONLY)["Ir"]
