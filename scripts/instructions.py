@@ -215,10 +215,11 @@ def build_service(backend, variant, salt=0):
 
 def build_churn(backend, variant):
     """The churn example (`examples/churn.rs`), release, with `variant`'s global allocator inlined
-    into its loop, as into any caller's."""
-    feats = ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
-    run(["cargo", "rustc", "--quiet", "--release", "--example", "churn", "--no-default-features"]
-        + (["--features", ",".join(feats)] if feats else []), {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]})
+    into its loop, as into any caller's. The service's features, so that both share one build of the
+    library."""
+    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    run(["cargo", "rustc", "--quiet", "--release", "--example", "churn", "--no-default-features",
+         "--features", ",".join(feats)], {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]})
     out_dir = os.path.join(ROOT, "target", "instructions")
     os.makedirs(out_dir, exist_ok=True)
     dest = os.path.join(out_dir, f"churn-{backend}-{variant}")
