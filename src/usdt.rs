@@ -12,7 +12,9 @@
 //! The probes come from the `probe` crate (`probe_lazy!`): a SystemTap SDT v3 note in
 //! `.note.stapsdt`, a `nop` at the probe site, and a 16-bit semaphore in `.probes` that the kernel
 //! raises while a tracer is attached. Without the `usdt` feature, or off Linux, they compile to
-//! nothing.
+//! nothing. `probe` is `no_std`, has no dependencies and emits inline assembly only; the other
+//! candidate, Oxide's `usdt`, generates its providers with procedural macros (serde among its
+//! dependencies) and has emitted SDT notes on Linux only since 0.6.
 //!
 //! Safe anywhere a sample is taken, the allocation path and its reentrancy guard included: a probe
 //! reads its semaphore (a volatile load) and, only when it is raised, puts its arguments in

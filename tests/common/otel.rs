@@ -10,6 +10,9 @@
 //! window (`report().origin`'s sample counts, its scope's live bytes) and the addresses it holds, and
 //! stays alive until the tracer has symbolized the stacks.
 //!
+//! The tracer attaches while the beacon thread samples and detaches while two threads do: the
+//! probes are safe whenever a tracer comes or goes.
+//!
 //! The start marker opens the window before the first report: its figures are taken after the
 //! marker, and the copy of it that the program receives (allocated as the program's, sampled like
 //! any other allocation) falls inside both. The end marker closes the window before the second report, whose copy then falls
@@ -67,7 +70,9 @@ pub fn child() {
     beacon.join().unwrap();
 
     let start = std::hint::black_box(vec![0u8; START]);
-    let before = frag::report().origin.expect("sampling is on");
+    // Only the counts are kept: the report's copy is freed inside the window, where its samples
+    // were taken (a report kept alive would hold samples outside the scope).
+    let before = frag::report().origin.map(|o| (o.sampled_blocks, o.sampled_frees)).expect("sampling is on");
     let (mut small, mut large) = {
         let _in = scope.enter();
         let (mut small, mut large) = (small_site(SMALL_N), large_site(LARGE_N));
@@ -85,7 +90,7 @@ pub fn child() {
     // after its figures were taken, so the copy must fall outside the tracer's window. The marker is
     // a sample of frag's figures, not of the tracer's window: one alloc less.
     let end = std::hint::black_box(vec![0u8; END]);
-    let after = frag::report().origin.expect("sampling is on");
+    let after = frag::report().origin.map(|o| (o.sampled_blocks, o.sampled_frees)).expect("sampling is on");
     drop((start, end));
     // The blocks, and the two vectors that hold them (allocated in the window too).
     let blocks = small.iter().chain(&large).map(|v| v.as_ptr() as usize);
@@ -93,15 +98,29 @@ pub fn child() {
     let held: Vec<String> = blocks.chain(outer).map(|a| format!("{a:x}")).collect();
     println!(
         "{TAG} allocs={} frees={} live_estimate={} live_samples={} held={}",
-        after.sampled_blocks - before.sampled_blocks - 1,
-        after.sampled_frees - before.sampled_frees,
+        after.0 - before.0 - 1,
+        after.1 - before.1,
         live.estimate,
         live.samples,
         held.join(",")
     );
     std::io::stdout().flush().unwrap();
+    // The tracer detaches while two threads take samples (the parent stops it after this line).
+    STOP.store(false, Ordering::Relaxed);
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    drop(std::hint::black_box(vec![1u8; 64 << 10]));
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            })
+        })
+        .collect();
     line.clear();
     stdin.read_line(&mut line).unwrap();
+    STOP.store(true, Ordering::Relaxed);
+    busy.into_iter().for_each(|t| t.join().unwrap());
     small.clear();
     large.clear();
 }
@@ -277,7 +296,15 @@ pub fn check(child_test: &str, mean: u64, stacks: bool) {
     };
     // SAFETY: `kill` with a live child's pid and SIGINT: bpftrace prints its maps and exits.
     assert_eq!(unsafe { libc::kill(tracer.0.id() as i32, libc::SIGINT) }, 0);
-    let out: Vec<String> = from_tracer.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut out = Vec::new();
+    loop {
+        match from_tracer.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => out.push(line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("bpftrace did not exit within 2 minutes of SIGINT"),
+        }
+    }
     let _ = tracer.0.wait();
     writeln!(to_child, "exit").unwrap();
     assert!(child.0.wait().unwrap().success(), "the child failed");
