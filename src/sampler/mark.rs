@@ -15,12 +15,13 @@
 //!
 //! Every free and reallocation tests whether `ptr & 4095` is 0 or 8, inlined into the caller: in the
 //! sampled tier an `and` with a constant ([`may_carry_a_mark`]), in the exact tier (where marking can
-//! be turned off) an `and` with one cached word ([`may_be_marked`], [`FREE_MASK`]). Anything else means "not sampled" with
-//! no other memory read. A match goes out of line (the caller's layout is usually not a constant
-//! there: `__rust_dealloc` takes it as arguments), where [`maybe_sampled`] tells the request's own
-//! mark (a page-aligned block of a small request, the common false match, is settled here with no
-//! memory read) and then reads its page bucket's counters (`sampler::buckets`: two levels, 1 KiB
-//! then 16 KiB). Zero at either level settles it; anything else goes to the cold path, which looks
+//! be turned off) an `and` with one cached word ([`may_be_marked`], [`FREE_MASK`]). Anything else
+//! means "not sampled" with no other memory read. A match is tested against its request's own mark,
+//! still with no memory read (a page-aligned block of a small request, the common false match, is
+//! settled there): inline in a free of the sampled tier ([`at_its_own_mark`]), and within
+//! [`maybe_sampled`] and [`maybe_sampled_marked`] elsewhere. A block at its mark has its page
+//! bucket's counters read (`sampler::buckets`: two levels, 1 KiB then 16 KiB), out of line in the
+//! sampled tier. Zero at either level settles it; anything else goes to the cold path, which looks
 //! the block up in the side table (`sampler::table`) and frees a sampled block with the layout and
 //! address it was allocated with.
 //!
@@ -109,11 +110,27 @@ pub(crate) fn maybe_sampled(ptr: *mut u8, layout: Layout) -> bool {
 }
 
 /// [`maybe_sampled`] in the sampled tier, where marking is on for good ([`marks_only`]): the pointer
-/// tested against its request's own mark with constants, then the page bucket's counters. No read of
-/// [`FREE_MASK`].
+/// tested against its request's own mark with constants ([`at_its_own_mark`]), then the page
+/// bucket's counters. No read of [`FREE_MASK`].
 #[inline(always)]
 pub(crate) fn maybe_sampled_marked(ptr: *mut u8, layout: Layout) -> bool {
-    (ptr as usize) % MARK_ALIGN == offset_of(layout) && BUCKETS.occupied(page(ptr))
+    at_its_own_mark(ptr, layout) && in_an_occupied_bucket(ptr)
+}
+
+/// In the sampled tier, whether the block at `ptr`, requested with `layout`, sits at its request's
+/// own mark, with constants and no memory read. A free makes this test inline once
+/// [`may_carry_a_mark`] matched: the page-aligned blocks of small requests (the first block of many
+/// slabs) are settled there, without a call.
+#[inline(always)]
+pub(crate) fn at_its_own_mark(ptr: *mut u8, layout: Layout) -> bool {
+    (ptr as usize) % MARK_ALIGN == offset_of(layout)
+}
+
+/// Whether a sampled block may live in the page bucket of `ptr` (its counters are not zero): the
+/// last test before the side table.
+#[inline(always)]
+pub(crate) fn in_an_occupied_bucket(ptr: *mut u8) -> bool {
+    BUCKETS.occupied(page(ptr))
 }
 
 /// A sampled block at `ptr` went into the side table: frees of blocks in its page bucket look there.

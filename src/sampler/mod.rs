@@ -294,7 +294,7 @@ pub(crate) fn configured_error() -> Option<SamplingError> {
     }
 }
 
-pub(crate) use mark::{may_carry_a_mark, maybe_sampled, maybe_sampled_marked};
+pub(crate) use mark::{at_its_own_mark, in_an_occupied_bucket, may_carry_a_mark, maybe_sampled, maybe_sampled_marked};
 
 /// Puts the sampled block at `ptr` in the side table, before it is handed out. `false` (and a
 /// counted drop) when its neighbourhood is full.

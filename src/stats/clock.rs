@@ -1,8 +1,8 @@
 //! A thread's sampling clock: a Poisson countdown over the bytes it allocates.
 //!
 //! Every allocation (and the new size of every reallocation) takes its size off `left`, **before**
-//! the inner call. While `left` stays above zero nothing else happens: that test is all the
-//! sampler costs on the fast path. When an allocation would take it to zero or below, an *event* fires on
+//! the inner call. While `left` stays at zero or above nothing else happens: that test is all the
+//! sampler costs on the fast path. When an allocation would take it below zero, an *event* fires on
 //! the cold path: that allocation is sampled, and a new interval is drawn from an exponential
 //! distribution with the configured mean. Exponential intervals make the events a Poisson process
 //! over allocated bytes, so a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`
@@ -29,8 +29,9 @@ pub(crate) const OFF_INTERVAL: u64 = 64 << 20;
 /// read-modify-writes (the overflow shard); read by reports at any time.
 #[derive(Debug)]
 pub(crate) struct Clock {
-    /// Bytes left until the next event. 0 in a clock nobody started (the parked shard): every
-    /// allocation there, even of 0 bytes, is an event, which the cold path turns into a shard claim,
+    /// Bytes the current interval has left: the allocation that would take it below zero is the
+    /// event. 0 in a clock nobody started (the parked shard): every allocation there is an event
+    /// (`GlobalAlloc` requests are never of 0 bytes), which the cold path turns into a shard claim,
     /// so nothing ever writes to such a clock.
     left: AtomicI64,
     /// What `left` was set to when the current interval started.
@@ -70,11 +71,11 @@ impl Clock {
 
     /// The fast path: takes `size` bytes off the countdown of the calling thread's own clock.
     /// `false` (and nothing written) when that would end the interval: the caller takes the cold
-    /// path, which calls [`Clock::event`]. One load, a subtraction, a test, one store.
+    /// path, which calls [`Clock::charge`]. One load, a subtraction, a branch on its sign, one store.
     #[inline(always)]
     pub(crate) fn count_down(&self, size: usize) -> bool {
         let left = self.left.load(Ordering::Relaxed).wrapping_sub(size as i64);
-        if left <= 0 {
+        if left < 0 {
             return false;
         }
         self.left.store(left, Ordering::Relaxed);
@@ -100,7 +101,7 @@ impl Clock {
             self.left.store(left, Ordering::Relaxed);
             left
         };
-        if left > 0 {
+        if left >= 0 {
             return None;
         }
         // The interval is over: `start - left` bytes went through it, this allocation included.

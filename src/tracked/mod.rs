@@ -20,9 +20,10 @@
 //! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
 //!   request's size (`Clock::count_down`: a load, a subtraction, a test, a store), and the inner call;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
-//!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary calls
-//!   `deallocate_maybe_marked` instead, which tests its request's own mark and reads its page bucket's
-//!   counters (`sampler::maybe_sampled`) before the inner call;
+//!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary is then tested
+//!   against its request's own mark (`sampler::at_its_own_mark`, inline: a few instructions with the
+//!   layout's constants), and one at its mark calls `deallocate_at_mark`, which reads its page
+//!   bucket's counters before the inner call;
 //! - `realloc`: the same pointer test for the old block and the countdown for the new size (out of
 //!   line in `reallocate_maybe_marked` for a pointer 0 or 8 past a boundary, as for `dealloc`).
 //!
@@ -346,23 +347,27 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         unsafe { self.reallocate(ptr, layout, new_size) }
     }
 
-    /// The sampled tier's free of a pointer that may carry a mark: its request's own mark, then its
-    /// page bucket's counters (`sampler::mark`), then the inner call, or the cold path when a sampled
-    /// block may live there.
-    /// Out of line, so that call sites hold only the pointer test.
+    /// The sampled tier's free of a block at its request's own mark (`sampler::at_its_own_mark`):
+    /// its page bucket's counters, then the inner call, or the cold path when a sampled block may
+    /// live there. Out of line, so that call sites hold only the pointer tests. Its arguments come in
+    /// the order of a backend's sized free (pointer, size), so that the call sites' common path keeps
+    /// them in the registers it passes them in.
     ///
     /// # Safety
     ///
-    /// As `GlobalAlloc::dealloc`: `ptr` came from this allocator with `layout` and is freed once.
+    /// As `GlobalAlloc::dealloc`: `ptr` came from `this` allocator with the layout of `size` bytes
+    /// aligned to `align`, and is freed once.
     #[inline(never)]
-    unsafe fn deallocate_maybe_marked(&self, ptr: *mut u8, layout: Layout) {
-        if !sampler::maybe_sampled_marked(ptr, layout) {
+    unsafe fn deallocate_at_mark(ptr: *mut u8, size: usize, align: usize, this: &Self) {
+        // SAFETY: the caller's layout, taken apart by the call site.
+        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+        if !sampler::in_an_occupied_bucket(ptr) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
-            return unsafe { self.inner.dealloc(ptr, layout) };
+            return unsafe { this.inner.dealloc(ptr, layout) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.deallocate_cold(ptr, layout) }
+        unsafe { this.deallocate_cold(ptr, layout) }
     }
 
     /// Both allocation entry points, inlined into every call site as the bare allocator's shim is.
@@ -417,13 +422,15 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.deallocate_exact(ptr, layout) };
         }
-        if !sampler::may_carry_a_mark(ptr) {
+        // Two tests, the second only on a match of the first (one free in 14 in the churn
+        // example, docs/PERFORMANCE.md): both inline, and nothing read but the pointer.
+        if !sampler::may_carry_a_mark(ptr) || !sampler::at_its_own_mark(ptr, layout) {
             // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator with
             // `layout`, and was not sampled, so that is the layout it has.
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.deallocate_maybe_marked(ptr, layout) }
+        unsafe { Self::deallocate_at_mark(ptr, layout.size(), layout.align(), self) }
     }
 
     /// # Safety
