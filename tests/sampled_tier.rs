@@ -1,5 +1,6 @@
 //! The sampled (production) tier against what the test itself did: a thread's allocated bytes are
-//! exact (the sampling clock counts every byte), and every count, free, per-class and live figure is
+//! exact once it has read frag's figures itself (the sampling clock counts every byte; the worker
+//! of `on_named_thread` does so before each report), and every count, free, per-class and live figure is
 //! an unbiased estimate whose error stays within five standard errors computed from the same sizes
 //! (a correct estimator fails that about once in a million runs; a biased one, off by a few percent,
 //! fails every time).

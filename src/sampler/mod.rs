@@ -202,7 +202,7 @@ pub fn set_sampling(s: Sampling) -> Result<Sampling, SamplingError> {
     apply(mean)?;
     EXPLICIT.store(true, Ordering::Relaxed);
     if let Some(s) = crate::stats::pool::owned() {
-        s.hot.clock.restart_now(mean);
+        crate::stats::pool::on_clock(&s.hot.clock, false, |c| c.restart_now(mean));
     }
     Ok(Sampling::from_mean(mean))
 }

@@ -1,7 +1,8 @@
 //! A thread's sampling clock: a Poisson countdown over the bytes it allocates.
 //!
 //! Every allocation (and the new size of every reallocation) takes its size off `left`, **before**
-//! the inner call. While `left` stays at zero or above nothing else happens: that test is all the
+//! the inner call (a thread's own clock has `left` in a thread-local while the thread runs:
+//! `stats::thread` hands it over). While `left` stays at zero or above nothing else happens: that test is all the
 //! sampler costs on the fast path. When an allocation would take it below zero, an *event* fires on
 //! the cold path: that allocation is sampled, and a new interval is drawn from an exponential
 //! distribution with the configured mean. Exponential intervals make the events a Poisson process
@@ -10,8 +11,9 @@
 //! sample is weighted by the inverse of that probability ([`weight`]).
 //!
 //! The clock also counts, exactly, the bytes its thread allocated: the bytes of finished intervals
-//! (`finished`, updated at events) plus what the current interval has used (`start - left`). That
-//! costs the fast path nothing beyond the countdown itself.
+//! (`finished`, updated at events) plus what the current interval has used (`start - left`), as of
+//! the last hand-over of `left` (`stats::thread`). That costs the fast path nothing beyond the
+//! countdown itself.
 //!
 //! The draws come from a per-clock Weyl sequence hashed with SplitMix64, seeded when a thread claims
 //! its shard: allocation-free, lock-free, independent of addresses.
@@ -69,17 +71,23 @@ impl Clock {
         }
     }
 
-    /// The fast path: takes `size` bytes off the countdown of the calling thread's own clock.
-    /// `false` (and nothing written) when that would end the interval: the caller takes the cold
-    /// path, which calls [`Clock::charge`]. One load, a subtraction, a branch on its sign, one store.
-    #[inline(always)]
-    pub(crate) fn count_down(&self, size: usize) -> bool {
-        let left = self.left.load(Ordering::Relaxed).wrapping_sub(size as i64);
-        if left < 0 {
-            return false;
-        }
+    /// The countdown as the clock holds it (for its owner's thread-local: `stats::thread`).
+    pub(crate) fn countdown(&self) -> i64 {
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Takes the owner's countdown `left` back from its thread-local (`stats::thread`). Owner only.
+    pub(crate) fn take_countdown(&self, left: i64) {
         self.left.store(left, Ordering::Relaxed);
-        true
+    }
+
+    /// Takes `size` bytes off the countdown where the clock itself holds it (the models in tests;
+    /// a thread's own clock has its countdown in a thread-local: `stats::thread::count_down`).
+    #[cfg(test)]
+    pub(crate) fn count_down(&self, size: usize) -> bool {
+        counted_down(self.left.load(Ordering::Relaxed), size)
+            .map(|left| self.left.store(left, Ordering::Relaxed))
+            .is_some()
     }
 
     /// Starts a freshly claimed clock: seeds its sequence and draws its first interval. Owner only.
@@ -176,6 +184,15 @@ impl Default for Clock {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The fast path's rule: the countdown `left` once `size` bytes are taken off it, or `None` when
+/// that would take it below zero, which ends the interval (an event, on the cold path:
+/// [`Clock::charge`]). A load, a subtraction, a branch on its sign, a store, in its callers.
+#[inline(always)]
+pub(crate) fn counted_down(left: i64, size: usize) -> Option<i64> {
+    let left = left.wrapping_sub(size as i64);
+    (left >= 0).then_some(left)
 }
 
 /// The inverse of the probability that an allocation of `size` bytes ends an interval of mean

@@ -42,6 +42,8 @@ pub(crate) fn owned() -> Option<&'static Shard> {
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
+pub(crate) use crate::stats::thread::{count_down, on_clock};
+
 /// The shard the fast path writes to: the calling thread's own, or `PARKED`.
 #[inline(always)]
 pub(crate) fn current() -> &'static Shard {
@@ -242,8 +244,11 @@ fn release(shard: &'static Shard) {
     POOL.release(shard);
 }
 
-/// Reading side: the slots used so far and the overflow shard. Allocation-free.
+/// Reading side: the slots used so far and the overflow shard. Allocation-free. The calling
+/// thread's countdown goes to its shard first (`thread::hand_over`), so that its own figures are
+/// exact.
 pub(crate) fn used_slots() -> &'static [Shard] {
+    thread::hand_over();
     POOL.used()
 }
 

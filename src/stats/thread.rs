@@ -1,13 +1,28 @@
-//! The calling thread's state as the shard pool sees it: its slot word, and the shard its fast path
-//! writes to. Both thread-locals follow the rules of `reentry`.
+//! The calling thread's state as the shard pool sees it: its slot word, the shard its fast path
+//! writes to, and its sampling clock's countdown. The thread-locals follow the rules of `reentry`.
+//!
+//! **The countdown lives here**, not in the shard: the allocation's fast path takes its size off
+//! `LEFT` with one read-modify-write relative to the thread pointer, with no load of the shard's
+//! address before it (`count_down`). `LEFT` is the owned shard's `Clock` countdown while the
+//! thread owns one, and 0 otherwise, which sends every allocation to the cold path (requests are
+//! never of 0 bytes). The shard's clock holds a copy, handed over:
+//! - into `LEFT` when the thread takes the shard as its own ([`set_slot`]), and out when it leaves
+//!   it (frag's own work, thread exit): nothing else writes that clock meanwhile;
+//! - around every operation of the owner's cold path on its clock ([`on_clock`]), so the clock's
+//!   logic (`stats::clock`) sees the true countdown and other threads see it as of the last event;
+//! - before the thread reads the shards (`pool::used_slots`, [`hand_over`]).
+//!
+//! So other threads read a live thread's allocated bytes as of its last sampling event (up to one
+//! interval, 512 KiB on average, behind), and the thread itself, or anyone once it exited, exactly.
 
 use core::cell::Cell;
 
+use super::clock::{Clock, counted_down};
 use super::shard::Shard;
 
-/// The shard the fast path sees on a thread without one of its own: its clock is never started and
-/// nothing ever writes to it, so every allocation there takes the cold path (see
-/// `stats::clock::Clock::count_down`), and so does every free that would count in it (`is_parked`).
+/// The shard the fast path sees on a thread without one of its own: nothing ever writes to it (the
+/// thread's countdown is 0, so every allocation takes the cold path: [`count_down`]), and every
+/// free that would count in it takes the cold path too (`is_parked`).
 pub(crate) static PARKED: Shard = Shard::new();
 
 /// `SLOT` values below this are states; anything else is the address of the thread's own shard.
@@ -28,6 +43,8 @@ std::thread_local! {
     /// What the fast path reads: the thread's own shard once claimed, else the parked shard (whose
     /// clock sends every allocation to the cold path, which reads `SLOT`).
     static HOT: Cell<*const Shard> = const { Cell::new(&PARKED) };
+    /// The owned shard's sampling countdown (see the module docs); 0 on a thread without one.
+    static LEFT: Cell<i64> = const { Cell::new(0) };
 }
 
 /// The calling thread's slot word; `EXITED` if thread-local storage is unavailable.
@@ -36,13 +53,81 @@ pub(crate) fn slot() -> usize {
     SLOT.try_with(Cell::get).unwrap_or(EXITED)
 }
 
-/// Sets the slot word, and the fast path's shard with it: `v` when it is a shard's address, else
-/// the parked shard.
+/// The shard at slot word `v`, if it is a shard's address.
+#[inline(always)]
+fn shard_at(v: usize) -> Option<&'static Shard> {
+    // SAFETY: words at or above FIRST_ADDRESS are only ever stored by `pool::slow`, and are the
+    // address of an element of the `'static` shard pool.
+    (v >= FIRST_ADDRESS).then(|| unsafe { &*(v as *const Shard) })
+}
+
+/// Sets the slot word, and the fast path's shard and countdown with it: the countdown goes back
+/// into the clock of the shard the thread leaves, and comes out of the one it takes (`v`, when it
+/// is a shard's address; else the parked shard and a countdown of 0).
 #[inline]
 pub(crate) fn set_slot(v: usize) {
+    let _ = LEFT.try_with(|l| {
+        if let Some(left) = shard_at(slot()) {
+            left.hot.clock.take_countdown(l.replace(0));
+        }
+        if let Some(taken) = shard_at(v) {
+            l.set(taken.hot.clock.countdown());
+        }
+    });
     let _ = SLOT.try_with(|s| s.set(v));
-    let hot = if v >= FIRST_ADDRESS { v as *const Shard } else { &PARKED as *const Shard };
+    let hot = shard_at(v).map_or(&PARKED as *const Shard, |s| s as *const Shard);
     let _ = HOT.try_with(|h| h.set(hot));
+}
+
+/// The fast path of the sampling clock (`stats::clock`): takes `size` bytes off the calling
+/// thread's countdown. `false`, and the countdown as it was, when that would take it below zero (an
+/// event) or the thread has no shard of its own: the caller takes the cold path.
+///
+/// The subtraction is stored whatever its outcome, and undone out of line on an event
+/// ([`give_back`]): the common path is then a subtraction from memory and a branch on its sign.
+#[inline(always)]
+pub(crate) fn count_down(size: usize) -> bool {
+    LEFT.try_with(|l| {
+        let before = l.get();
+        l.set(before.wrapping_sub(size as i64));
+        if counted_down(before, size).is_none() {
+            give_back(size);
+            return false;
+        }
+        true
+    })
+    .unwrap_or(false)
+}
+
+/// Undoes [`count_down`]'s subtraction of `size` bytes.
+#[cold]
+#[inline(never)]
+fn give_back(size: usize) {
+    let _ = LEFT.try_with(|l| l.set(l.get().wrapping_add(size as i64)));
+}
+
+/// Runs `op` on `clock`, written as `shared` says: by anyone with atomic read-modify-writes (the
+/// overflow and frag's own shards), directly; by its owner (the calling thread's own shard), with
+/// the countdown handed over from the thread-local and back.
+#[inline(always)]
+pub(crate) fn on_clock<R>(clock: &Clock, shared: bool, op: impl FnOnce(&Clock) -> R) -> R {
+    if shared {
+        return op(clock);
+    }
+    // Thread-local storage gone (never, for a const-initialised one without `Drop`): the clock alone.
+    let Ok(left) = LEFT.try_with(Cell::get) else { return op(clock) };
+    clock.take_countdown(left);
+    let r = op(clock);
+    let _ = LEFT.try_with(|l| l.set(clock.countdown()));
+    r
+}
+
+/// Hands the calling thread's countdown to its own shard's clock (if it has one), so that readers
+/// see the thread's allocated bytes exactly (`Clock::allocated`).
+pub(crate) fn hand_over() {
+    if let Some(own) = shard_at(slot()) {
+        let _ = LEFT.try_with(|l| own.hot.clock.take_countdown(l.get()));
+    }
 }
 
 /// The fast path's shard: the calling thread's own, or the parked one ([`PARKED`]).

@@ -84,7 +84,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) fn failed(size: usize) -> *mut u8 {
-        pool::current().hot.clock.refund(size, false);
+        pool::on_clock(&pool::current().hot.clock, false, |c| c.refund(size, false));
         core::ptr::null_mut()
     }
 
@@ -131,7 +131,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             None => (unsafe { self.inner_alloc(layout, zeroed) }, None),
         };
         if ptr.is_null() {
-            s.hot.clock.refund(size, W::SHARED);
+            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(size, W::SHARED));
             return ptr;
         }
         let (base, real) = real(ptr, layout, kept.as_ref());
@@ -146,7 +146,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// sampled. Publishes the owner's live figure when enough bytes went through.
     #[inline(always)]
     fn charge<W: Writer>(&self, s: &'static Shard, size: usize) -> Option<f64> {
-        let event = s.hot.clock.charge(size, sampler::mean(), W::SHARED)?;
+        let event = pool::on_clock(&s.hot.clock, W::SHARED, |c| c.charge(size, sampler::mean(), W::SHARED))?;
         if !W::SHARED {
             publish_if_due(s, event.unpublished);
         }
@@ -341,7 +341,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             (p, kept)
         };
         if new_ptr.is_null() {
-            s.hot.clock.refund(new_size, W::SHARED);
+            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(new_size, W::SHARED));
             return new_ptr;
         }
         let (new_base, new_real) = real(new_ptr, new_layout, kept.as_ref());

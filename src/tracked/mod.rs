@@ -17,8 +17,9 @@
 //!
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:
-//! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
-//!   request's size (`Clock::count_down`: a load, a subtraction, a test, a store), and the inner call;
+//! - `alloc`: the thread's sampling countdown, a thread-local, takes the request's size
+//!   (`stats::thread::count_down`: a load, a subtraction, a branch on its sign, a store, all relative
+//!   to the thread pointer), and the inner call;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
 //!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary is then tested
 //!   against its request's own mark (`sampler::at_its_own_mark`, inline: a few instructions with the
@@ -32,9 +33,8 @@
 //!
 //! **The fast path of the exact tier** ([`Exact`]), taken by a plain request (default alignment, at
 //! most 32 KiB: `usable::fast`) on a thread with its own shard:
-//! - `alloc`: the thread's shard (one thread-local load), its sampling clock counted down by the
-//!   request's size (`Clock::count_down`: a load, a subtraction, a test, a store), the inner call, a null
-//!   test, then the size class (one table load) and a count and a byte total added to that class's
+//! - `alloc`: the same countdown, the inner call, a null test, then the thread's shard (one
+//!   thread-local load), the size class (one table load) and a count and a byte total added to that class's
 //!   one cache line (plain load + store, no atomic read-modify-write); for backends whose usable size
 //!   is not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too.
 //! - `dealloc`: the same mark test, the shard, a test that it is the thread's own (not the parked
@@ -76,8 +76,10 @@ use crate::stats::shard::{Owner, Shard};
 ///
 /// The tier is part of the type, so each build has one code path:
 /// - [`Sampled`] (the default), for production: the allocation path holds only the sampler (a
-///   countdown on allocation, a pointer test on free). A thread's allocated bytes stay exact; counts,
-///   frees, per-class and live figures are estimated from the samples, and the report says so.
+///   countdown on allocation, a pointer test on free). A thread's allocated bytes stay exact (to
+///   other threads as of its last sampling event, or its last reading of frag's figures: one
+///   sampling interval, 512 KiB on average, at most behind); counts, frees, per-class and live
+///   figures are estimated from the samples, and the report says so.
 /// - [`Exact`], for tests, allocation budgets and staging: every call is counted, per thread and per
 ///   size class, on top of the same sampler.
 ///
@@ -249,7 +251,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
         if let Some(rule) = usable::fast(backend, self.probe, layout) {
-            if pool::current().hot.clock.count_down(layout.size()) {
+            if pool::count_down(layout.size()) {
                 let probe = rule.probe(self.probe);
                 // SAFETY: the caller's guarantees, passed on.
                 let ptr = unsafe { self.inner_alloc(layout, zeroed) };
@@ -309,7 +311,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             if let (Some(old_rule), Some(new_rule)) =
                 (usable::fast(backend, self.probe, layout), usable::fast(backend, self.probe, new_layout))
             {
-                if pool::current().hot.clock.count_down(new_size) {
+                if pool::count_down(new_size) {
                     // Read before the call: the old block is gone after it.
                     let old_usable = old_rule.resolve(backend, old_rule.probe(self.probe), ptr, layout.size());
                     let probe = new_rule.probe(self.probe);
@@ -338,7 +340,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(never)]
     unsafe fn reallocate_maybe_marked(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !sampler::maybe_sampled_marked(ptr, layout) && pool::current().hot.clock.count_down(new_size) {
+        if !sampler::maybe_sampled_marked(ptr, layout) && pool::count_down(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -381,7 +383,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.allocate_exact(layout, zeroed) };
         }
-        if pool::current().hot.clock.count_down(layout.size()) {
+        if pool::count_down(layout.size()) {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.inner_alloc(layout, zeroed) };
         }
@@ -442,7 +444,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.reallocate_exact(ptr, layout, new_size) };
         }
-        if !sampler::may_carry_a_mark(ptr) && pool::current().hot.clock.count_down(new_size) {
+        if !sampler::may_carry_a_mark(ptr) && pool::count_down(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };

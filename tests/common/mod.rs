@@ -177,9 +177,13 @@ pub fn on_named_thread<T: Send>(
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn_scoped(s, || {
+                // A thread's allocated bytes are exact to other threads as of its last reading of
+                // frag's figures (or sampling event): it reads them before each report is taken.
+                let _ = frag::totals();
                 steps[0].wait();
                 steps[1].wait();
                 work();
+                let _ = frag::totals();
                 steps[2].wait();
                 steps[3].wait();
             })
