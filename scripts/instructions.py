@@ -52,6 +52,10 @@ SAMPLED_MISS_BUDGET = 0.02  # sampled tier, the same
 SERVICE_BUDGET = 0.025  # sampled tier: instructions per request, relative to bare
 STACKS_BUDGET = 0.003  # sampled tier: stacks on over stacks off, relative to bare (0.3 points)
 EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
+# The churn loop in a real caller (`examples/churn.rs`), instructions added per step, caller included.
+# Issue 48 asks +8 for the sampled tier; measured 2026-11-28 after the thread-local countdown: +10.6
+# jemalloc, +10.0 glibc, +6.2 mimalloc (docs/PERFORMANCE.md). These guard what was reached.
+CALLER_BUDGET = {"sampled": 12.0, "exact": 95.0}
 TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
@@ -352,6 +356,10 @@ def main():
                 own = f"own:{CHURN_CALLER}"
                 print(f"| {backend} | {variant} | {r['Ir']:.1f} | {r['Ir'] - b['Ir']:+.1f} | {r[own]:.1f} | "
                       f"{r[own] - b[own]:+.1f} |", flush=True)
+                added = r['Ir'] - b['Ir']
+                if variant in CALLER_BUDGET and added > CALLER_BUDGET[variant]:
+                    failures.append(f"{backend} churn in a real caller, {variant}: +{added:.1f} instructions per "
+                                    f"step > +{CALLER_BUDGET[variant]:g}")
 
     if exe and args.scoped:
         r = {kind: per_op(lambda n: [exe, "poll", kind, str(n)], POLL_ITERS, env=PATH_ONLY)["Ir"]

@@ -188,7 +188,7 @@ impl Default for Clock {
 
 /// The fast path's rule: the countdown `left` once `size` bytes are taken off it, or `None` when
 /// that would take it below zero, which ends the interval (an event, on the cold path:
-/// [`Clock::charge`]). A load, a subtraction, a branch on its sign, a store, in its callers.
+/// [`Clock::charge`]). Its callers subtract in memory and branch on the sign.
 #[inline(always)]
 pub(crate) fn counted_down(left: i64, size: usize) -> Option<i64> {
     let left = left.wrapping_sub(size as i64);

@@ -18,8 +18,8 @@
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's sampling countdown, a thread-local, takes the request's size
-//!   (`stats::thread::count_down`: a load, a subtraction, a branch on its sign, a store, all relative
-//!   to the thread pointer), and the inner call;
+//!   (`stats::thread::count_down`: a subtraction from memory relative to the thread pointer and a
+//!   branch on its sign), and the inner call;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
 //!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary is then tested
 //!   against its request's own mark (`sampler::at_its_own_mark`, inline: a few instructions with the
