@@ -2,9 +2,9 @@
 //!
 //! Every allocation (and the new size of every reallocation) takes its size off `left`, **before**
 //! the inner call (a thread's own clock has `left` in a thread-local while the thread runs:
-//! `stats::thread` hands it over). While `left` stays at zero or above nothing else happens: that test is all the
-//! sampler costs on the fast path. When an allocation would take it below zero, an *event* fires on
-//! the cold path: that allocation is sampled, and a new interval is drawn from an exponential
+//! `stats::thread` hands it over). While `left` stays at zero or above nothing else happens: that
+//! test is all the sampler costs on the fast path. When an allocation would take it below zero, an
+//! *event* fires on the cold path: that allocation is sampled, and a new interval is drawn from an exponential
 //! distribution with the configured mean. Exponential intervals make the events a Poisson process
 //! over allocated bytes, so a block of `s` bytes is sampled with probability `1 - exp(-s / mean)`
 //! whatever came before it and wherever the allocator puts it: every byte has the same chance. Each

@@ -67,11 +67,11 @@ fn shard_at(v: usize) -> Option<&'static Shard> {
 #[inline]
 pub(crate) fn set_slot(v: usize) {
     let _ = LEFT.try_with(|l| {
-        if let Some(left) = shard_at(slot()) {
-            left.hot.clock.take_countdown(l.replace(0));
+        if let Some(leaving) = shard_at(slot()) {
+            leaving.hot.clock.take_countdown(l.replace(0));
         }
-        if let Some(taken) = shard_at(v) {
-            l.set(taken.hot.clock.countdown());
+        if let Some(entering) = shard_at(v) {
+            l.set(entering.hot.clock.countdown());
         }
     });
     let _ = SLOT.try_with(|s| s.set(v));
