@@ -99,10 +99,11 @@ pub(crate) fn count_down(size: usize) -> bool {
     .unwrap_or(false)
 }
 
-/// Undoes [`count_down`]'s subtraction of `size` bytes.
+/// Undoes [`count_down`]'s subtraction of `size` bytes: on an event, and for a fast-path allocation
+/// the inner allocator refused (the clock counts bytes handed out).
 #[cold]
 #[inline(never)]
-fn give_back(size: usize) {
+pub(crate) fn give_back(size: usize) {
     let _ = LEFT.try_with(|l| l.set(l.get().wrapping_add(size as i64)));
 }
 

@@ -84,7 +84,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[cold]
     #[inline(never)]
     pub(super) fn failed(size: usize) -> *mut u8 {
-        pool::on_clock(&pool::current().hot.clock, false, |c| c.refund(size, false));
+        pool::give_back(size);
         core::ptr::null_mut()
     }
 
