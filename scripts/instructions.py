@@ -56,6 +56,11 @@ EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 # Issue 48 asks +8 for the sampled tier; measured 2026-11-28 after the thread-local countdown: +10.6
 # jemalloc, +10.0 glibc, +6.2 mimalloc (docs/PERFORMANCE.md). These guard what was reached.
 CALLER_BUDGET = {"sampled": 12.0, "exact": 95.0}
+# A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs, so this is mostly
+# a sample's cost. Issue 48 asks +150 per pair; measured 2026-11-28 on jemalloc after samples of
+# large classes came from the thread cache: +162 (was +362). This guards what was reached.
+LARGE_PAIR = 32 << 10
+LARGE_PAIR_BUDGET = 175.0
 TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
@@ -234,6 +239,8 @@ def build_churn(backend, variant):
 # The churn example's loop, the caller the allocator is inlined into; and its run lengths.
 CHURN_CALLER = "churn::churn"
 CALLER_STEPS = (1_000_000, 2_000_000)
+# Runs of the sampled build, whose count moves between runs: the median is judged.
+CALLER_REPEATS = 3
 
 
 def frag_unwinder():
@@ -322,6 +329,14 @@ def main():
             added = r["exact"] - r["bare"]
             if added > budget_of(backend):
                 failures.append(f"{backend} pair {size} B, exact: +{added:.1f} instructions > +{budget_of(backend):g}")
+        r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(LARGE_PAIR), str(n)], PAIR_ITERS)["Ir"]
+             for kind in ("bare",) + TIERS}
+        print(f"| {backend} | pair {LARGE_PAIR >> 10} KiB, stacks on (a sample every 16.5 pairs) | {r['bare']:.1f} | "
+              f"{r['sampled']:.1f} | {r['sampled'] - r['bare']:+.1f} | {r['exact']:.1f} | "
+              f"{r['exact'] - r['bare']:+.1f} |", flush=True)
+        if backend == "jemalloc" and r["sampled"] - r["bare"] > LARGE_PAIR_BUDGET:
+            failures.append(f"{backend} pair {LARGE_PAIR >> 10} KiB, sampled: +{r['sampled'] - r['bare']:.1f} "
+                            f"instructions > +{LARGE_PAIR_BUDGET:g}")
         r = {kind: per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True, env=PATH_ONLY)
              for kind in ("bare",) + TIERS}
         print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['sampled']['Ir']:.1f} | "
@@ -351,10 +366,17 @@ def main():
             rows = {}
             for variant in ("bare", "forward", "sampled", "exact"):
                 churn = build_churn(backend, variant)
-                rows[variant] = per_op(lambda n: [churn, str(n)], CALLER_STEPS, own=(CHURN_CALLER,))
+                # The sampled build's count moves by up to 1.5 per step between runs of one binary
+                # (where its samples fall, and jemalloc's thread-cache work after them): the median of
+                # CALLER_REPEATS differences, the range beside it.
+                repeats = [per_op(lambda n: [churn, str(n)], CALLER_STEPS, own=(CHURN_CALLER,))
+                           for _ in range(CALLER_REPEATS if variant == "sampled" else 1)]
+                repeats.sort(key=lambda r: r["Ir"])
+                rows[variant] = repeats[len(repeats) // 2]
                 r, b = rows[variant], rows["bare"]
                 own = f"own:{CHURN_CALLER}"
-                print(f"| {backend} | {variant} | {r['Ir']:.1f} | {r['Ir'] - b['Ir']:+.1f} | {r[own]:.1f} | "
+                spread = f" [{repeats[0]['Ir']:.1f}, {repeats[-1]['Ir']:.1f}]" if len(repeats) > 1 else ""
+                print(f"| {backend} | {variant} | {r['Ir']:.1f}{spread} | {r['Ir'] - b['Ir']:+.1f} | {r[own]:.1f} | "
                       f"{r[own] - b[own]:+.1f} |", flush=True)
                 added = r['Ir'] - b['Ir']
                 if variant in CALLER_BUDGET and added > CALLER_BUDGET[variant]:

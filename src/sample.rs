@@ -23,9 +23,17 @@ use crate::usdt;
 
 /// The entry of a block of `size` bytes requested, weighing `weight` (the inverse of its sampling
 /// probability), sampled now by the calling thread in its current scope; its site from `site` (given
-/// the scope), which frag's own work does not call (its samples have none). `marked` and `twin` as in [`SampledBlock`].
+/// the scope), which frag's own work does not call (its samples have none). `marked`, `lead` and `twin` as in
+/// [`SampledBlock`].
 #[inline(always)]
-pub(crate) fn entry(size: u64, weight: f64, site: impl FnOnce(u16) -> u32, marked: bool, twin: usize) -> SampledBlock {
+pub(crate) fn entry(
+    size: u64,
+    weight: f64,
+    site: impl FnOnce(u16) -> u32,
+    marked: bool,
+    lead: u16,
+    twin: usize,
+) -> SampledBlock {
     let frag = pool::frag_work();
     let caller = pool::calling_thread();
     let scope = if frag { scope::NONE } else { scope::current_slot() };
@@ -37,6 +45,7 @@ pub(crate) fn entry(size: u64, weight: f64, site: impl FnOnce(u16) -> u32, marke
         born: sampler::now_ns(),
         site: if frag { sites::NO_SITE } else { site(scope) },
         marked,
+        lead,
         twin,
         frag,
         scope,

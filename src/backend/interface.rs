@@ -29,6 +29,16 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// answers `slab_use` sets it; the limit keeps twins under 1% of live bytes at the default mean.
     const TWIN_MAX: usize = 0;
 
+    /// Whether every block this allocator hands out for `layout` owns its *head*: the bytes from the
+    /// 4 KiB boundary at or below its start up to it, its start a multiple of 16. Then a sampled
+    /// block of that layout gets the mark (`sampler::mark`) from a plain allocation, handed out at
+    /// that boundary, instead of from a 4 KiB-aligned one, which the allocator may serve by a slower
+    /// path. Allocation-, lock- and panic-free.
+    fn owns_its_head(layout: Layout) -> bool {
+        let _ = layout;
+        false
+    }
+
     /// The fast path's usable-size rule for `layout`, or `None` when the request takes the cold path
     /// (over-aligned, or larger than `class::TABLE_MAX`). Allocation-, lock- and panic-free.
     fn fast(layout: Layout) -> Option<Rule>;
@@ -56,5 +66,11 @@ impl Backend {
     #[inline(always)]
     pub(crate) fn twin_max(self) -> usize {
         super::list::with_backend!(self, A => <A as KnownAllocator>::TWIN_MAX)
+    }
+
+    /// Whether this backend's blocks of `layout` own their head (`KnownAllocator::owns_its_head`).
+    #[inline]
+    pub(crate) fn owns_its_head(self, layout: Layout) -> bool {
+        super::list::with_backend!(self, A => <A as KnownAllocator>::owns_its_head(layout))
     }
 }

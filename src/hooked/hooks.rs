@@ -148,7 +148,7 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
         frames.copy_within(skip..depth, 0);
         sites::intern(&frames, depth - skip, scope)
     };
-    let entry = sample::entry(size as u64, weight, site, false, 0);
+    let entry = sample::entry(size as u64, weight, site, false, 0, 0);
     if !sampler::keep_reported(address, entry) {
         return;
     }

@@ -170,12 +170,13 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = B
 }
 
 /// Where the allocator can be asked about the slab of the sampled block at `address`: the block
-/// itself in its natural place, a marked block's twin, or nowhere.
+/// itself in its natural place or past its head, a marked block's twin, or nowhere.
 fn slab_address(address: usize, e: &sampler::table::SampledBlock) -> Option<usize> {
-    match (e.marked, e.twin) {
-        (false, _) => Some(address),
-        (true, 0) => None,
-        (true, twin) => Some(twin),
+    match (e.marked, e.lead, e.twin) {
+        (false, _, _) => Some(address),
+        (true, 0, 0) => None,
+        (true, 0, twin) => Some(twin),
+        (true, lead, _) => Some(address + usize::from(lead)),
     }
 }
 

@@ -11,7 +11,11 @@
 //! - any other request is allocated 4 KiB-aligned, its address on the boundary, where an unsampled
 //!   pointer also lands: the first block of many slabs, every page-sized block. A large request
 //!   keeps its size class (allocators round those to whole pages anyway); it only loses the random
-//!   cache-line offset jemalloc gives large blocks.
+//!   cache-line offset jemalloc gives large blocks;
+//! - except where the allocator's blocks of the request own their *head*, the bytes from the 4 KiB
+//!   boundary below them (`KnownAllocator::owns_its_head`: jemalloc's large classes): there the
+//!   block is allocated as asked and handed out at that boundary, `SampledBlock::lead` bytes before
+//!   it, because jemalloc serves no aligned large request from its thread cache.
 //!
 //! Every free and reallocation tests whether `ptr & 4095` is 0 or 8, inlined into the caller: in the
 //! sampled tier an `and` with a constant ([`may_carry_a_mark`]), in the exact tier (where marking can

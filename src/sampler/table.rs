@@ -57,6 +57,10 @@ pub(crate) struct SampledBlock {
     /// Whether the block was allocated with the mark (`sampler::mark`): then it must be freed with
     /// the marked layout.
     pub(crate) marked: bool,
+    /// For a marked block handed out at its head (`KnownAllocator::owns_its_head`): how many bytes
+    /// past the address handed out the allocator's block starts, a multiple of 16 below 4 KiB; 0 for
+    /// any other block.
+    pub(crate) lead: u16,
     /// The address of the marked block's twin, 0 for none: a block of the caller's layout allocated
     /// and freed with it, in its natural place, whose slab the allocator can be asked about
     /// (`KnownAllocator::TWIN_MAX`).
@@ -75,9 +79,10 @@ impl SampledBlock {
         (u64::from(self.tid) << 32) | u64::from(slot)
     }
 
-    /// `scope << 40 | site << 2 | frag << 1 | marked`.
+    /// `lead / 16 << 56 | scope << 40 | site << 2 | frag << 1 | marked`.
     fn how(self) -> u64 {
-        (u64::from(self.scope) << 40)
+        (u64::from(self.lead / 16) << 56)
+            | (u64::from(self.scope) << 40)
             | (u64::from(self.site) << 2)
             | (u64::from(self.frag) << 1)
             | u64::from(self.marked)
@@ -93,6 +98,7 @@ impl SampledBlock {
             born,
             site: (how >> 2) as u32,
             marked: how & 1 == 1,
+            lead: ((how >> 56) as u16) * 16,
             twin,
             frag: how & 2 == 2,
             scope: (how >> 40) as u16,
@@ -317,6 +323,7 @@ mod tests {
             born: 99,
             site: 4095,
             marked: true,
+            lead: 4080,
             twin: 0x7f00_0000_2040,
             frag: false,
             scope: 7,
@@ -353,6 +360,7 @@ mod tests {
             born: u64::MAX,
             site: u32::MAX,
             marked: false,
+            lead: 0,
             twin: 0,
             frag: true,
             scope: u16::MAX,

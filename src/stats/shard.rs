@@ -69,12 +69,13 @@ impl ClassCounters {
     }
 }
 
-/// `x` rounded down, plus one with the probability of its fraction (`random`: 64 random bits): an
-/// integer whose expectation is `x`.
+/// `x` (not negative) rounded down, plus one with the probability of its fraction (`random`: 64
+/// random bits): an integer whose expectation is `x`. Truncation is the floor here, exact, and the
+/// fraction too (see `estimate::nearest`).
 fn round_at_random(x: f64, random: u64) -> u64 {
-    let floor = libm::floor(x);
+    let floor = x as u64;
     let u = (random >> 11) as f64 / (1u64 << 53) as f64;
-    floor as u64 + u64::from(x - floor > u)
+    floor.saturating_add(u64::from(x - floor as f64 > u))
 }
 
 /// Slot bookkeeping: who owns the shard and what the counters stood at when they took it.

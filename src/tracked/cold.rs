@@ -25,31 +25,38 @@ fn home<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Home {
 }
 
 /// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
-/// starts and its layout, the marked ones if its entry `e` says it carries the mark.
+/// starts and its layout. Its entry `e` says whether it carries the mark: at its head (`e.lead`
+/// bytes before the allocator's block, which has the caller's layout), or in a marked layout.
 fn real(ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Layout) {
-    match e.filter(|e| e.marked).and_then(|_| mark::marked(layout)) {
-        Some(m) => (ptr.wrapping_sub(m.offset), m.layout),
+    match e.filter(|e| e.marked) {
+        Some(e) if e.lead != 0 => (ptr.wrapping_add(usize::from(e.lead)), layout),
+        Some(_) => match mark::marked(layout) {
+            Some(m) => (ptr.wrapping_sub(m.offset), m.layout),
+            None => (ptr, layout),
+        },
         None => (ptr, layout),
     }
 }
 
-/// How a sampled block was placed: in its natural place, or marked, with its twin's address (0 for
-/// none).
+/// How a sampled block was placed: in its natural place; marked, with its twin's address (0 for
+/// none); or at its head, `lead` bytes before the allocator's block.
 #[derive(Clone, Copy)]
 enum Placed {
     Natural,
     Marked { twin: usize },
+    Head { lead: u16 },
 }
 
 /// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, placed as `placed`)
 /// in the side table with its site and the calling thread: it has arrived (`sample`). Its entry, or
 /// `None` when the table had no room.
 fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) -> Option<SampledBlock> {
-    let (marked, twin) = match placed {
-        Placed::Natural => (false, 0),
-        Placed::Marked { twin } => (true, twin),
+    let (marked, lead, twin) = match placed {
+        Placed::Natural => (false, 0, 0),
+        Placed::Marked { twin } => (true, 0, twin),
+        Placed::Head { lead } => (true, lead, 0),
     };
-    let entry = sample::entry(size as u64, weight, |scope| sites::capture(frame, scope), marked, twin);
+    let entry = sample::entry(size as u64, weight, |scope| sites::capture(frame, scope), marked, lead, twin);
     if !sampler::keep(ptr, entry) {
         return None;
     }
@@ -180,6 +187,11 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees.
             return (unsafe { self.inner_alloc(layout, zeroed) }, None);
         };
+        // A mark on the boundary itself (`m.offset` 0: a request of 4 KiB and more) can be its head.
+        if m.offset == 0 && backend::backend_of_value(&self.inner).is_some_and(|b| b.owns_its_head(layout)) {
+            // SAFETY: the caller's guarantees.
+            return unsafe { self.allocate_at_head(layout, zeroed, weight, frame) };
+        }
         // The twin first, so that it takes the region the block itself would have had.
         // SAFETY: the caller's guarantees.
         let twin = unsafe { self.twin(layout) };
@@ -205,6 +217,45 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
         // SAFETY: the caller's guarantees.
         (unsafe { self.inner_alloc(layout, zeroed) }, None)
+    }
+
+    /// A sampled allocation of a `layout` whose blocks own their head (`KnownAllocator::owns_its_head`):
+    /// allocated as the caller asked, handed out at the 4 KiB boundary at or below it (its mark),
+    /// `lead` bytes before it. A block already on the boundary is in its natural place. The head's
+    /// bytes are zeroed for a zeroed request (the allocator zeroed only its block's). A block the
+    /// side table has no room for stays where it is, unsampled.
+    ///
+    /// # Safety
+    ///
+    /// `layout` as for `GlobalAlloc::alloc`, and `owns_its_head(layout)`.
+    unsafe fn allocate_at_head(
+        &self,
+        layout: Layout,
+        zeroed: bool,
+        weight: f64,
+        frame: Frame,
+    ) -> (*mut u8, Option<SampledBlock>) {
+        // SAFETY: the caller's guarantees.
+        let block = unsafe { self.inner_alloc(layout, zeroed) };
+        let lead = block as usize % mark::MARK_ALIGN;
+        if block.is_null() || lead == 0 {
+            let entry = if block.is_null() { None } else { keep(block, layout.size(), weight, frame, Placed::Natural) };
+            return (block, entry);
+        }
+        if lead % 16 != 0 {
+            // Outside `owns_its_head`'s promise, and beyond what the entry records: not sampled.
+            return (block, None);
+        }
+        let head = block.wrapping_sub(lead);
+        if zeroed {
+            // SAFETY: the head belongs to the block (`owns_its_head`), and nobody else knows it.
+            unsafe { head.write_bytes(0, lead) };
+        }
+        // `lead` is below 4 KiB: it fits a `u16`.
+        match keep(head, layout.size(), weight, frame, Placed::Head { lead: lead as u16 }) {
+            Some(entry) => (head, Some(entry)),
+            None => (block, None),
+        }
     }
 
     /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the

@@ -21,6 +21,7 @@ fn entry(tid: u32, size: u64) -> SampledBlock {
         born: u64::from(tid) * 1000 + size,
         site: tid + 7,
         marked: tid % 2 == 0,
+        lead: if tid % 4 == 0 { 64 * tid as u16 % 4096 } else { 0 },
         twin: if tid % 2 == 0 { 0x9000 + tid as usize * 0x40 } else { 0 },
         frag: tid % 3 == 0,
         scope: (tid % 5) as u16,
