@@ -70,12 +70,12 @@ impl ClassCounters {
 }
 
 /// `x` (not negative) rounded down, plus one with the probability of its fraction (`random`: 64
-/// random bits): an integer whose expectation is `x`. Truncation is the floor here, exact, and the
-/// fraction too (see `estimate::nearest`).
+/// random bits): an integer whose expectation is `x`, saturating from 2^63 on (see
+/// `estimate::nearest`, whose truncation through `i64` this shares).
 fn round_at_random(x: f64, random: u64) -> u64 {
-    let floor = x as u64;
-    let u = (random >> 11) as f64 / (1u64 << 53) as f64;
-    floor.saturating_add(u64::from(x - floor as f64 > u))
+    let floor = x as i64;
+    let u = (random >> 11) as i64 as f64 / (1u64 << 53) as f64;
+    (floor.max(0) as u64).saturating_add(u64::from(x - floor as f64 > u))
 }
 
 /// Slot bookkeeping: who owns the shard and what the counters stood at when they took it.
@@ -377,7 +377,7 @@ impl Shard {
         random: u64,
     ) {
         let row = self.row(class);
-        let scaled = |n: usize| round_at_random(n as f64 * weight, random);
+        let scaled = |n: usize| round_at_random(n as i64 as f64 * weight, random);
         W::add(if entering { &row.allocs } else { &row.frees }, scaled(1));
         W::bytes(row, entering, scaled(size));
         let (usable_row, explicit_row) =

@@ -36,7 +36,9 @@ pub(crate) trait Stack {
     #[inline(always)]
     fn load(&self, addr: usize) -> Option<usize> {
         let (lo, hi) = self.bounds();
-        let inside = addr >= lo && addr % 8 == 0 && addr.checked_add(8).is_some_and(|end| end <= hi);
+        // `lo <= addr && addr + 8 <= hi` in one comparison: an address below `lo` wraps to an offset
+        // past any stack's size.
+        let inside = addr % 8 == 0 && addr.wrapping_sub(lo) < hi.wrapping_sub(lo).saturating_sub(7);
         // SAFETY: `inside` is the precondition.
         inside.then(|| unsafe { self.read_checked(addr) })
     }
@@ -89,11 +91,14 @@ pub(crate) fn walk<S: Stack>(
 /// The caller's registers by `rule`, or `None` where the walk ends.
 #[inline(always)]
 fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> {
+    // Addresses wrap rather than stop the walk on overflow: `load` reads only inside the stack, so a
+    // wrapped address is refused or, were it to land inside, read safely (a garbage frame at worst,
+    // as any garbage `rbp` gives); a CFA that wrapped below the stack pointer fails the test after.
     let offset = rule.cfa_offset as isize;
     let cfa = match rule.cfa {
-        Cfa::Sp => regs.sp.checked_add_signed(offset)?,
-        Cfa::Bp => regs.bp?.checked_add_signed(offset)?,
-        Cfa::DerefBp => stack.load(regs.bp?.checked_add_signed(offset)?)?,
+        Cfa::Sp => regs.sp.wrapping_add_signed(offset),
+        Cfa::Bp => regs.bp?.wrapping_add_signed(offset),
+        Cfa::DerefBp => stack.load(regs.bp?.wrapping_add_signed(offset))?,
         Cfa::End | Cfa::Unknown => return None,
     };
     if cfa <= regs.sp {
@@ -103,13 +108,13 @@ fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> {
     // not in cache a miss each (the rules' look-ups wait on them).
     stack.prefetch(cfa.wrapping_add(64));
     stack.prefetch(cfa.wrapping_add(128));
-    let pc = stack.load(cfa.checked_sub(8)?)?;
+    let pc = stack.load(cfa.wrapping_sub(8))?;
     if pc == 0 {
         return None;
     }
     let bp = match rule.bp {
         Bp::Same => regs.bp,
-        Bp::Saved => Some(stack.load(cfa.checked_add_signed(rule.bp_offset as isize)?)?),
+        Bp::Saved => Some(stack.load(cfa.wrapping_add_signed(rule.bp_offset as isize))?),
         Bp::Lost => None,
     };
     Some(Regs { pc, sp: cfa, bp })
