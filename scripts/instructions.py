@@ -35,6 +35,7 @@ Usage:
 
 import argparse
 import concurrent.futures
+import math
 import os
 import re
 import shutil
@@ -56,11 +57,13 @@ EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 # Issue 48 asks +8 for the sampled tier; measured 2026-11-28 after the thread-local countdown: +10.6
 # jemalloc, +10.0 glibc, +6.2 mimalloc (docs/PERFORMANCE.md). These guard what was reached.
 CALLER_BUDGET = {"sampled": 12.0, "exact": 95.0}
-# A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs, so this is mostly
-# a sample's cost. Issue 48 asks +150 per pair; measured 2026-11-28 on jemalloc after samples of
-# large classes came from the thread cache: +162 (was +362). This guards what was reached.
+# A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs at the default mean,
+# so this is mostly a sample's cost, judged per pair at that rate. Issue 48 asks +150; measured
+# 2026-11-28 on jemalloc: +149.5 (was +362 before samples of large classes came from the thread
+# cache). The guard leaves the layout's and jemalloc's run-to-run spread.
 LARGE_PAIR = 32 << 10
-LARGE_PAIR_BUDGET = 175.0
+LARGE_PAIR_BUDGET = 160.0
+DEFAULT_MEAN = 512 << 10
 TIERS = ("sampled", "exact")
 
 PAIR_SIZES = [16, 64, 1024]
@@ -154,9 +157,26 @@ def inclusive(path, name, inclusive=True):
     return 0
 
 
-def callgrind(cmd, cache=False, extra=(), env=None, functions=(), own=()):
+def calls_to(path, name):
+    """How many calls a callgrind output records to the function named `name` (from any caller)."""
+    names, target, calls = {}, False, 0
+    for line in open(path):
+        m = re.match(r"(c?)fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+        if m:
+            if m.group(3):
+                names[m.group(2)] = m.group(3)
+            target = bool(m.group(1)) and names.get(m.group(2), "").endswith(name)
+            continue
+        m = re.match(r"calls=(\d+)", line)
+        if m and target:
+            calls += int(m.group(1))
+    return calls
+
+
+def callgrind(cmd, cache=False, extra=(), env=None, functions=(), own=(), calls=()):
     """Total events of one run: {'Ir': ..., 'D1mr': ...}, the inclusive Ir of each of `functions`
-    under its name, and the Ir of each of `own`'s functions alone under `own:<name>`."""
+    under its name, the Ir of each of `own`'s functions alone under `own:<name>`, and the calls to
+    each of `calls` under `calls:<name>`."""
     with tempfile.NamedTemporaryFile(prefix="callgrind.", delete=False) as f:
         path = f.name
     try:
@@ -175,17 +195,19 @@ def callgrind(cmd, cache=False, extra=(), env=None, functions=(), own=()):
             result[name] = inclusive(path, name)
         for name in own:
             result[f"own:{name}"] = inclusive(path, name, inclusive=False)
+        for name in calls:
+            result[f"calls:{name}"] = calls_to(path, name)
         return result
     finally:
         os.unlink(path)
 
 
-def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=(), own=()):
+def per_op(cmd_for, lengths, cache=False, extra=(), env=None, functions=(), own=(), calls=()):
     """Per operation: the difference of the two run lengths' counts over the difference of lengths.
     The two runs go side by side (callgrind runs one thread at a time, and its counts, simulated
     cache included, do not depend on what else the machine runs)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(lambda n: callgrind(cmd_for(n), cache, extra, env, functions, own), lengths)
+        a, b = pool.map(lambda n: callgrind(cmd_for(n), cache, extra, env, functions, own, calls), lengths)
     n = lengths[1] - lengths[0]
     return {k: (b[k] - a[k]) / n for k in a}
 
@@ -329,14 +351,24 @@ def main():
             added = r["exact"] - r["bare"]
             if added > budget_of(backend):
                 failures.append(f"{backend} pair {size} B, exact: +{added:.1f} instructions > +{budget_of(backend):g}")
-        r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(LARGE_PAIR), str(n)], PAIR_ITERS)["Ir"]
+        r = {kind: per_op(lambda n: [exe, "pair", backend, kind, str(LARGE_PAIR), str(n)], PAIR_ITERS,
+                          calls=(CAPTURE,))
              for kind in ("bare",) + TIERS}
-        print(f"| {backend} | pair {LARGE_PAIR >> 10} KiB, stacks on (a sample every 16.5 pairs) | {r['bare']:.1f} | "
-              f"{r['sampled']:.1f} | {r['sampled'] - r['bare']:+.1f} | {r['exact']:.1f} | "
-              f"{r['exact'] - r['bare']:+.1f} |", flush=True)
-        if backend == "jemalloc" and r["sampled"] - r["bare"] > LARGE_PAIR_BUDGET:
-            failures.append(f"{backend} pair {LARGE_PAIR >> 10} KiB, sampled: +{r['sampled'] - r['bare']:.1f} "
-                            f"instructions > +{LARGE_PAIR_BUDGET:g}")
+        # Where the samples fall moves a run's count by a few instructions per pair: the added
+        # instructions per sample (the stack captures counted), and per pair at the mean's rate.
+        every = 1 / (1 - math.exp(-LARGE_PAIR / DEFAULT_MEAN))
+        at_rate = {}
+        for kind in TIERS:
+            added = r[kind]["Ir"] - r["bare"]["Ir"]
+            samples = r[kind][f"calls:{CAPTURE}"]
+            at_rate[kind] = added / samples / every if samples else added
+        print(f"| {backend} | pair {LARGE_PAIR >> 10} KiB, stacks on: per pair at a sample every {every:.1f} "
+              f"(per sample) | {r['bare']['Ir']:.1f} | | {at_rate['sampled']:+.1f} "
+              f"({at_rate['sampled'] * every:.0f}) | | {at_rate['exact']:+.1f} ({at_rate['exact'] * every:.0f}) |",
+              flush=True)
+        if backend == "jemalloc" and at_rate["sampled"] > LARGE_PAIR_BUDGET:
+            failures.append(f"{backend} pair {LARGE_PAIR >> 10} KiB, sampled: +{at_rate['sampled']:.1f} "
+                            f"instructions per pair at the mean's rate > +{LARGE_PAIR_BUDGET:g}")
         r = {kind: per_op(lambda n: [exe, "churn", backend, kind, str(n)], CHURN_STEPS, cache=True, env=PATH_ONLY)
              for kind in ("bare",) + TIERS}
         print(f"| {backend} | churn step | {r['bare']['Ir']:.1f} | {r['sampled']['Ir']:.1f} | "
