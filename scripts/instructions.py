@@ -54,12 +54,13 @@ SERVICE_BUDGET = 0.025  # sampled tier: instructions per request, relative to ba
 STACKS_BUDGET = 0.003  # sampled tier: stacks on over stacks off, relative to bare (0.3 points)
 EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 # The churn loop in a real caller (`examples/churn.rs`), instructions added per step, caller included.
-# Issue 48 asks +8 for the sampled tier; measured 2026-11-28 after the thread-local countdown: +10.6
-# jemalloc, +10.0 glibc, +6.2 mimalloc (docs/PERFORMANCE.md). These guard what was reached.
-CALLER_BUDGET = {"sampled": 12.0, "exact": 95.0}
+# Issue 48 asks +8 for the sampled tier; measured 2026-11-28 (docs/PERFORMANCE.md): +10.0 jemalloc,
+# +10.6 glibc. These guard what was reached, with the spread between runs of one commit: CI counted
+# glibc's sampled build 1.2 above a local run of the same commit (228.5 against 227.3 per step).
+CALLER_BUDGET = {"sampled": {"jemalloc": 12.0, "system": 12.5}, "exact": {"jemalloc": 95.0, "system": 75.0}}
 # A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs at the default mean,
 # so this is mostly a sample's cost, judged per pair at that rate. Issue 48 asks +150; measured
-# 2026-11-28 on jemalloc: +149.5 (was +362 before samples of large classes came from the thread
+# 2026-11-28 on jemalloc: +148.9 (was +376 before samples of large classes came from the thread
 # cache). The guard leaves the layout's and jemalloc's run-to-run spread.
 LARGE_PAIR = 32 << 10
 LARGE_PAIR_BUDGET = 160.0
@@ -411,9 +412,10 @@ def main():
                 print(f"| {backend} | {variant} | {r['Ir']:.1f}{spread} | {r['Ir'] - b['Ir']:+.1f} | {r[own]:.1f} | "
                       f"{r[own] - b[own]:+.1f} |", flush=True)
                 added = r['Ir'] - b['Ir']
-                if variant in CALLER_BUDGET and added > CALLER_BUDGET[variant]:
+                budget = CALLER_BUDGET.get(variant, {}).get(backend)
+                if budget is not None and added > budget:
                     failures.append(f"{backend} churn in a real caller, {variant}: +{added:.1f} instructions per "
-                                    f"step > +{CALLER_BUDGET[variant]:g}")
+                                    f"step > +{budget:g}")
 
     if exe and args.scoped:
         r = {kind: per_op(lambda n: [exe, "poll", kind, str(n)], POLL_ITERS, env=PATH_ONLY)["Ir"]

@@ -15,11 +15,11 @@ pub(crate) struct Tallies {
     /// Sampled allocations and their bytes.
     pub(crate) allocs: AtomicU64,
     pub(crate) alloc_bytes: AtomicU64,
-    /// In use = `live_in - live_out` (blocks and bytes); reallocations move both.
-    pub(crate) live_in: [AtomicU64; 2],
-    pub(crate) live_out: [AtomicU64; 2],
-    /// Sampled blocks freed, and those freed across the group's boundary (see [`Tallies::freed`]).
+    /// Sampled blocks freed (a reallocation frees its old block) and their bytes: in use is
+    /// `allocs - frees` blocks, `alloc_bytes - freed_bytes` bytes. The freed ones that crossed the
+    /// group's boundary (see [`Tallies::freed`]).
     pub(crate) frees: AtomicU64,
+    pub(crate) freed_bytes: AtomicU64,
     pub(crate) cross: AtomicU64,
     /// Raw counts: samples taken, sampled frees seen.
     pub(crate) samples: AtomicU64,
@@ -37,9 +37,8 @@ impl Tallies {
         Self {
             allocs: AtomicU64::new(0),
             alloc_bytes: AtomicU64::new(0),
-            live_in: [const { AtomicU64::new(0) }; 2],
-            live_out: [const { AtomicU64::new(0) }; 2],
             frees: AtomicU64::new(0),
+            freed_bytes: AtomicU64::new(0),
             cross: AtomicU64::new(0),
             samples: AtomicU64::new(0),
             free_samples: AtomicU64::new(0),
@@ -55,8 +54,6 @@ impl Tallies {
         self.bytes_var.fetch_add(bytes_var, Ordering::Relaxed);
         self.allocs.fetch_add(w, Ordering::Relaxed);
         self.alloc_bytes.fetch_add(wb, Ordering::Relaxed);
-        self.live_in[0].fetch_add(w, Ordering::Relaxed);
-        self.live_in[1].fetch_add(wb, Ordering::Relaxed);
         self.samples.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -64,9 +61,10 @@ impl Tallies {
     /// group's boundary on the way: freed by another thread than the allocating one (a site), under
     /// another scope (a scope).
     pub(crate) fn freed(&self, sums: SampleSums, cross: bool, lifetime_ns: u64) {
-        let w = sums.w;
-        self.gone(sums);
+        let SampleSums { w, wb, bytes_var, .. } = sums;
         self.frees.fetch_add(w, Ordering::Relaxed);
+        self.freed_bytes.fetch_add(wb, Ordering::Relaxed);
+        self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
         if cross {
             self.cross.fetch_add(w, Ordering::Relaxed);
         }
@@ -74,14 +72,6 @@ impl Tallies {
         if let Some(b) = self.lifetimes.get(lifetime_bucket(lifetime_ns)) {
             b.fetch_add(w, Ordering::Relaxed);
         }
-    }
-
-    /// A sampled block no longer counts as in use.
-    fn gone(&self, sums: SampleSums) {
-        let SampleSums { w, wb, bytes_var, .. } = sums;
-        self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
-        self.live_out[0].fetch_add(w, Ordering::Relaxed);
-        self.live_out[1].fetch_add(wb, Ordering::Relaxed);
     }
 }
 
@@ -120,8 +110,8 @@ impl Figures {
         let f = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / W_ONE as f64;
         self.alloc_blocks += f(&t.allocs);
         self.alloc_bytes += f(&t.alloc_bytes);
-        self.inuse_blocks += (f(&t.live_in[0]) - f(&t.live_out[0])).max(0.0);
-        self.inuse_bytes += (f(&t.live_in[1]) - f(&t.live_out[1])).max(0.0);
+        self.inuse_blocks += (f(&t.allocs) - f(&t.frees)).max(0.0);
+        self.inuse_bytes += (f(&t.alloc_bytes) - f(&t.freed_bytes)).max(0.0);
         self.frees += f(&t.frees);
         self.cross += f(&t.cross);
         self.samples += t.samples.load(Ordering::Relaxed);
