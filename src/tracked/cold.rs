@@ -64,6 +64,13 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) ->
     Some(entry)
 }
 
+/// The sampled block the allocator put at `ptr` (null: it failed), kept in its natural place: the
+/// block and its entry, if the side table had room.
+fn in_place(ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> (*mut u8, Option<SampledBlock>) {
+    let entry = if ptr.is_null() { None } else { keep(ptr, size, weight, frame, Placed::Natural) };
+    (ptr, entry)
+}
+
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
 /// block in the exact tier; in the sampled tier only sampled ones (`sample`, their entry), weighted.
 /// A sampled block's figures are rounded with random bits drawn from its entry, the same when it
@@ -178,8 +185,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if !mark::marking() {
             // SAFETY: the caller's guarantees.
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };
-            let entry = if ptr.is_null() { None } else { keep(ptr, layout.size(), weight, frame, Placed::Natural) };
-            return (ptr, entry);
+            return in_place(ptr, layout.size(), weight, frame);
         }
         let Some(m) = mark::marked(layout) else {
             // No room for the mark (a size near `isize::MAX`): not sampled, since frees only look for
@@ -239,8 +245,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let block = unsafe { self.inner_alloc(layout, zeroed) };
         let lead = block as usize % mark::MARK_ALIGN;
         if block.is_null() || lead == 0 {
-            let entry = if block.is_null() { None } else { keep(block, layout.size(), weight, frame, Placed::Natural) };
-            return (block, entry);
+            return in_place(block, layout.size(), weight, frame);
         }
         if lead % 16 != 0 {
             // Outside `owns_its_head`'s promise, and beyond what the entry records: not sampled.
