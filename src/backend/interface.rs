@@ -29,6 +29,14 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// answers `slab_use` sets it; the limit keeps twins under 1% of live bytes at the default mean.
     const TWIN_MAX: usize = 0;
 
+    /// The size of a class whose blocks this allocator starts on a 4 KiB boundary when asked for
+    /// them with an ordinary alignment (0: none). A marked sample of a small request
+    /// (`sampler::mark`) that fits in it is allocated there, from the allocator's fast path, rather
+    /// than with a 4 KiB alignment, which the allocator may serve, and free, by a slower one. The
+    /// boundary is checked at every such allocation all the same. Its blocks' usable size is the
+    /// class's size.
+    const PAGE_CLASS: usize = 0;
+
     /// Whether every block this allocator hands out for `layout` owns its *head*: the bytes from the
     /// 4 KiB boundary at or below its start up to it, its start a multiple of 16. Then a sampled
     /// block of that layout gets the mark (`sampler::mark`) from a plain allocation, handed out at
@@ -66,6 +74,12 @@ impl Backend {
     #[inline(always)]
     pub(crate) fn twin_max(self) -> usize {
         super::list::with_backend!(self, A => <A as KnownAllocator>::TWIN_MAX)
+    }
+
+    /// The class whose blocks start on a 4 KiB boundary (`KnownAllocator::PAGE_CLASS`).
+    #[inline(always)]
+    pub(crate) fn page_class(self) -> usize {
+        super::list::with_backend!(self, A => <A as KnownAllocator>::PAGE_CLASS)
     }
 
     /// Whether this backend's blocks of `layout` own their head (`KnownAllocator::owns_its_head`).

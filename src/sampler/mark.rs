@@ -7,7 +7,10 @@
 //!   out [`SMALL_OFFSET`] bytes into the block: its address is 8 past a 4 KiB boundary. Allocators
 //!   put their blocks of 16 bytes and more on 16-byte boundaries (glibc every block), so an
 //!   unsampled pointer lands there only in a class of an odd multiple of 8 bytes (jemalloc's 8,
-//!   mimalloc's 24, 40, 56), once in 512 blocks at most;
+//!   mimalloc's 24, 40, 56), once in 512 blocks at most. Where the allocator has a class whose
+//!   blocks all start on a 4 KiB boundary (`KnownAllocator::PAGE_CLASS`: jemalloc's 4 KiB class),
+//!   a request that fits there is allocated as a block of that class instead, with no alignment
+//!   asked, from the allocator's fast path;
 //! - any other request is allocated 4 KiB-aligned, its address on the boundary, where an unsampled
 //!   pointer also lands: the first block of many slabs, every page-sized block. A large request
 //!   keeps its size class (allocators round those to whole pages anyway); it only loses the random
@@ -184,12 +187,20 @@ pub(crate) struct Marked {
 
 /// How a sampled block of the caller's `layout` is allocated to carry the mark: [`SMALL_OFFSET`]
 /// bytes larger and handed out that far in for a small request aligned to at most
-/// [`SMALL_OFFSET`], else as it is; aligned to [`MARK_ALIGN`]. `None` if that is not a valid layout
-/// (a size near `isize::MAX`).
+/// [`SMALL_OFFSET`], else as it is; aligned to [`MARK_ALIGN`]. A small request that fits, with its
+/// offset, in the backend's `page_class` (`KnownAllocator::PAGE_CLASS`, 0 for none: a class whose
+/// blocks all start on the boundary) is allocated as a block of that class with its own alignment
+/// instead, and the allocator's block is then checked for the boundary. `None` if that is not a
+/// valid layout (a size near `isize::MAX`).
 #[inline]
-pub(crate) fn marked(layout: Layout) -> Option<Marked> {
+pub(crate) fn marked(layout: Layout, page_class: usize) -> Option<Marked> {
     let offset = offset_of(layout);
-    let layout = Layout::from_size_align(layout.size().checked_add(offset)?, layout.align().max(MARK_ALIGN)).ok()?;
+    let size = layout.size().checked_add(offset)?;
+    let layout = if offset != 0 && size <= page_class {
+        Layout::from_size_align(page_class, layout.align()).ok()?
+    } else {
+        Layout::from_size_align(size, layout.align().max(MARK_ALIGN)).ok()?
+    };
     Some(Marked { layout, offset })
 }
 
@@ -203,15 +214,22 @@ mod tests {
 
     #[test]
     fn marked_layouts() {
-        let m = marked(Layout::from_size_align(64, 8).unwrap()).unwrap();
+        let l = |size: usize, align: usize| Layout::from_size_align(size, align).unwrap();
+        let m = marked(l(64, 8), 0).unwrap();
         assert_eq!((m.layout.size(), m.layout.align(), m.offset), (72, MARK_ALIGN, 8));
-        let m = marked(Layout::from_size_align(64, 16).unwrap()).unwrap();
+        let m = marked(l(64, 16), 0).unwrap();
         assert_eq!((m.layout.size(), m.layout.align(), m.offset), (64, MARK_ALIGN, 0));
-        let m = marked(Layout::from_size_align(5000, 1).unwrap()).unwrap();
+        let m = marked(l(5000, 1), 0).unwrap();
         assert_eq!((m.layout.size(), m.layout.align(), m.offset), (5000, MARK_ALIGN, 0));
-        let big = Layout::from_size_align(1 << 20, 1 << 16).unwrap();
-        assert_eq!(marked(big), Some(Marked { layout: big, offset: 0 }));
-        assert_eq!(marked(Layout::from_size_align(isize::MAX as usize - 2, 1).unwrap()), None);
+        let big = l(1 << 20, 1 << 16);
+        assert_eq!(marked(big, 0), Some(Marked { layout: big, offset: 0 }));
+        assert_eq!(marked(l(isize::MAX as usize - 2, 1), 0), None);
+        // A page class takes the small requests that fit in it with their offset, in their alignment.
+        assert_eq!(marked(l(64, 8), 4096), Some(Marked { layout: l(4096, 8), offset: 8 }));
+        assert_eq!(marked(l(4088, 1), 4096), Some(Marked { layout: l(4096, 1), offset: 8 }));
+        assert_eq!(marked(l(4089, 1), 4096), Some(Marked { layout: l(4097, MARK_ALIGN), offset: 8 }));
+        assert_eq!(marked(l(64, 16), 4096), Some(Marked { layout: l(64, MARK_ALIGN), offset: 0 }));
+        assert_eq!(marked(l(5000, 1), 4096), Some(Marked { layout: l(5000, MARK_ALIGN), offset: 0 }));
     }
 
     /// A small request's mark is 8 past a page boundary; a larger alignment's is the boundary.

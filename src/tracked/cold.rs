@@ -26,11 +26,12 @@ fn home<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Home {
 
 /// How the block handed out at `ptr` for the caller's `layout` was really allocated: where it
 /// starts and its layout. Its entry `e` says whether it carries the mark: at its head (`e.lead`
-/// bytes before the allocator's block, which has the caller's layout), or in a marked layout.
-fn real(ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Layout) {
+/// bytes before the allocator's block, which has the caller's layout), or in a marked layout (for
+/// the backend's `page_class`, see `mark::marked`).
+fn real(page_class: usize, ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Layout) {
     match e.filter(|e| e.marked) {
         Some(e) if e.lead != 0 => (ptr.wrapping_add(usize::from(e.lead)), layout),
-        Some(_) => match mark::marked(layout) {
+        Some(_) => match mark::marked(layout, page_class) {
             Some(m) => (ptr.wrapping_sub(m.offset), m.layout),
             None => (ptr, layout),
         },
@@ -109,8 +110,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(always)]
     fn usable(&self, ptr: *mut u8, layout: Layout, real: Layout) -> usable::Usable {
         let backend = backend::backend_of_value(&self.inner);
-        if T::EXACT || real == layout {
+        if real == layout {
             usable::of(backend, self.probe, ptr, real)
+        } else if T::EXACT {
+            // A block of the page class is counted in the request's size class, whose rule would
+            // give that class's usable size: its own is the page class's size.
+            let in_page_class = real.size() == self.page_class() && real.align() < mark::MARK_ALIGN;
+            if in_page_class { usable::Usable::Explicit(real.size()) } else { usable::of(backend, self.probe, ptr, real) }
         } else {
             usable::standing_in(backend, self.probe, ptr, layout, real)
         }
@@ -148,7 +154,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(size, W::SHARED));
             return ptr;
         }
-        let (base, real) = real(ptr, layout, kept.as_ref());
+        let (base, real) = real(self.page_class(), ptr, layout, kept.as_ref());
         count::<W, T>(s, true, size, self.usable(base, layout, real), kept.as_ref());
         if weight.is_some() {
             backend::assist::at_sample(backend::backend_of_value(&self.inner));
@@ -187,7 +193,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             let ptr = unsafe { self.inner_alloc(layout, zeroed) };
             return in_place(ptr, layout.size(), weight, frame);
         }
-        let Some(m) = mark::marked(layout) else {
+        let Some(m) = mark::marked(layout, self.page_class()) else {
             // No room for the mark (a size near `isize::MAX`): not sampled, since frees only look for
             // sampled blocks at their marks.
             // SAFETY: the caller's guarantees.
@@ -203,9 +209,17 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         let twin = unsafe { self.twin(layout) };
         // SAFETY: `m.layout` is valid (`mark::marked` built it) and non-zero in size.
         let base = unsafe { self.inner_alloc(m.layout, zeroed) };
-        if base.is_null() {
-            // SAFETY: `twin` was just allocated with `layout` (or is 0), and nobody else knows it.
-            unsafe { self.free_twin(twin, layout) };
+        if base.is_null() || base as usize % mark::MARK_ALIGN != 0 {
+            // SAFETY: `base` (if any) was just allocated with `m.layout`, `twin` with `layout` (or is
+            // 0), and nobody else knows them.
+            unsafe {
+                if !base.is_null() {
+                    // A block of the page class off the boundary (no known backend does that): not
+                    // sampled.
+                    self.inner.dealloc(base, m.layout);
+                }
+                self.free_twin(twin, layout);
+            }
             // The mark may be what failed: the caller's own layout is still owed a try.
             // SAFETY: the caller's guarantees.
             return (unsafe { self.inner_alloc(layout, zeroed) }, None);
@@ -274,7 +288,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     pub(super) unsafe fn deallocate_cold(&self, ptr: *mut u8, layout: Layout) {
         let sampled = sampler::remove(ptr, layout);
-        let (base, real) = real(ptr, layout, sampled.as_ref());
+        let (base, real) = real(self.page_class(), ptr, layout, sampled.as_ref());
         let usable = self.usable(base, layout, real);
         let weight = sampled.map(|e| e.weight);
         if T::EXACT || weight.is_some() {
@@ -296,6 +310,13 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         // SAFETY: the block came from this allocator at `base` with `real`: the caller's pointer and
         // layout, or for a marked block the ones it was allocated with (`allocate_sampled`).
         unsafe { self.inner.dealloc(base, real) }
+    }
+
+    /// The size of the backend's class whose blocks start on a 4 KiB boundary
+    /// (`KnownAllocator::PAGE_CLASS`; 0 for none or an unknown backend).
+    #[inline(always)]
+    fn page_class(&self) -> usize {
+        backend::backend_of_value(&self.inner).map_or(0, backend::Backend::page_class)
     }
 
     /// A twin for a marked sample of `layout` (`SampledBlock::twin`): a block of that layout from
@@ -362,7 +383,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     ) -> *mut u8 {
         // The block is ours: nobody else can remove or add its entry meanwhile.
         let old = sampler::peek(ptr, layout);
-        let (old_base, old_real) = real(ptr, layout, old.as_ref());
+        let (old_base, old_real) = real(self.page_class(), ptr, layout, old.as_ref());
         let old_usable = self.usable(old_base, layout, old_real);
         // SAFETY: `realloc`'s contract guarantees `new_size`, rounded up to `layout.align()`, does not
         // overflow `isize`, which is all `Layout` requires.
@@ -400,7 +421,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(new_size, W::SHARED));
             return new_ptr;
         }
-        let (new_base, new_real) = real(new_ptr, new_layout, kept.as_ref());
+        let (new_base, new_real) = real(self.page_class(), new_ptr, new_layout, kept.as_ref());
         let new_usable = self.usable(new_base, new_layout, new_real);
         if T::EXACT {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
@@ -444,7 +465,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         }
         // SAFETY: both blocks are live and distinct, each at least the copied length.
         unsafe { core::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_layout.size())) };
-        let (base, real) = real(ptr, layout, old.as_ref());
+        let (base, real) = real(self.page_class(), ptr, layout, old.as_ref());
         if let Some(e) = old {
             sampler::remove(ptr, layout);
             sample::departed(&pool::calling_thread(), &e, ptr);

@@ -9,10 +9,12 @@
 //! touched only as entries are filled.
 //!
 //! **An entry**: bits 29..64 hold the address's bits 12..47 (a user-space address on x86-64 has
-//! 47 bits), bits 0..29 the rule, packed; the slot is the address's low 12 bits mixed with the
-//! next 12, so the slot and the stored bits give back the whole address: a hit is exact. A rule
-//! that does not fit the packing (a CFA offset beyond ±32 KiB, a saved `rbp` more than ±1 KiB
-//! from the CFA or not 8-aligned there) is not cached. 0 is an empty slot: no packed rule is 0.
+//! 47 bits) plus one, bits 0..29 the rule, packed; the slot is the address's low 12 bits mixed
+//! with the next 12, so the slot and the stored bits give back the whole address: a hit is exact.
+//! 0 is an empty slot, which no address matches (its stored bits would be 0). A rule that does not
+//! fit the packing (a CFA offset beyond ±32 KiB, a saved `rbp` more than ±1 KiB from the CFA or
+//! not 8-aligned there) is not cached. A hit unpacks with shifts and two small tables: every entry
+//! was packed by [`Recent::put`].
 
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 
@@ -23,8 +25,8 @@ const SLOT_BITS: u32 = 12;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// Bits of an entry that hold the rule.
 const RULE_BITS: u32 = 29;
-/// Addresses at or above this are not cached (they have more than 47 bits).
-const ADDRESS_LIMIT: usize = 1 << 47;
+/// Addresses at or above this are not cached (their stored bits, plus one, would not fit).
+const ADDRESS_LIMIT: usize = (1 << 47) - (1 << SLOT_BITS);
 
 /// The cache: [`SLOTS`] entries in an anonymous mapping, or none if the mapping failed (every
 /// look-up then goes to the rows).
@@ -89,10 +91,11 @@ impl Recent {
     #[inline(always)]
     pub(crate) fn get(&self, pc: usize) -> Option<Rule> {
         let entry = self.slot(pc)?.load(Relaxed);
-        if pc >= ADDRESS_LIMIT || entry >> RULE_BITS != (pc >> SLOT_BITS) as u64 {
+        // An address of more than 47 bits has a tag no entry holds.
+        if entry >> RULE_BITS != tag(pc) {
             return None;
         }
-        unpack(entry as u32 & ((1 << RULE_BITS) - 1))
+        Some(unpack(entry as u32 & ((1 << RULE_BITS) - 1)))
     }
 
     /// Remembers `rule` for `pc` (nothing if it does not fit an entry).
@@ -102,7 +105,7 @@ impl Recent {
             return;
         }
         if let (Some(slot), Some(packed)) = (self.slot(pc), pack(rule)) {
-            slot.store(((pc >> SLOT_BITS) as u64) << RULE_BITS | u64::from(packed), Relaxed);
+            slot.store(tag(pc) << RULE_BITS | u64::from(packed), Relaxed);
         }
     }
 }
@@ -129,34 +132,34 @@ impl Drop for Recent {
     }
 }
 
-/// `rule` in 29 bits, never 0: CFA kind + 1 (3 bits), `rbp` kind (2), the CFA offset (16, signed),
-/// the saved `rbp`'s offset in words (8, signed).
+/// The bits an entry stores for `pc`: its bits 12..47, plus one (never 0).
+#[inline(always)]
+fn tag(pc: usize) -> u64 {
+    (pc >> SLOT_BITS) as u64 + 1
+}
+
+/// `rule` in 29 bits: CFA kind (3 bits), `rbp` kind (2), the CFA offset (16, signed), the saved
+/// `rbp`'s offset in words (8, signed).
 fn pack(rule: Rule) -> Option<u32> {
-    let cfa = rule.cfa as u32 + 1;
+    let cfa = rule.cfa as u32;
     let offset = i16::try_from(rule.cfa_offset).ok()?;
     let bp_words = if rule.bp_offset % 8 == 0 { i8::try_from(rule.bp_offset / 8).ok()? } else { return None };
     Some(cfa | (rule.bp as u32) << 3 | u32::from(offset as u16) << 5 | u32::from(bp_words as u8) << 21)
 }
 
+/// The CFA kinds by their packed bits; the bits `pack` never writes read as unknown.
+const CFA_KINDS: [Cfa; 8] = [Cfa::Sp, Cfa::Bp, Cfa::DerefBp, Cfa::End, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown];
+/// The `rbp` kinds by their packed bits, likewise.
+const BP_KINDS: [Bp; 4] = [Bp::Same, Bp::Saved, Bp::Lost, Bp::Lost];
+
+/// The rule `pack` packed into `packed`: shifts and two table reads, no test.
 #[inline(always)]
-fn unpack(packed: u32) -> Option<Rule> {
-    let cfa = match packed & 7 {
-        1 => Cfa::Sp,
-        2 => Cfa::Bp,
-        3 => Cfa::DerefBp,
-        4 => Cfa::End,
-        5 => Cfa::Unknown,
-        _ => return None,
-    };
-    let bp = match (packed >> 3) & 3 {
-        0 => Bp::Same,
-        1 => Bp::Saved,
-        2 => Bp::Lost,
-        _ => return None,
-    };
+fn unpack(packed: u32) -> Rule {
+    let cfa = CFA_KINDS[(packed & 7) as usize];
+    let bp = BP_KINDS[((packed >> 3) & 3) as usize];
     let cfa_offset = i32::from((packed >> 5) as u16 as i16);
     let bp_offset = i16::from((packed >> 21) as u8 as i8) * 8;
-    Some(Rule { cfa_offset, bp_offset, cfa, bp })
+    Rule { cfa_offset, bp_offset, cfa, bp }
 }
 
 #[cfg(test)]
@@ -183,8 +186,8 @@ mod tests {
         fn packing_round_trips(rule in arb_rule()) {
             match pack(rule) {
                 Some(p) => {
-                    prop_assert!(p != 0 && p < 1 << RULE_BITS);
-                    prop_assert_eq!(unpack(p), Some(rule));
+                    prop_assert!(p < 1 << RULE_BITS);
+                    prop_assert_eq!(unpack(p), rule);
                 }
                 None => prop_assert!(
                     i16::try_from(rule.cfa_offset).is_err() || rule.bp_offset % 8 != 0
@@ -229,6 +232,14 @@ mod tests {
         assert_eq!((recent.get(other), recent.get(0x40_1000)), (Some(Rule::END), None), "evicted");
         recent.put(1 << 47, rule);
         assert_eq!(recent.get(1 << 47), None);
-        assert_eq!(recent.get(0), None);
+        recent.put(ADDRESS_LIMIT, rule);
+        assert_eq!(recent.get(ADDRESS_LIMIT), None, "its tag would not fit");
+        // An empty slot matches no address, 0 and the top of the range included.
+        for pc in [0, 8, ADDRESS_LIMIT - 1, usize::MAX] {
+            assert_eq!(Recent::new().get(pc), None, "{pc:#x}");
+        }
+        let top = ADDRESS_LIMIT - 8;
+        recent.put(top, rule);
+        assert_eq!(recent.get(top), Some(rule));
     }
 }

@@ -140,13 +140,10 @@ fn walk_in(set: &Set, entry: ColdFrame, stack: &ThreadStack, out: &mut Frames, c
         prefetch_rules(stack, set);
     }
     // A recent rule first; else the rows of the previous frame's module (usually the next one's
-    // too), without going through the set.
+    // too), without going through the set. Each source steps on its own (`walk_by`).
     let recent = set.recent();
     let mut module: Option<&Rows> = None;
-    let rules = |pc: usize| {
-        if let Some(rule) = recent.get(pc) {
-            return rule;
-        }
+    let mut looked_up = |pc: usize| {
         let rows = match module {
             Some(r) if r.contains(pc) => r,
             _ => match set.rows_for(pc) {
@@ -158,8 +155,12 @@ fn walk_in(set: &Set, entry: ColdFrame, stack: &ThreadStack, out: &mut Frames, c
         recent.put(pc, rule);
         rule
     };
+    let next = |pc: usize, regs: Regs| match recent.get(pc) {
+        Some(rule) => walk::step(stack, regs, rule),
+        None => walk::step(stack, regs, looked_up(pc)),
+    };
     let regs = Regs { pc: entry.pc, sp: entry.sp, bp: Some(entry.bp) };
-    let n = walk::walk(stack, rules, regs, entry.sp, out);
+    let n = walk::walk_by(next, regs, entry.sp, out);
     debug_assert!(n <= MAX_FRAMES);
     n
 }

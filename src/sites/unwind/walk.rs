@@ -56,10 +56,25 @@ pub(crate) struct Regs {
 /// return address) with `rules`, recording into `out` the return addresses of the frames whose CFA
 /// lies above `anchor` (frag's entry point's stack pointer: the frames below it are frag's). Returns
 /// the number recorded.
+#[cfg_attr(not(test), allow(dead_code))] // the walk of the tables goes by `walk_by`
 #[inline]
 pub(crate) fn walk<S: Stack>(
     stack: &S,
     mut rules: impl FnMut(usize) -> Rule,
+    regs: Regs,
+    anchor: usize,
+    out: &mut Frames,
+) -> usize {
+    walk_by(|pc, regs| step(stack, regs, rules(pc)), regs, anchor, out)
+}
+
+/// [`walk`] with the step given: `next(pc, regs)` is [`step`] from `regs` by the rule of `pc` (the
+/// address looked up: the instruction itself in the first frame, the call before the return
+/// address in the others). A caller with rules from two sources steps by each separately, so that
+/// neither rule is built in memory for the other's sake.
+#[inline(always)]
+pub(crate) fn walk_by(
+    mut next: impl FnMut(usize, Regs) -> Option<Regs>,
     mut regs: Regs,
     anchor: usize,
     out: &mut Frames,
@@ -69,9 +84,9 @@ pub(crate) fn walk<S: Stack>(
     for _ in 0..MAX_STEPS {
         // A return address points after the call, which may be the last instruction of its function
         // (a call to a function that does not return): look up the call itself.
-        let rule = rules(if running { regs.pc } else { regs.pc.wrapping_sub(1) });
+        let pc = if running { regs.pc } else { regs.pc.wrapping_sub(1) };
         running = false;
-        let Some(caller) = step(stack, regs, rule) else { break };
+        let Some(caller) = next(pc, regs) else { break };
         regs = caller;
         if regs.sp > anchor {
             if let Some(slot) = out.get_mut(n) {
@@ -90,7 +105,7 @@ pub(crate) fn walk<S: Stack>(
 
 /// The caller's registers by `rule`, or `None` where the walk ends.
 #[inline(always)]
-fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> {
+pub(crate) fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> {
     // Addresses wrap rather than stop the walk on overflow: `load` reads only inside the stack, so a
     // wrapped address is refused or, were it to land inside, read safely (a garbage frame at worst,
     // as any garbage `rbp` gives); a CFA that wrapped below the stack pointer fails the test after.
