@@ -148,7 +148,8 @@ fn pack(rule: Rule) -> Option<u32> {
 }
 
 /// The CFA kinds by their packed bits; the bits `pack` never writes read as unknown.
-const CFA_KINDS: [Cfa; 8] = [Cfa::Sp, Cfa::Bp, Cfa::DerefBp, Cfa::End, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown];
+const CFA_KINDS: [Cfa; 8] =
+    [Cfa::Sp, Cfa::Bp, Cfa::DerefBp, Cfa::End, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown, Cfa::Unknown];
 /// The `rbp` kinds by their packed bits, likewise.
 const BP_KINDS: [Bp; 4] = [Bp::Same, Bp::Saved, Bp::Lost, Bp::Lost];
 
