@@ -33,8 +33,7 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
     /// them with an ordinary alignment (0: none). A marked sample of a small request
     /// (`sampler::mark`) that fits in it is allocated there, from the allocator's fast path, rather
     /// than with a 4 KiB alignment, which the allocator may serve, and free, by a slower one. The
-    /// boundary is checked at every such allocation all the same. Its blocks' usable size is the
-    /// class's size.
+    /// boundary is checked at every such allocation all the same.
     const PAGE_CLASS: usize = 0;
 
     /// Whether every block this allocator hands out for `layout` owns its *head*: the bytes from the

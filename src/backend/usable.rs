@@ -29,6 +29,7 @@ use super::interface::KnownAllocator;
 use super::list::{Backend, with_backend};
 use super::probe::Probe;
 pub(crate) use super::rule::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
+use crate::stats::snapshot::ClassUsable;
 /// How to account for the usable size of the live block `ptr`, allocated with `layout` by `backend`
 /// (`None`: a user's allocator, with `probe` if it gave one). Called on the allocation path:
 /// allocation-free, lock-free, panic-free for every backend.
@@ -43,6 +44,24 @@ pub(crate) fn of(backend: Option<Backend>, probe: Option<&'static dyn Probe>, pt
             Some(p) => Usable::Explicit(p.usable_size(ptr, layout).unwrap_or(layout.size())),
             None => Usable::Requested,
         },
+    }
+}
+
+/// How to account for the usable size of the live block `ptr`, allocated with `real` by `backend`
+/// but counted in the size class of another request (a marked sample in the exact tier): what
+/// [`of`] says, except that a uniform class's rule would give the counted class's usable size, so
+/// the block's own class's is recorded instead. Allocation-, lock- and panic-free.
+#[inline]
+pub(crate) fn apart(backend: Option<Backend>, probe: Option<&'static dyn Probe>, ptr: *mut u8, real: Layout) -> Usable {
+    match (of(backend, probe, ptr, real), backend) {
+        (Usable::Uniform, Some(b)) => {
+            let class = crate::stats::class::class_of(real.size());
+            match with_backend!(b, A => A::class_usable(class)) {
+                ClassUsable::Uniform(u) => Usable::Explicit(u as usize),
+                ClassUsable::Recorded | ClassUsable::Requested => Usable::Explicit(real.size()),
+            }
+        }
+        (u, _) => u,
     }
 }
 

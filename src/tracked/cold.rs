@@ -113,14 +113,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
         if real == layout {
             usable::of(backend, self.probe, ptr, real)
         } else if T::EXACT {
-            // A block of the page class is counted in the request's size class, whose rule would
-            // give that class's usable size: its own is the page class's size.
-            let in_page_class = real.size() == self.page_class() && real.align() < mark::MARK_ALIGN;
-            if in_page_class {
-                usable::Usable::Explicit(real.size())
-            } else {
-                usable::of(backend, self.probe, ptr, real)
-            }
+            usable::apart(backend, self.probe, ptr, real)
         } else {
             usable::standing_in(backend, self.probe, ptr, layout, real)
         }

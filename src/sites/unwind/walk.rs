@@ -56,9 +56,8 @@ pub(crate) struct Regs {
 /// return address) with `rules`, recording into `out` the return addresses of the frames whose CFA
 /// lies above `anchor` (frag's entry point's stack pointer: the frames below it are frag's). Returns
 /// the number recorded.
-#[cfg_attr(not(test), allow(dead_code))] // the walk of the tables goes by `walk_by`
-#[inline]
-pub(crate) fn walk<S: Stack>(
+#[cfg(test)]
+fn walk<S: Stack>(
     stack: &S,
     mut rules: impl FnMut(usize) -> Rule,
     regs: Regs,
