@@ -1,9 +1,13 @@
 //! How full the slab of a given block is: jemalloc's `experimental.utilization.batch_query`, which
 //! reads, for each pointer, the extent it lies in (`{free regions, regions, extent bytes}`).
 //!
-//! jemalloc accepts any pointer there, including pointers it never returned (its comment in `ctl.c`:
-//! an extent it cannot find reads as zeros), so a block freed while the query runs costs a stale
-//! answer, never a bad read; the caller decides which answers to keep (`report::pins`).
+//! jemalloc accepts pointers it never returned (its comment in `ctl.c`: an extent it cannot find
+//! reads as zeros), but not a block freed while the query runs: `inspect_extent_util_stats_get`
+//! reads the extent's slab bit and its size class in two loads without a lock, and a slab emptied
+//! and reused as a large extent between them indexes `bin_infos` past its end. Seen as a segfault
+//! here once in about 40 runs of the service example under valgrind (which serialises the threads),
+//! never in native runs; the report still queries blocks that other threads may free meanwhile. The
+//! caller decides which answers to keep (`report::pins`).
 
 use crate::backend::SlabUse;
 use crate::backend::introspect::StatsError;
