@@ -1,14 +1,16 @@
-//! Atomics and cache padding: for the counters' shards, the sampler's side table and page buckets,
-//! and the origin and site tallies.
+//! Atomics and cache padding: for the counters' shards, the sampler's side table, gate and page
+//! buckets, and the origin and site tallies; and how a waiting thread spins and yields.
 //!
 //! Everything the allocation path touches goes through this module. The concurrency-heavy parts (the
 //! slot registry and the sampler's side table) take their atomics, and the two macros below, from
 //! `crate::sync` only: the loom models in `tests/loom/src/` include those files with a `sync` module of
 //! their own that supplies loom's types, whose constructors cannot be `const`.
 
+pub(crate) use core::hint::spin_loop;
 pub(crate) use core::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence,
 };
+pub(crate) use std::thread::yield_now;
 
 /// Adds `v` to a counter that only the calling thread ever writes.
 ///

@@ -49,7 +49,7 @@ impl AllocatorClass {
 
 /// How full the slab (or extent) holding one block is, from the allocator (jemalloc's
 /// `experimental.utilization.batch_query`): report time only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlabUse {
     /// Free regions in the slab (0 for a block that has an extent of its own).
     pub(crate) free: u64,

@@ -28,12 +28,12 @@ pub(crate) trait Introspect: KnownAllocator {
         Ok(Vec::new())
     }
 
-    /// How full the slab of each block at `ptrs` is, in order (`None`: the backend cannot say). The
-    /// blocks need not stay live meanwhile: a backend that answers must answer any address safely.
-    /// Report time only.
-    fn slab_use(ptrs: &[usize]) -> Result<Option<Vec<SlabUse>>, StatsError> {
-        let _ = ptrs;
-        Ok(None)
+    /// How full the slab of each block at `ptrs` is, written to `out` in order (as long as `ptrs`);
+    /// `false`: the backend cannot say. The blocks stay live during the call (the caller holds their
+    /// frees back, `sampler::gate`), and the call neither allocates nor frees. Report time only.
+    fn slab_use(ptrs: &[usize], out: &mut [SlabUse]) -> Result<bool, StatsError> {
+        let _ = (ptrs, out);
+        Ok(false)
     }
 
     /// The diagnosis's split of the heap's resident bytes from the backend's own figures `stats`,
@@ -218,12 +218,12 @@ impl Registration {
         }
     }
 
-    /// How full the slab of each block at `ptrs` is (`None`: the backend cannot say). Report time
-    /// only.
-    pub(crate) fn slab_use(&self, ptrs: &[usize]) -> Result<Option<Vec<SlabUse>>, StatsError> {
+    /// How full the slab of each block at `ptrs` is, written to `out` (`false`: the backend cannot
+    /// say); the blocks stay live meanwhile, and nothing is allocated or freed. Report time only.
+    pub(crate) fn slab_use(&self, ptrs: &[usize], out: &mut [SlabUse]) -> Result<bool, StatsError> {
         match self.backend {
-            Some(b) => with_backend!(b, A => A::slab_use(ptrs)),
-            None => Ok(None),
+            Some(b) => with_backend!(b, A => A::slab_use(ptrs, out)),
+            None => Ok(false),
         }
     }
 }

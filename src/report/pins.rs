@@ -21,12 +21,13 @@
 //! which cannot tell two sites in one class apart when their blocks sit in slabs of different
 //! fullness (docs/SAMPLING.md).
 //!
-//! Which blocks are queried, and why that is safe: the side table's entries are read without a lock
-//! and may be freed at any moment. jemalloc answers for any address (an extent it cannot find reads
-//! as zeros), so a block freed meanwhile costs no bad read; its answer is kept only if the table's
-//! slot still holds the same address and twin after the query (the block, or one allocated at its
-//! address since, with its twin at the same address: the same slabs).
-//!
+//! Which blocks are asked about, and why that is safe: the side table's entries are read without a
+//! lock, and their owners may free the blocks at any moment, which jemalloc's read does not survive.
+//! The question runs in the sampler's windows (`sampler::gate`): a block still in the table when its
+//! window opens stays live until the allocator answered; one freed before is left out, with its
+//! answer. Blocks jemalloc's profiler sampled sit in extents of their own (it promotes small samples
+//! to a page), not in their natural slab: they count by class.
+
 //! Thread caches: a region parked in a thread's cache counts as allocated in its slab. With exact
 //! parts it takes its part like a live block and no site gets it: it is in `unattributed`, with the
 //! holes of blocks the table does not hold; estimates share it out with the rest of the class. A
@@ -37,6 +38,7 @@ use std::collections::HashMap;
 use crate::backend::registry::Registration;
 use crate::backend::{AllocatorClass, SlabUse};
 use crate::sampler;
+use crate::sampler::gate::Query;
 
 /// How [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes) matches blocks to slabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,19 +190,23 @@ pub(crate) fn current(classes: &[AllocatorClass], reg: Option<Registration>) -> 
     }
     let mut live = Vec::new();
     sampler::for_each_live(|slot, address, e| live.push((slot, address, e)));
-    let asked: Vec<usize> = live.iter().filter_map(|(_, a, e)| slab_address(*a, e)).collect();
-    let mut slabs = match reg {
-        Some(r) if !asked.is_empty() => r.slab_use(&asked).ok().flatten().unwrap_or_default(),
-        _ => Vec::new(),
-    }
-    .into_iter();
-    let blocks = live.into_iter().filter_map(|(slot, address, e)| {
-        let slab = slab_address(address, &e).and_then(|_| slabs.next());
-        // A block freed during the query: its answer, and the block, are left out.
-        if slab.is_some() && !sampler::still_live(slot, address, e.twin) {
-            return None;
+    let queries: Vec<Query> = live
+        .iter()
+        .filter_map(|&(slot, address, e)| slab_address(address, &e).map(|at| Query { slot, address, twin: e.twin, at }))
+        .collect();
+    let mut answers = vec![None; queries.len()];
+    let answered = !queries.is_empty()
+        && reg
+            .is_some_and(|r| sampler::ask_live(&queries, &mut answers, |at, out| r.slab_use(at, out).unwrap_or(false)));
+    let mut answers = answers.into_iter();
+    let blocks = live.into_iter().filter_map(|(_, address, e)| {
+        let block = |slab| Block { site: e.site, size: e.size, weight: e.weight, slab };
+        match (slab_address(address, &e).map(|_| answers.next().flatten()), answered) {
+            (Some(Some(slab)), _) => Some(block(Some(slab))),
+            // Freed before its question: left out.
+            (Some(None), true) => None,
+            _ => Some(block(None)),
         }
-        Some(Block { site: e.site, size: e.size, weight: e.weight, slab })
     });
     split(classes, blocks)
 }

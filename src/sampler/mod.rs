@@ -9,11 +9,14 @@
 //!   knows from the pointer alone that there is nothing to look up;
 //! - **what is remembered** (`table`): each sampled block's allocating thread, size, weight, birth
 //!   time, site and mark, in a fixed lock-free side table, until its free (or reallocation) removes
-//!   it, before the block goes back to the allocator.
+//!   it, before the block goes back to the allocator;
+//! - **asking the allocator about them** (`gate`): a report's question about live sampled blocks
+//!   runs in a window their frees wait for.
 //!
 //! Set the mean with [`set_sampling`] or [`Tracked::with_sampling`](crate::Tracked::with_sampling).
 
 pub(crate) mod buckets;
+pub(crate) mod gate;
 pub(crate) mod mark;
 pub(crate) mod table;
 
@@ -21,10 +24,14 @@ use core::alloc::Layout;
 use core::fmt;
 
 use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use gate::Gate;
 use table::{SampledBlock, Table};
 
 /// Every live sampled block.
 pub(crate) static TABLE: Table = Table::new();
+
+/// Between questions about live sampled blocks and their frees.
+static GATE: Gate = Gate::new();
 
 /// The mean in bytes between samples; [`OFF`] when sampling is off, 0 for every block.
 static MEAN: AtomicU64 = AtomicU64::new(DEFAULT_MEAN);
@@ -313,11 +320,13 @@ pub(crate) fn peek(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
 }
 
 /// Removes the entry of the block at `ptr` (requested with `layout`) out of the side table, if it was
-/// sampled, before the block goes back to the allocator. Owner only.
+/// sampled, before the block (and its twin) go back to the allocator, and passes the gate (a report
+/// may be asking the allocator about it: `gate`). Owner only.
 pub(crate) fn remove(ptr: *mut u8, layout: Layout) -> Option<SampledBlock> {
     let e = if maybe_sampled(ptr, layout) { TABLE.remove(ptr) } else { None };
     if e.is_some() {
         mark::forgotten(ptr);
+        GATE.pass();
     }
     e
 }
@@ -359,10 +368,56 @@ pub(crate) fn for_each_live(f: impl FnMut(usize, usize, SampledBlock)) {
     TABLE.for_each(f);
 }
 
-/// Whether side-table slot `slot` still holds the block at `address` with its twin `twin` (see
-/// `for_each_live`).
-pub(crate) fn still_live(slot: usize, address: usize, twin: usize) -> bool {
-    TABLE.holds(slot, address, twin)
+/// Asks `ask` about the live sampled blocks of `queries` (from [`for_each_live`]) with their frees held
+/// back meanwhile: `answers[i]` gets the answer for `queries[i]` if its block was still live (see
+/// `Gate::ask`; `ask` must not allocate or free). Whether the allocator answered: `false` when `ask`
+/// refused, and for blocks jemalloc's profiler sampled ([`reported`]), which are never asked about
+/// (they sit outside their natural slabs, and their frees are reported after the fact).
+pub(crate) fn ask_live<T: Copy + Default>(
+    queries: &[gate::Query],
+    answers: &mut [Option<T>],
+    ask: impl FnMut(&[usize], &mut [T]) -> bool,
+) -> bool {
+    if reported() {
+        return false;
+    }
+    // A child forked mid-question must find its windows closed; without the handler, no question.
+    fork_hook::install() && GATE.ask(&TABLE, queries, answers, ask)
+}
+
+#[cfg(unix)]
+mod fork_hook {
+    //! A `pthread_atfork` child handler, registered once, before the first window opens: a child
+    //! forked while a report of the parent's was asking has no asker to close its window.
+
+    use crate::sync::{AtomicBool, Ordering};
+
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn child() {
+        super::GATE.after_fork_in_child();
+    }
+
+    /// Whether the handler is registered (now or before). Two first callers at once may both
+    /// register it: the handler runs twice in a child, which is harmless.
+    pub(super) fn install() -> bool {
+        if REGISTERED.load(Ordering::Acquire) {
+            return true;
+        }
+        // SAFETY: `child` has the handler ABI and stays valid for the life of the process.
+        let registered = unsafe { libc::pthread_atfork(None, None, Some(child)) } == 0;
+        if registered {
+            REGISTERED.store(true, Ordering::Release);
+        }
+        registered
+    }
+}
+
+#[cfg(not(unix))]
+mod fork_hook {
+    pub(super) fn install() -> bool {
+        true
+    }
 }
 
 /// 64 random bits that belong to the sample `e` (from its birth time and size): the same whenever
@@ -386,5 +441,73 @@ mod tests {
         for s in [Sampling::DEFAULT, Sampling::Off, Sampling::EveryBlock] {
             assert_eq!(Sampling::from_mean(s.mean().unwrap()), s);
         }
+    }
+
+    /// A child forked while a window is open (its asker stays in the parent) passes the gate, as its
+    /// first sampled free must: the fork handler closed the window. Without it the child would wait
+    /// forever (checked by breaking `Gate::after_fork_in_child`: the child is killed at the limit).
+    #[cfg(unix)]
+    #[test]
+    fn a_child_forked_while_a_window_is_open_passes_the_gate() {
+        use std::time::{Duration, Instant};
+
+        let address = 0x7e00_0000_1000usize;
+        let entry = SampledBlock {
+            tid: 1,
+            slot: None,
+            size: 160,
+            weight: 1.0,
+            born: 1,
+            site: 0,
+            marked: false,
+            lead: 0,
+            twin: 0,
+            frag: false,
+            scope: 0,
+        };
+        assert!(TABLE.insert(address as *mut u8, entry));
+        let mut queries = Vec::new();
+        for_each_live(|slot, a, e| {
+            if a == address {
+                queries.push(gate::Query { slot, address: a, twin: e.twin, at: a });
+            }
+        });
+        let mut answers = vec![None; queries.len()];
+        let mut child = None;
+        let answered = ask_live(&queries, &mut answers, |_, out: &mut [u8]| {
+            // Inside the window: the child does what a sampled free does after removing its entry.
+            // SAFETY: the child only runs atomics and `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                GATE.pass();
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(0) };
+            }
+            let start = Instant::now();
+            let mut status = 0;
+            // SAFETY: `pid` is this process's child; `status` is a valid out-pointer.
+            while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } != pid {
+                if start.elapsed() > Duration::from_secs(30) {
+                    // SAFETY: as above; the child is still running.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, &mut status, 0);
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            child = Some(status);
+            out.fill(1);
+            true
+        });
+        assert!(TABLE.remove(address as *mut u8).is_some());
+        assert!(answered, "the block was asked about");
+        assert_eq!(answers, [Some(1)]);
+        let status = child.expect("the child was forked inside the window");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung in the gate (status {status})"
+        );
     }
 }

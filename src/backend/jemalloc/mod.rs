@@ -180,8 +180,8 @@ impl Introspect for tikv_jemallocator::Jemalloc {
         classes::classes()
     }
 
-    fn slab_use(ptrs: &[usize]) -> Result<Option<Vec<crate::backend::SlabUse>>, StatsError> {
-        slabs::slab_use(ptrs).map(Some)
+    fn slab_use(ptrs: &[usize], out: &mut [crate::backend::SlabUse]) -> Result<bool, StatsError> {
+        slabs::slab_use(ptrs, out).map(|()| true)
     }
 
     fn split_heap(a: &AllocatorStats, usable: u64, anon: Option<u64>) -> Option<HeapSplit> {

@@ -1,4 +1,4 @@
-//! loom models of frag-alloc's lock-free parts: the sampler's side table and page-bucket counters, and the shard registry's
+//! loom models of frag-alloc's lock-free parts: the sampler's side table, its gate and page-bucket counters, and the shard registry's
 //! claim / release / recycle protocol. The modules under test are the crate's own source files,
 //! included with `#[path]`; the `sync` module below hands them loom's atomics in place of `core`'s.
 //!
@@ -13,7 +13,9 @@
 mod sync {
     //! loom's atomics, and non-`const` versions of `frag`'s two constructor macros (see `src/sync.rs`).
 
+    pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use loom::thread::yield_now;
 
     macro_rules! atomics_ctor {
         ($(#[$m:meta])* $v:vis fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
@@ -35,6 +37,10 @@ mod sync {
 mod table;
 
 #[allow(dead_code)]
+#[path = "../../../src/sampler/gate.rs"]
+mod gate;
+
+#[allow(dead_code)]
 #[path = "../../../src/sampler/buckets.rs"]
 mod buckets;
 
@@ -44,6 +50,8 @@ mod registry;
 
 #[cfg(test)]
 mod buckets_model;
+#[cfg(test)]
+mod gate_model;
 #[cfg(test)]
 mod pool_model;
 #[cfg(test)]
