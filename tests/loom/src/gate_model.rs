@@ -39,6 +39,23 @@ fn queries(t: &Small) -> Vec<Query> {
     q
 }
 
+/// The owner of the block at `p`: frees it (its entry removed, the gate passed), and the allocator
+/// hands its memory out again (a write to the cell).
+fn free_and_reuse(
+    t: &Arc<Small>,
+    gate: &Arc<Gate>,
+    memory: &Arc<UnsafeCell<u64>>,
+    p: *mut u8,
+) -> thread::JoinHandle<()> {
+    let (t, gate, memory, p) = (Arc::clone(t), Arc::clone(gate), Arc::clone(memory), p as usize);
+    thread::spawn(move || {
+        assert!(t.remove(p as *mut u8).is_some());
+        gate.pass();
+        // SAFETY: loom checks this write against every read of the cell.
+        memory.with_mut(|m| unsafe { *m = 0 });
+    })
+}
+
 /// The owner frees its sampled block (and the allocator reuses its memory) while an asker asks
 /// about it: the asker's read and the reuse never overlap, and the asker gets either no answer or
 /// the live block's contents.
@@ -50,16 +67,7 @@ fn a_block_asked_about_is_not_freed_meanwhile() {
         let memory = Arc::new(UnsafeCell::new(7u64));
         let p = 0x4000 as *mut u8;
         assert!(t.insert(p, entry(0)));
-        let owner = {
-            let (t, gate, memory) = (Arc::clone(&t), Arc::clone(&gate), Arc::clone(&memory));
-            thread::spawn(move || {
-                assert!(t.remove(p).is_some());
-                gate.pass();
-                // The block goes back to the allocator, which hands it out again.
-                // SAFETY: loom checks this write against every read of the cell.
-                memory.with_mut(|m| unsafe { *m = 0 });
-            })
-        };
+        let owner = free_and_reuse(&t, &gate, &memory, p);
         let q = queries(&t);
         let mut answers = vec![None; q.len()];
         gate.ask(&t, &q, &mut answers, |at, out| {
@@ -85,15 +93,7 @@ fn two_askers_and_a_twin() {
         let twin = Arc::new(UnsafeCell::new(7u64));
         let p = 0x8000 as *mut u8;
         assert!(t.insert(p, entry(0x9040)));
-        let owner = {
-            let (t, gate, twin) = (Arc::clone(&t), Arc::clone(&gate), Arc::clone(&twin));
-            thread::spawn(move || {
-                assert!(t.remove(p).is_some());
-                gate.pass();
-                // SAFETY: loom checks this write against every read of the cell.
-                twin.with_mut(|m| unsafe { *m = 0 });
-            })
-        };
+        let owner = free_and_reuse(&t, &gate, &twin, p);
         let asker = {
             let (t, gate, twin) = (Arc::clone(&t), Arc::clone(&gate), Arc::clone(&twin));
             thread::spawn(move || {
