@@ -25,9 +25,9 @@
 //! lock, and their owners may free the blocks at any moment, which jemalloc's read does not survive.
 //! The question runs in the sampler's windows (`sampler::gate`): a block still in the table when its
 //! window opens stays live until the allocator answered; one freed before is left out, with its
-//! answer. Blocks jemalloc's profiler sampled sit in extents of their own (it promotes small samples
-//! to a page), not in their natural slab: they count by class.
-
+//! answer. Blocks jemalloc's profiler sampled sit in large extents of their own (it promotes small
+//! samples), not in their natural slabs: they count by class.
+//!
 //! Thread caches: a region parked in a thread's cache counts as allocated in its slab. With exact
 //! parts it takes its part like a live block and no site gets it: it is in `unattributed`, with the
 //! holes of blocks the table does not hold; estimates share it out with the rest of the class. A
@@ -54,7 +54,8 @@ pub enum PinMethod {
     /// samples' estimated parts.
     Slabs,
     /// Each size class's free space shared among the sites by their estimated live blocks in the
-    /// class: no block's slab is known (another backend's, or blocks over 4 KiB).
+    /// class: no block's slab is known (another backend's, blocks over 4 KiB, or blocks jemalloc's
+    /// own profiler sampled, which it moves out of their slabs).
     ClassShares,
     /// Both: blocks whose slab is known by it, and the others of their class at the class's mean
     /// part, or by class where none is known.
