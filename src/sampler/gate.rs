@@ -2,11 +2,9 @@
 //! is answered.
 //!
 //! A report asks the allocator how full the slabs of sampled blocks are (`report::pins`), blocks that
-//! their owners may free at any moment. jemalloc's answer is not safe for a block freed while it
-//! reads: `inspect_extent_util_stats_get` loads an extent's slab bit and then its size class, without
-//! a lock, and a slab emptied and reused as a large extent between the two loads indexes its
-//! `bin_infos` table past the end (a segfault, seen under valgrind in the service example). So each
-//! question runs in a **window**, and a sampled block's free **passes the gate** between the removal
+//! their owners may free at any moment, and jemalloc's answer is not safe for a block freed while it
+//! reads (why: `backend::jemalloc::slabs`; a segfault, seen under valgrind in the service example).
+//! So each question runs in a **window**, and a sampled block's free **passes the gate** between the removal
 //! of its entry and the block's return to the allocator:
 //! - the asker opens a window (a count of open windows, raised, then a `SeqCst` fence), keeps the
 //!   blocks the side table still holds, asks about those, and closes the window (a release);
