@@ -9,6 +9,7 @@
 //! Read the sites through [`Report::sites`](crate::Report::sites) (the top sites by bytes in use,
 //! with their leaf frames) or as a pprof heap profile (`frag::profile::heap_pprof`).
 
+mod last;
 pub(crate) mod read;
 pub(crate) mod symbols;
 pub(crate) mod table;
@@ -90,15 +91,15 @@ pub fn unwind_tables() -> Option<UnwindTables> {
     unwind::summary()
 }
 
-/// The site of the allocation being sampled in scope `scope`: its stack, walked from `entry` and
-/// interned;
-/// [`NO_SITE`] without a stack (no unwinder, a foreign stack, no tables yet) or when the table is
-/// full.
+/// The site of the allocation being sampled in scope `scope`: its stack, walked from `entry` (or
+/// the thread's last walk's, when it would repeat: `last`) and interned; [`NO_SITE`] while stacks
+/// are off, without a stack (no unwinder, a foreign stack, no tables yet) or when the table is full.
 #[cold]
 pub(crate) fn capture(entry: ColdFrame, scope: u16) -> u32 {
-    let mut frames: Frames = [0; MAX_FRAMES];
-    let depth = walk(entry, &mut frames);
-    if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth, scope) }
+    if !STACKS.load(Ordering::Relaxed) {
+        return NO_SITE;
+    }
+    last::site(entry, scope)
 }
 
 /// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
@@ -106,7 +107,7 @@ pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
     if !STACKS.load(Ordering::Relaxed) {
         return 0;
     }
-    unwind::capture(entry, out)
+    unwind::capture(entry, out, None)
 }
 
 /// The site of the first `depth` frames of `frames` (a stack walked earlier) in scope `scope`,
@@ -121,7 +122,7 @@ pub(crate) fn intern(frames: &Frames, depth: usize, scope: u16) -> u32 {
 #[doc(hidden)]
 #[inline(never)]
 pub fn capture_for_bench(out: &mut [usize; MAX_FRAMES]) -> usize {
-    unwind::capture(ColdFrame::here(), out)
+    unwind::capture(ColdFrame::here(), out, None)
 }
 
 /// A block sampled at `site`, adding `sums` to the estimates, is in the side table.

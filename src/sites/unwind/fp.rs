@@ -8,11 +8,12 @@
 //! (usually in `std`'s thread start, below every frame of interest, but also inside `std` functions
 //! that allocate).
 //!
-//! Exports what every unwinder exports: [`ColdFrame`], [`capture`], [`refresh`], [`summary`].
+//! Exports what every unwinder exports: [`ColdFrame`], [`capture`], [`repeats`], [`refresh`], [`summary`].
 
 use super::frames::{Frames, MAX_FRAMES};
 use super::stack::ThreadStack;
 use super::summary::UnwindTables;
+use super::trace::{Start, Trace, Traced};
 use super::walk::Stack;
 
 /// Where a walk starts (see the parent module): the frame pointer of frag's outermost out-of-line
@@ -52,10 +53,31 @@ fn frame_pointer() -> usize {
 }
 
 /// Walks the chain from `entry`'s record into `out`; returns the number of frames recorded. Must
-/// run while `entry`'s function is still on the stack (it is: capture runs below it).
-pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
+/// run while `entry`'s function is still on the stack (it is: capture runs below it). With a
+/// `trace`, the walk is kept there, to be checked by [`repeats`].
+pub(crate) fn capture(entry: ColdFrame, out: &mut Frames, trace: Option<&Trace>) -> usize {
     let Some(stack) = ThreadStack::above(entry.fp) else { return 0 };
-    let mut fp = entry.fp;
+    let Some(trace) = trace else { return walk(entry.fp, &stack, out) };
+    trace.begin();
+    let n = walk(entry.fp, &Traced { stack: &stack, trace }, out);
+    trace.finish(start(entry, &stack));
+    n
+}
+
+/// Whether a walk from `entry` would record what the one kept in `trace` did ([`Trace::repeats`]).
+#[inline]
+pub(crate) fn repeats(entry: ColdFrame, trace: &Trace) -> bool {
+    ThreadStack::above(entry.fp).is_some_and(|stack| trace.repeats(&start(entry, &stack), &stack))
+}
+
+/// What a walk of the chain depends on besides the words it reads: the first record and the top.
+fn start(entry: ColdFrame, stack: &ThreadStack) -> Start {
+    Start { pc: 0, sp: entry.fp, bp: None, top: stack.bounds().1, epoch: 0 }
+}
+
+/// The chain from the record at `fp` on `stack`, into `out`.
+#[inline(always)]
+fn walk<S: Stack>(mut fp: usize, stack: &S, out: &mut Frames) -> usize {
     let mut n = 0;
     while n < MAX_FRAMES {
         let (Some(next), Some(ret)) = (stack.load(fp), stack.load(fp.wrapping_add(8))) else { break };

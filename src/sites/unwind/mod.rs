@@ -16,8 +16,8 @@
 //! Elsewhere (AArch64 without frame pointers, other systems) nothing is captured ([`none`]): sampled
 //! blocks are still followed, their site is "no stack", and the report says which unwinder is in use.
 //!
-//! Each unwinder is a module exporting the same names (`ColdFrame`, `capture`, `refresh`,
-//! `summary`); the build chooses one here, and no function body depends on the choice. What they
+//! Each unwinder is a module exporting the same names (`ColdFrame`, `capture`, `repeats`,
+//! `refresh`, `summary`); the build chooses one here, and no function body depends on the choice. What they
 //! share lies below them: the frames recorded ([`frames`]), the thread's stack and its bounds
 //! ([`stack`]), the table walk's bounds-checked reads ([`walk::Stack`]).
 //!
@@ -53,6 +53,8 @@ pub(crate) mod rows;
 #[cfg_attr(frag_unwind = "none", allow(dead_code))]
 mod stack;
 mod summary;
+#[cfg_attr(frag_unwind = "none", allow(dead_code))]
+pub(crate) mod trace;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod walk;
 
@@ -70,7 +72,8 @@ use none as chosen;
 #[cfg(frag_unwind = "tables")]
 use tables as chosen;
 
-pub(crate) use chosen::{ColdFrame, capture, refresh, summary};
+pub(crate) use chosen::{ColdFrame, capture, refresh, repeats, summary};
+pub(crate) use trace::Trace;
 pub(crate) use frames::{Frames, MAX_FRAMES};
 pub use summary::UnwindTables;
 

@@ -137,6 +137,14 @@ impl Drop for Writing {
     }
 }
 
+/// Which set is published: a new value for each set replaced since (walks kept in a `trace::Trace`
+/// from an older set are walked again). A set published while a walk was being kept may go unseen
+/// until the next replacement: the kept walk then stands for one taken a moment earlier.
+#[inline]
+pub(crate) fn epoch() -> usize {
+    EPOCH.load(SeqCst)
+}
+
 /// A registered walk: the set it reads stays alive until it is dropped.
 pub(crate) struct Reading {
     slot: usize,

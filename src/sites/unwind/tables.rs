@@ -1,13 +1,14 @@
 //! The unwind-tables unwinder (x86-64 Linux with glibc): a walk by the rows built from each loaded
 //! module's `.eh_frame` ([`super::modules`]), starting in frag's cold frame's own registers.
 //!
-//! Exports what every unwinder exports: [`ColdFrame`], [`capture`], [`refresh`], [`summary`].
+//! Exports what every unwinder exports: [`ColdFrame`], [`capture`], [`repeats`], [`refresh`], [`summary`].
 
 use super::frames::{Frames, MAX_FRAMES};
 use super::modules::{self, Reading, Set};
 use super::rows::{Rows, Rule};
 use super::stack::ThreadStack;
 use super::summary::UnwindTables;
+use super::trace::{Start, Trace, Traced};
 use super::walk::{self, Regs, Stack};
 
 /// Where a walk starts (see the parent module): the registers (instruction, stack pointer, `rbp`) of
@@ -48,13 +49,25 @@ impl ColdFrame {
 }
 
 /// Walks the stack from `entry` into `out`; returns the number of frames recorded. Must run while
-/// `entry`'s function is still on the stack (it is: capture runs below it).
-pub(crate) fn capture(entry: ColdFrame, out: &mut Frames) -> usize {
+/// `entry`'s function is still on the stack (it is: capture runs below it). With a `trace`, the walk
+/// is kept there (`trace`'s module docs), to be checked by [`repeats`].
+pub(crate) fn capture(entry: ColdFrame, out: &mut Frames, trace: Option<&Trace>) -> usize {
     let started = cycles();
-    match ThreadStack::above(entry.sp) {
-        Some(stack) => walk_from(entry, &stack, out, started),
-        None => 0,
-    }
+    let Some(stack) = ThreadStack::above(entry.sp) else { return 0 };
+    let Some(trace) = trace else { return walk_from(entry, &stack, &stack, out, started) };
+    trace.begin();
+    let epoch = modules::epoch();
+    let n = walk_from(entry, &Traced { stack: &stack, trace }, &stack, out, started);
+    trace.finish(Start { pc: entry.pc, sp: entry.sp, bp: Some(entry.bp), top: stack.bounds().1, epoch });
+    n
+}
+
+/// Whether a walk from `entry` would record what the one kept in `trace` did ([`Trace::repeats`]).
+#[inline]
+pub(crate) fn repeats(entry: ColdFrame, trace: &Trace) -> bool {
+    let Some(stack) = ThreadStack::above(entry.sp) else { return false };
+    let start = Start { pc: entry.pc, sp: entry.sp, bp: Some(entry.bp), top: stack.bounds().1, epoch: modules::epoch() };
+    trace.repeats(&start, &stack)
 }
 
 /// Builds or refreshes the tables (modules loaded or unloaded since the last time). Allocates and
@@ -97,15 +110,18 @@ const COLD_CYCLES: u64 = 600;
 const SCAN_BYTES: usize = 4096;
 
 /// Walks `stack` from `entry`'s registers: its own frame first, then its callers'. `started` is
-/// [`cycles`] at the capture's start.
+/// [`cycles`] at the capture's start; `scan` is the stack a cold walk scans first (`stack` itself, or
+/// what it records). Returns the frames recorded.
 #[inline(never)]
-fn walk_from(entry: ColdFrame, stack: &ThreadStack, out: &mut Frames, started: u64) -> usize {
+fn walk_from<S: Stack>(entry: ColdFrame, stack: &S, scan: &ThreadStack, out: &mut Frames, started: u64) -> usize {
     // Keeps the start-up constructor linked in whenever stacks can be captured.
     core::hint::black_box(&PREPARE_AT_START);
     let reading = Reading::enter();
     let Some(set) = reading.set() else { return 0 };
-    let cold = set.scan_when_cold() && cycles().wrapping_sub(started) > COLD_CYCLES;
-    walk_in(set, entry, stack, out, cold)
+    if set.scan_when_cold() && cycles().wrapping_sub(started) > COLD_CYCLES {
+        prefetch_rules(scan, set);
+    }
+    walk_in(set, entry, stack, out)
 }
 
 /// Fetches, without waiting, the stack's first [`SCAN_BYTES`] and the recent-rule slots of every
@@ -133,12 +149,9 @@ fn prefetch_rules(stack: &ThreadStack, set: &Set) {
     }
 }
 
-/// The walk on `set`, after a scan of the stack if `cold`. The frames are the same either way.
+/// The walk on `set`.
 #[inline(always)]
-fn walk_in(set: &Set, entry: ColdFrame, stack: &ThreadStack, out: &mut Frames, cold: bool) -> usize {
-    if cold {
-        prefetch_rules(stack, set);
-    }
+fn walk_in<S: Stack>(set: &Set, entry: ColdFrame, stack: &S, out: &mut Frames) -> usize {
     // A recent rule first; else the rows of the previous frame's module (usually the next one's
     // too), without going through the set. Each source steps on its own (`walk_by`).
     let recent = set.recent();
@@ -177,9 +190,12 @@ mod tests {
         let set = reading.set().expect("tables built before main");
         let stack = ThreadStack::above(entry.sp).expect("a thread glibc started");
         let (mut plain, mut scanned) = ([0; MAX_FRAMES], [0; MAX_FRAMES]);
-        let n = walk_in(set, entry, &stack, &mut plain, false);
+        let n = walk_in(set, entry, &stack, &mut plain);
         // Never on valgrind: the scan reads uninitialised words, which memcheck would report.
-        let m = walk_in(set, entry, &stack, &mut scanned, set.scan_when_cold());
+        if set.scan_when_cold() {
+            prefetch_rules(&stack, set);
+        }
+        let m = walk_in(set, entry, &stack, &mut scanned);
         (plain[..n].to_vec(), scanned[..m].to_vec())
     }
 

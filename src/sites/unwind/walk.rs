@@ -32,6 +32,15 @@ pub(crate) trait Stack {
         let _ = addr;
     }
 
+    /// The walk used `rbp`: a rule computed the CFA from it. Nothing by default; a trace records it
+    /// (`trace::Traced`).
+    #[inline(always)]
+    fn used_bp(&self) {}
+
+    /// The walk restored `rbp` from the word it read last. Nothing by default.
+    #[inline(always)]
+    fn restored_bp(&self) {}
+
     /// The word at `addr` if it lies wholly inside the bounds.
     #[inline(always)]
     fn load(&self, addr: usize) -> Option<usize> {
@@ -111,8 +120,14 @@ pub(crate) fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> 
     let offset = rule.cfa_offset as isize;
     let cfa = match rule.cfa {
         Cfa::Sp => regs.sp.wrapping_add_signed(offset),
-        Cfa::Bp => regs.bp?.wrapping_add_signed(offset),
-        Cfa::DerefBp => stack.load(regs.bp?.wrapping_add_signed(offset))?,
+        Cfa::Bp => {
+            stack.used_bp();
+            regs.bp?.wrapping_add_signed(offset)
+        }
+        Cfa::DerefBp => {
+            stack.used_bp();
+            stack.load(regs.bp?.wrapping_add_signed(offset))?
+        }
         Cfa::End | Cfa::Unknown => return None,
     };
     if cfa <= regs.sp {
@@ -128,7 +143,11 @@ pub(crate) fn step<S: Stack>(stack: &S, regs: Regs, rule: Rule) -> Option<Regs> 
     }
     let bp = match rule.bp {
         Bp::Same => regs.bp,
-        Bp::Saved => Some(stack.load(cfa.wrapping_add_signed(rule.bp_offset as isize))?),
+        Bp::Saved => {
+            let bp = stack.load(cfa.wrapping_add_signed(rule.bp_offset as isize))?;
+            stack.restored_bp();
+            Some(bp)
+        }
         Bp::Lost => None,
     };
     Some(Regs { pc, sp: cfa, bp })
