@@ -157,4 +157,5 @@ pub use sites::frame_pointers;
 pub use sites::symbols::keep_symbol_cache;
 pub use sites::{UnwindTables, Unwinder, refresh_unwind_tables, set_stacks, stacks, unwind_tables, unwinder};
 pub use stats::class::NUM_CLASSES;
+pub use stats::countdown::{Countdown, FragCountdown};
 pub use tracked::{Exact, Sampled, Tier, Tracked};

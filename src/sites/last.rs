@@ -8,9 +8,8 @@
 
 use core::cell::Cell;
 
-use super::table::NO_SITE;
+use super::table::{NO_SITE, SITES};
 use super::unwind::{self, ColdFrame, Frames, MAX_FRAMES, Trace};
-use super::SITES;
 
 struct Last {
     trace: Trace,
@@ -58,4 +57,50 @@ fn fresh(entry: ColdFrame, scope: u16, trace: Option<&Trace>) -> u32 {
     let mut frames: Frames = [0; MAX_FRAMES];
     let depth = unwind::capture(entry, &mut frames, trace);
     if depth == 0 { NO_SITE } else { SITES.intern(&frames, depth, scope) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::hint::black_box;
+
+    /// The site from here, through the thread's kept walk, and walked afresh without it.
+    #[inline(never)]
+    fn both(scope: u16) -> (u32, u32) {
+        let entry = ColdFrame::here();
+        black_box((site(entry, scope), fresh(entry, scope, None)))
+    }
+
+    #[inline(never)]
+    fn from_a() -> (u32, u32) {
+        black_box(both(7))
+    }
+
+    #[inline(never)]
+    fn from_b() -> (u32, u32) {
+        black_box(both(7))
+    }
+
+    /// Samples from one stack get the site a fresh walk finds, kept or not; a sample from another
+    /// caller at the same depth (the same stack pointers, another return address) or in another
+    /// scope gets its own.
+    #[test]
+    fn a_kept_walk_gives_the_site_a_fresh_walk_finds() {
+        unwind::refresh();
+        let mut seen = [NO_SITE; 2];
+        for round in 0..20 {
+            let (a, b) = (from_a(), from_b());
+            assert_eq!(a.0, a.1, "round {round}: from a");
+            assert_eq!(b.0, b.1, "round {round}: from b");
+            // Twice in a row from one place: the second is the kept walk's.
+            let again = from_b();
+            assert_eq!(again.0, again.1, "round {round}: from b again");
+            seen = [a.0, b.0];
+        }
+        assert_ne!(seen[0], NO_SITE, "stacks are walked here");
+        assert_ne!(seen[0], seen[1], "two callers, two sites");
+        let other = black_box(both(8));
+        assert_eq!(other.0, other.1);
+        assert_ne!(other.0, both(7).0, "another scope, another site");
+    }
 }

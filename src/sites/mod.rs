@@ -19,11 +19,9 @@ use crate::estimate::SampleSums;
 use crate::sync::{AtomicBool, Ordering};
 pub(crate) use table::CAPACITY as SITE_CAPACITY;
 pub(crate) use table::NO_SITE;
-use table::Table;
+pub(crate) use table::SITES;
 use unwind::{ColdFrame, Frames, MAX_FRAMES};
 pub use unwind::{UnwindTables, Unwinder};
-
-pub(crate) static SITES: Table = Table::new();
 
 /// How this build captures the stacks of sampled allocations: [`Unwinder::UnwindTables`] on x86-64
 /// Linux in any build, [`Unwinder::FramePointers`] in a build with `-C force-frame-pointers=yes`.
@@ -103,6 +101,7 @@ pub(crate) fn capture(entry: ColdFrame, scope: u16) -> u32 {
 }
 
 /// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
 pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
     if !STACKS.load(Ordering::Relaxed) {
         return 0;

@@ -49,7 +49,10 @@ impl Slot {
     }
 }
 
-/// The process's sites (`sites::SITES`).
+/// The process's sites.
+pub(crate) static SITES: Table = Table::new();
+
+/// A table of sites (the process's: [`SITES`]).
 pub(crate) struct Table {
     /// The "no stack" site.
     none: Tallies,

@@ -27,6 +27,7 @@ pub(crate) fn sampled() -> bool {
 
 pub(crate) mod class;
 pub(crate) mod clock;
+pub(crate) mod countdown;
 pub(crate) mod live;
 pub(crate) mod pool;
 pub(crate) mod registry;

@@ -18,6 +18,7 @@
 use core::cell::Cell;
 
 use super::clock::{Clock, counted_down};
+use super::countdown::{Countdown, FragCountdown};
 use super::shard::Shard;
 
 /// The shard the fast path sees on a thread without one of its own: nothing ever writes to it (the
@@ -40,11 +41,43 @@ pub(crate) const FIRST_ADDRESS: usize = 5;
 
 std::thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(UNCLAIMED) };
+    /// Where the countdown lives on this thread: the cell of the [`Countdown`] whose `Tracked` took
+    /// the cold path last ([`settle`]); null for [`FragCountdown`]'s.
+    static AT: Cell<*const Cell<i64>> = const { Cell::new(core::ptr::null()) };
     /// What the fast path reads: the thread's own shard once claimed, else the parked shard (whose
     /// clock sends every allocation to the cold path, which reads `SLOT`).
     static HOT: Cell<*const Shard> = const { Cell::new(&PARKED) };
-    /// The owned shard's sampling countdown (see the module docs); 0 on a thread without one.
-    static LEFT: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Calls `f` with the cell the countdown lives in now ([`settle`]).
+#[inline]
+fn with_left<R>(f: impl FnOnce(&Cell<i64>) -> R) -> Option<R> {
+    let at = AT.try_with(Cell::get).ok()?;
+    if at.is_null() {
+        return FragCountdown::with(f);
+    }
+    // SAFETY: `settle` stored the address of the calling thread's cell of a `Countdown`, which its
+    // contract keeps valid until the thread has exited.
+    Some(f(unsafe { &*at }))
+}
+
+/// Moves the calling thread's countdown into `C`'s cell, if it lives elsewhere: a `Tracked`'s cold
+/// path calls it first, so that its fast path, which takes sizes off `C`'s cell, sees the countdown
+/// from then on. A fast path of another `Tracked` meets 0 in its own cell and takes its cold path,
+/// which moves it back (two allocators with different homes in one process each get the countdown
+/// in turn; one `#[global_allocator]` keeps it where it is).
+#[inline]
+pub(crate) fn settle<C: Countdown>() {
+    let Some(home) = C::with(|c| c as *const Cell<i64>) else { return };
+    let Some(now) = with_left(|c| c as *const Cell<i64>) else { return };
+    if home == now {
+        return;
+    }
+    // SAFETY: both are cells `Countdown::with` gave on the calling thread, valid until it exits.
+    let (home_cell, now_cell) = unsafe { (&*home, &*now) };
+    home_cell.set(now_cell.replace(0));
+    let own = FragCountdown::with(|l| l as *const Cell<i64>);
+    let _ = AT.try_with(|a| a.set(if own == Some(home) { core::ptr::null() } else { home }));
 }
 
 /// The calling thread's slot word; `EXITED` if thread-local storage is unavailable.
@@ -66,7 +99,7 @@ fn shard_at(v: usize) -> Option<&'static Shard> {
 /// is a shard's address; else the parked shard and a countdown of 0).
 #[inline]
 pub(crate) fn set_slot(v: usize) {
-    let _ = LEFT.try_with(|l| {
+    let _ = with_left(|l| {
         if let Some(leaving) = shard_at(slot()) {
             leaving.hot.clock.take_countdown(l.replace(0));
         }
@@ -85,13 +118,15 @@ pub(crate) fn set_slot(v: usize) {
 ///
 /// The subtraction is stored whatever its outcome, and undone out of line on an event
 /// ([`give_back`]): the common path is then a subtraction from memory and a branch on its sign.
+/// The countdown is taken from `C`'s cell: where it lives unless another `Countdown`'s cold path
+/// ran last ([`settle`]); else that cell holds 0, and the cold path moves it.
 #[inline(always)]
-pub(crate) fn count_down(size: usize) -> bool {
-    LEFT.try_with(|l| {
+pub(crate) fn count_down<C: Countdown>(size: usize) -> bool {
+    C::with(|l| {
         let before = l.get();
         l.set(before.wrapping_sub(size as i64));
         if counted_down(before, size).is_none() {
-            give_back(size);
+            give_back::<C>(size);
             return false;
         }
         true
@@ -103,8 +138,8 @@ pub(crate) fn count_down(size: usize) -> bool {
 /// the inner allocator refused (the clock counts bytes handed out).
 #[cold]
 #[inline(never)]
-pub(crate) fn give_back(size: usize) {
-    let _ = LEFT.try_with(|l| l.set(l.get().wrapping_add(size as i64)));
+pub(crate) fn give_back<C: Countdown>(size: usize) {
+    let _ = C::with(|l| l.set(l.get().wrapping_add(size as i64)));
 }
 
 /// Runs `op` on `clock`, written as `shared` says: by anyone with atomic read-modify-writes (the
@@ -116,10 +151,10 @@ pub(crate) fn on_clock<R>(clock: &Clock, shared: bool, op: impl FnOnce(&Clock) -
         return op(clock);
     }
     // Thread-local storage gone (never, for a const-initialised one without `Drop`): the clock alone.
-    let Ok(left) = LEFT.try_with(Cell::get) else { return op(clock) };
+    let Some(left) = with_left(Cell::get) else { return op(clock) };
     clock.take_countdown(left);
     let r = op(clock);
-    let _ = LEFT.try_with(|l| l.set(clock.countdown()));
+    let _ = with_left(|l| l.set(clock.countdown()));
     r
 }
 
@@ -127,7 +162,7 @@ pub(crate) fn on_clock<R>(clock: &Clock, shared: bool, op: impl FnOnce(&Clock) -
 /// see the thread's allocated bytes exactly (`Clock::allocated`).
 pub(crate) fn hand_over() {
     if let Some(own) = shard_at(slot()) {
-        let _ = LEFT.try_with(|l| own.hot.clock.take_countdown(l.get()));
+        let _ = with_left(|l| own.hot.clock.take_countdown(l.get()));
     }
 }
 

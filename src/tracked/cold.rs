@@ -15,12 +15,13 @@ use crate::sampler::table::SampledBlock;
 use crate::sampler::{self, mark};
 use crate::sites::{self, unwind::ColdFrame as Frame};
 use crate::stats::class::Class;
+use crate::stats::countdown::Countdown;
 use crate::stats::pool::{self, Home, with_writer};
 use crate::stats::shard::{Shard, Writer};
 
 /// Where the calling thread's counts go, claiming a shard on its first allocation.
 #[inline(always)]
-fn home<A: 'static, T: Tier>(t: &Tracked<A, T>) -> Home {
+fn home<A: 'static, T: Tier, C: Countdown>(t: &Tracked<A, T, C>) -> Home {
     pool::home_or(|| t.slow_shard())
 }
 
@@ -93,13 +94,13 @@ fn count<W: Writer, T: Tier>(
     }
 }
 
-impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
+impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// A fast-path allocation the inner allocator refused: its charge goes back to the clock (the
     /// clock counts bytes handed out). Nothing is counted.
     #[cold]
     #[inline(never)]
     pub(super) fn failed(size: usize) -> *mut u8 {
-        pool::give_back(size);
+        pool::give_back::<C>(size);
         core::ptr::null_mut()
     }
 
@@ -128,6 +129,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let frame = Frame::here();
+        pool::settle::<C>();
         // SAFETY: the caller's guarantees, passed on.
         with_writer!(home(self), |s, W| unsafe { self.allocate_in::<W>(s, layout, zeroed, frame) })
     }
@@ -362,6 +364,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here();
+        pool::settle::<C>();
         // SAFETY: the caller's guarantees, passed on.
         with_writer!(home(self), |s, W| unsafe { self.reallocate_in::<W>(s, ptr, layout, new_size, frame) })
     }

@@ -56,6 +56,8 @@
 
 mod cold;
 
+use crate::stats::countdown::{Countdown, FragCountdown};
+
 use core::alloc::{GlobalAlloc, Layout};
 use core::fmt;
 use core::marker::PhantomData;
@@ -99,11 +101,11 @@ use crate::stats::shard::{Owner, Shard};
 ///     drop(v);
 /// }
 /// ```
-pub struct Tracked<A, T: Tier = Sampled> {
+pub struct Tracked<A, T: Tier = Sampled, C: Countdown = FragCountdown> {
     inner: A,
     probe: Option<&'static dyn Probe>,
     sampling: Sampling,
-    tier: PhantomData<fn() -> T>,
+    tier: PhantomData<fn() -> (T, C)>,
 }
 
 /// How much a [`Tracked`] counts: [`Sampled`] or [`Exact`].
@@ -136,7 +138,7 @@ mod sealed {
     impl Sealed for super::Exact {}
 }
 
-impl<A, T: Tier> Tracked<A, T> {
+impl<A, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// Wraps `inner`, sampling at [`Sampling::DEFAULT`]. Usable in a `static`; the tier comes from
     /// the static's type.
     #[must_use]
@@ -195,13 +197,13 @@ impl<A, T: Tier> Tracked<A, T> {
     }
 }
 
-impl<A: fmt::Debug, T: Tier> fmt::Debug for Tracked<A, T> {
+impl<A: fmt::Debug, T: Tier, C: Countdown> fmt::Debug for Tracked<A, T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tracked").field("inner", &self.inner).field("exact", &T::EXACT).finish_non_exhaustive()
     }
 }
 
-impl<A: 'static, T: Tier> Tracked<A, T> {
+impl<A: 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     fn registration(&self) -> Registration {
         Registration {
             // The value, not the type: a `Select` decides its backend here if nothing did before (the
@@ -230,7 +232,7 @@ impl<A: 'static, T: Tier> Tracked<A, T> {
     }
 }
 
-impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
+impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// `alloc` or `alloc_zeroed`, forwarded.
     ///
     /// # Safety
@@ -251,7 +253,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
         if let Some(rule) = usable::fast(backend, self.probe, layout) {
-            if pool::count_down(layout.size()) {
+            if pool::count_down::<C>(layout.size()) {
                 let probe = rule.probe(self.probe);
                 // SAFETY: the caller's guarantees, passed on.
                 let ptr = unsafe { self.inner_alloc(layout, zeroed) };
@@ -311,7 +313,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             if let (Some(old_rule), Some(new_rule)) =
                 (usable::fast(backend, self.probe, layout), usable::fast(backend, self.probe, new_layout))
             {
-                if pool::count_down(new_size) {
+                if pool::count_down::<C>(new_size) {
                     // Read before the call: the old block is gone after it.
                     let old_usable = old_rule.resolve(backend, old_rule.probe(self.probe), ptr, layout.size());
                     let probe = new_rule.probe(self.probe);
@@ -340,7 +342,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
     /// As `GlobalAlloc::realloc`: `ptr` came from this allocator with `layout`, and `new_size` is non-zero and does not overflow `isize` once rounded to `layout.align()`.
     #[inline(never)]
     unsafe fn reallocate_maybe_marked(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !sampler::maybe_sampled_marked(ptr, layout) && pool::count_down(new_size) {
+        if !sampler::maybe_sampled_marked(ptr, layout) && pool::count_down::<C>(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -383,7 +385,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.allocate_exact(layout, zeroed) };
         }
-        if pool::count_down(layout.size()) {
+        if pool::count_down::<C>(layout.size()) {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.inner_alloc(layout, zeroed) };
         }
@@ -396,7 +398,7 @@ impl<A: GlobalAlloc + 'static, T: Tier> Tracked<A, T> {
 // raised, and the block freed with that same layout: see `cold.rs`) and returns `A`'s result
 // unchanged, so `A`'s guarantees carry over; the bookkeeping around the calls never touches the
 // memory handed out.
-unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
+unsafe impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> GlobalAlloc for Tracked<A, T, C> {
     /// # Safety
     ///
     /// As `GlobalAlloc::alloc`.
@@ -444,7 +446,7 @@ unsafe impl<A: GlobalAlloc + 'static, T: Tier> GlobalAlloc for Tracked<A, T> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.reallocate_exact(ptr, layout, new_size) };
         }
-        if !sampler::may_carry_a_mark(ptr) && pool::count_down(new_size) {
+        if !sampler::may_carry_a_mark(ptr) && pool::count_down::<C>(new_size) {
             // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it has
             // the caller's layout.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };

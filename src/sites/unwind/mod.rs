@@ -73,9 +73,9 @@ use none as chosen;
 use tables as chosen;
 
 pub(crate) use chosen::{ColdFrame, capture, refresh, repeats, summary};
-pub(crate) use trace::Trace;
 pub(crate) use frames::{Frames, MAX_FRAMES};
 pub use summary::UnwindTables;
+pub(crate) use trace::Trace;
 
 /// How this build captures the stacks of sampled allocations (see [`unwinder`](crate::unwinder)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

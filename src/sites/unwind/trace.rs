@@ -103,7 +103,9 @@ impl Trace {
         }
         let mut kept = 0;
         for i in 0..reads {
-            if let (Some(true), Some(at), Some(was)) = (self.needed.get(i).map(Cell::get), self.at.get(i), self.was.get(i)) {
+            if let (Some(true), Some(at), Some(was)) =
+                (self.needed.get(i).map(Cell::get), self.at.get(i), self.was.get(i))
+            {
                 if let (Some(to_at), Some(to_was)) = (self.at.get(kept), self.was.get(kept)) {
                     to_at.set(at.get());
                     to_was.set(was.get());
