@@ -1,12 +1,14 @@
 //! The calling thread's state as the shard pool sees it: its slot word, the shard its fast path
 //! writes to, and its sampling clock's countdown. The thread-locals follow the rules of `reentry`.
 //!
-//! **The countdown lives here**, not in the shard: the allocation's fast path takes its size off
-//! `LEFT` with one read-modify-write relative to the thread pointer, with no load of the shard's
-//! address before it (`count_down`). `LEFT` is the owned shard's `Clock` countdown while the
-//! thread owns one, and 0 otherwise, which sends every allocation to the cold path (requests are
+//! **The countdown lives here**, not in the shard: the allocation's fast path takes its size off a
+//! thread-local cell with one read-modify-write relative to the thread pointer, with no load of the
+//! shard's address before it (`count_down`). The cell is a [`Countdown`]'s: frag's own
+//! ([`FragCountdown`]) or one the program declared in its crate (`declare_countdown!`), whichever
+//! `Tracked` took the cold path last ([`settle`]). It holds the owned shard's `Clock` countdown while
+//! the thread owns one, and 0 otherwise, which sends every allocation to the cold path (requests are
 //! never of 0 bytes). The shard's clock holds a copy, handed over:
-//! - into `LEFT` when the thread takes the shard as its own ([`set_slot`]), and out when it leaves
+//! - into the cell when the thread takes the shard as its own ([`set_slot`]), and out when it leaves
 //!   it (frag's own work, thread exit): nothing else writes that clock meanwhile;
 //! - around every operation of the owner's cold path on its clock ([`on_clock`]), so the clock's
 //!   logic (`stats::clock`) sees the true countdown and other threads see it as of the last event;

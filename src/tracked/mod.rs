@@ -1,4 +1,4 @@
-//! `Tracked<A, T>`: the `GlobalAlloc` wrapper, in two tiers. This file is the fast path; `cold.rs` is
+//! `Tracked<A, T, C>`: the `GlobalAlloc` wrapper, in two tiers. This file is the fast path; `cold.rs` is
 //! everything else.
 //!
 //! **The allocation-path contract**, enforced here and in `cold.rs`, and stated nowhere else:
@@ -19,7 +19,8 @@
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's sampling countdown, a thread-local, takes the request's size
 //!   (`stats::thread::count_down`: a subtraction from memory relative to the thread pointer and a
-//!   branch on its sign), and the inner call;
+//!   branch on its sign, after a load of the thread-local's offset unless the program declared the
+//!   countdown in its own crate: `stats::countdown`), and the inner call;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
 //!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary is then tested
 //!   against its request's own mark (`sampler::at_its_own_mark`, inline: a few instructions with the
@@ -70,7 +71,8 @@ use crate::stats::class::Class;
 use crate::stats::pool;
 use crate::stats::shard::{Owner, Shard};
 
-/// A `GlobalAlloc` that forwards to `A` and measures what passes through, in tier `T`.
+/// A `GlobalAlloc` that forwards to `A` and measures what passes through, in tier `T`, with the
+/// sampling countdown in `C`.
 ///
 /// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
 /// `snmalloc_rs::SnMalloc`, or your own. The figures are process-wide: read them with
@@ -84,6 +86,10 @@ use crate::stats::shard::{Owner, Shard};
 ///   figures are estimated from the samples, and the report says so.
 /// - [`Exact`], for tests, allocation budgets and staging: every call is counted, per thread and per
 ///   size class, on top of the same sampler.
+///
+/// The third parameter says where each thread's sampling countdown lives: frag's own thread-local
+/// ([`FragCountdown`], the default), or one declared in the program's crate with
+/// [`declare_countdown!`](crate::declare_countdown), which saves an instruction on every allocation.
 ///
 /// `docs/PERFORMANCE.md` gives both tiers' measured costs.
 ///

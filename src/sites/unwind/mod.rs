@@ -19,7 +19,9 @@
 //! Each unwinder is a module exporting the same names (`ColdFrame`, `capture`, `repeats`,
 //! `refresh`, `summary`); the build chooses one here, and no function body depends on the choice. What they
 //! share lies below them: the frames recorded ([`frames`]), the thread's stack and its bounds
-//! ([`stack`]), the table walk's bounds-checked reads ([`walk::Stack`]).
+//! ([`stack`]), the table walk's bounds-checked reads ([`walk::Stack`]), and a walk's trace
+//! ([`trace`]), with which a later walk from the same frame is answered by checking the words it read
+//! (`sites::last` keeps each thread's last one).
 //!
 //! **Why a walk is safe.** Every read is a word between the stack pointer of the frame where the walk
 //! starts (frag's outermost one, still live: the walk runs below it) and the top of the current

@@ -71,14 +71,16 @@ impl Trace {
     /// `bp_from`: the first frame's `rbp`.
     const ENTRY: usize = usize::MAX;
 
+    /// No walk kept. All zeros, so that a thread-local of it costs a new thread nothing to set up: a
+    /// start of zeros matches no walk (no stack pointer is 0: `ThreadStack::above`).
     pub(crate) const fn new() -> Self {
         Self {
             start: Cell::new(Start::NONE),
-            reads: Cell::new(Self::FORGOTTEN),
+            reads: Cell::new(0),
             at: [const { Cell::new(0) }; WORDS],
             was: [const { Cell::new(0) }; WORDS],
             needed: [const { Cell::new(false) }; WORDS],
-            bp_from: Cell::new(Self::ENTRY),
+            bp_from: Cell::new(0),
             entry_bp_used: Cell::new(false),
         }
     }
