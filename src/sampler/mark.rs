@@ -117,20 +117,27 @@ pub(crate) fn maybe_sampled(ptr: *mut u8, layout: Layout) -> bool {
 }
 
 /// [`maybe_sampled`] in the sampled tier, where marking is on for good ([`marks_only`]): the pointer
-/// tested against its request's own mark with constants ([`at_its_own_mark`]), then the page
-/// bucket's counters. No read of [`FREE_MASK`].
+/// tested against the marks ([`may_carry_a_mark`]) and its request's own ([`at_its_own_mark`]) with
+/// constants, then the page bucket's counters. No read of [`FREE_MASK`].
 #[inline(always)]
 pub(crate) fn maybe_sampled_marked(ptr: *mut u8, layout: Layout) -> bool {
-    at_its_own_mark(ptr, layout) && in_an_occupied_bucket(ptr)
+    may_carry_a_mark(ptr) && at_its_own_mark(ptr, layout) && in_an_occupied_bucket(ptr)
 }
 
 /// In the sampled tier, whether the block at `ptr`, requested with `layout`, sits at its request's
-/// own mark, with constants and no memory read. A free makes this test inline once
-/// [`may_carry_a_mark`] matched: the page-aligned blocks of small requests (the first block of many
+/// own mark, given that it sits at one of the two ([`may_carry_a_mark`] matched: 0 or 8 past a
+/// boundary). With constants, no memory read and no branch: bit 3 of the pointer against whether
+/// the request is small, which is the top bits of `size - 4 KiB` (a size fits an `isize`). A free
+/// makes this test inline: the page-aligned blocks of small requests (the first block of many
 /// slabs) are settled there, without a call.
 #[inline(always)]
 pub(crate) fn at_its_own_mark(ptr: *mut u8, layout: Layout) -> bool {
-    (ptr as usize) % MARK_ALIGN == offset_of(layout)
+    debug_assert!(may_carry_a_mark(ptr));
+    const _: () = assert!(SMALL_OFFSET == 8 && MARK_ALIGN.is_power_of_two());
+    // All ones below bit 4 for a small request, 0 for any other: `offset_of` as a mask.
+    let small =
+        if layout.align() <= SMALL_OFFSET { layout.size().wrapping_sub(MARK_ALIGN) >> (usize::BITS - 4) } else { 0 };
+    ((ptr as usize) ^ small) & SMALL_OFFSET == 0
 }
 
 /// Whether a sampled block may live in the page bucket of `ptr` (its counters are not zero): the
@@ -245,6 +252,24 @@ mod tests {
         assert!(!at_its_mark(page.wrapping_add(8), l(64, 16)) && !at_its_mark(page.wrapping_add(16), l(64, 16)));
         // Large requests: the page boundary, whatever their alignment.
         assert!(at_its_mark(page, l(4096, 1)) && !at_its_mark(page.wrapping_add(8), l(4096, 1)));
+    }
+
+    /// The sampled tier's branch-free test agrees with the rule (`ptr % 4 KiB` is the layout's
+    /// offset) on both pointers `may_carry_a_mark` lets through, for sizes around every edge and
+    /// every alignment from 1 to 8 KiB.
+    #[test]
+    fn the_sampled_tiers_test_is_the_rule() {
+        let page = core::ptr::null_mut::<u8>().wrapping_add(MARK_ALIGN * 77);
+        let sizes = [1, 8, 9, 16, 1024, 4087, 4088, 4089, 4095, 4096, 4097, 8192, 1 << 20];
+        for size in sizes.into_iter().chain([isize::MAX as usize - (1 << 14)]) {
+            for align in (0..14).map(|k| 1usize << k) {
+                let Ok(layout) = Layout::from_size_align(size, align) else { continue };
+                for ptr in [page, page.wrapping_add(SMALL_OFFSET)] {
+                    let rule = ptr as usize % MARK_ALIGN == offset_of(layout);
+                    assert_eq!(at_its_own_mark(ptr, layout), rule, "{size} B aligned to {align}, {ptr:p}");
+                }
+            }
+        }
     }
 
     /// An unsampled pointer on a page boundary is settled by its bucket's counter; a noted one is not,

@@ -341,7 +341,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
 
     /// The sampled tier's reallocation of a pointer that may carry a mark, or whose clock ran out: as
     /// the inline path when the block is not sampled after all and the clock does not run out, else
-    /// the cold path. Out of line, like [`Self::deallocate_maybe_marked`].
+    /// the cold path. Out of line, like [`Self::deallocate_at_mark`].
     ///
     /// # Safety
     ///
