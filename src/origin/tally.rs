@@ -13,8 +13,10 @@ pub(crate) fn lifetime_upper_ns(i: usize) -> Option<u64> {
     (i + 1 < LIFETIME_DECADES).then(|| 1_000 * 10u64.pow(i as u32))
 }
 
+/// The bucket of a lifetime of `ns` nanoseconds: the first whose upper bound is above it. With a
+/// decimal logarithm, not a search that computes each bound (about 60 instructions a sampled free).
 fn lifetime_bucket(ns: u64) -> usize {
-    (0..LIFETIME_DECADES).find(|&i| lifetime_upper_ns(i).is_none_or(|u| ns < u)).unwrap_or(LIFETIME_DECADES - 1)
+    (ns / 1_000).checked_ilog10().map_or(0, |d| d as usize + 1).min(LIFETIME_DECADES - 1)
 }
 
 /// Origin matrix cells kept (allocating thread, freeing thread); more distinct pairs are counted as
@@ -227,6 +229,14 @@ mod tests {
         assert_eq!(lifetime_bucket(1_000_000_000), 7);
         assert_eq!(lifetime_bucket(u64::MAX), LIFETIME_DECADES - 1);
         assert_eq!(lifetime_upper_ns(LIFETIME_DECADES - 2), Some(1_000_000_000_000));
+        // The bucket is the first whose upper bound is above the lifetime, on either side of every bound.
+        let first_above =
+            |ns: u64| (0..LIFETIME_DECADES).find(|&i| lifetime_upper_ns(i).is_none_or(|u| ns < u)).unwrap();
+        for u in (0..LIFETIME_DECADES).filter_map(lifetime_upper_ns) {
+            for ns in [u - 1, u, u + 1, u * 3, u * 10 - 1] {
+                assert_eq!(lifetime_bucket(ns), first_above(ns), "{ns} ns");
+            }
+        }
     }
 
     #[test]
