@@ -65,15 +65,25 @@ impl SampleSums {
     }
 }
 
-/// `x` rounded to the nearest integer, halves up: 0 below 0.5 (and for NaN), saturating from 2^63
+/// `x` rounded to the nearest integer, halves up: 0 below 0.5 (and for NaN), `i64::MAX` from 2^63
 /// on (where no sample's figure reaches: a weight times a size is about the size plus the mean). As
 /// `libm::round` below 2^63, in a few instructions where it takes about thirty: a sample computes
-/// eight of these. Through `i64`, which converts to and from `f64` in one instruction each way.
+/// eight of these. Through `i64`, which converts to and from `f64` in one instruction each way, after
+/// one range test (an `as` cast would add its own saturation on each).
 #[inline]
 pub(crate) fn nearest(x: f64) -> u64 {
-    // Truncation is exact, and so is the fraction below 2^53; above, `x` is a whole number.
-    let t = x as i64;
-    (t.max(0) as u64).saturating_add(u64::from(x - t as f64 >= 0.5))
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if !(x >= 0.0) {
+        return 0;
+    }
+    if x >= TWO_63 {
+        return i64::MAX as u64;
+    }
+    // SAFETY: `x` is finite and in [0, 2^63), so its truncation fits an `i64`.
+    let t = unsafe { x.to_int_unchecked::<i64>() };
+    // Truncation is exact, and so is the fraction below 2^53; above, `x` is a whole number. `t` is
+    // below 2^63, so adding one cannot overflow a `u64`.
+    t as u64 + u64::from(x - t as f64 >= 0.5)
 }
 
 /// Weighted fixed point to a whole estimate.
