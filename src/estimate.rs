@@ -73,11 +73,11 @@ impl SampleSums {
 #[inline]
 pub(crate) fn nearest(x: f64) -> u64 {
     const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    if !(x >= 0.0) {
-        return 0;
-    }
     if x >= TWO_63 {
         return i64::MAX as u64;
+    }
+    if x.is_nan() || x < 0.0 {
+        return 0;
     }
     // SAFETY: `x` is finite and in [0, 2^63), so its truncation fits an `i64`.
     let t = unsafe { x.to_int_unchecked::<i64>() };
