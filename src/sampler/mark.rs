@@ -132,7 +132,6 @@ pub(crate) fn maybe_sampled_marked(ptr: *mut u8, layout: Layout) -> bool {
 /// slabs) are settled there, without a call.
 #[inline(always)]
 pub(crate) fn at_its_own_mark(ptr: *mut u8, layout: Layout) -> bool {
-    debug_assert!(may_carry_a_mark(ptr));
     const _: () = assert!(SMALL_OFFSET == 8 && MARK_ALIGN.is_power_of_two());
     // All ones below bit 4 for a small request, 0 for any other: `offset_of` as a mask.
     let small =
