@@ -68,22 +68,32 @@ impl SampleSums {
 /// `x` rounded to the nearest integer, halves up: 0 below 0.5 (and for NaN), `i64::MAX` from 2^63
 /// on (where no sample's figure reaches: a weight times a size is about the size plus the mean). As
 /// `libm::round` below 2^63, in a few instructions where it takes about thirty: a sample computes
-/// eight of these. Through `i64`, which converts to and from `f64` in one instruction each way, after
-/// one range test (an `as` cast would add its own saturation on each).
+/// eight of these.
 #[inline]
 pub(crate) fn nearest(x: f64) -> u64 {
+    match whole_and_fraction(x) {
+        Ok((whole, fraction)) => whole + u64::from(fraction >= 0.5),
+        Err(rounded) => rounded,
+    }
+}
+
+/// `x` taken apart below 2^63 (`Ok`): its truncation, a whole number below 2^63 (so adding one
+/// cannot overflow), and the fraction left, which is exact (below 2^53 the subtraction is; above,
+/// `x` is whole). Outside that range (`Err`), what any rounding of `x` is: 0 for NaN and negatives,
+/// `i64::MAX` from 2^63 on. Through `i64`, which converts to and from `f64` in one instruction each
+/// way, after one range test: an `as` cast would add its own saturation tests to each conversion.
+#[inline(always)]
+pub(crate) fn whole_and_fraction(x: f64) -> Result<(u64, f64), u64> {
     const TWO_63: f64 = 9_223_372_036_854_775_808.0;
     if x >= TWO_63 {
-        return i64::MAX as u64;
+        return Err(i64::MAX as u64);
     }
     if x.is_nan() || x < 0.0 {
-        return 0;
+        return Err(0);
     }
     // SAFETY: `x` is finite and in [0, 2^63), so its truncation fits an `i64`.
-    let t = unsafe { x.to_int_unchecked::<i64>() };
-    // Truncation is exact, and so is the fraction below 2^53; above, `x` is a whole number. `t` is
-    // below 2^63, so adding one cannot overflow a `u64`.
-    t as u64 + u64::from(x - t as f64 >= 0.5)
+    let whole = unsafe { x.to_int_unchecked::<i64>() };
+    Ok((whole as u64, x - whole as f64))
 }
 
 /// Weighted fixed point to a whole estimate.

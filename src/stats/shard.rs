@@ -5,6 +5,7 @@
 //! differences taken at report time, summed over all shards, so a block allocated on one thread and
 //! freed on another balances out in the totals without any shard going negative.
 
+use crate::estimate::whole_and_fraction;
 use crate::stats::class::{Class, NUM_CLASSES, ROW_WORDS};
 use crate::stats::clock::Clock;
 use crate::stats::live;
@@ -69,13 +70,15 @@ impl ClassCounters {
     }
 }
 
-/// `x` (not negative) rounded down, plus one with the probability of its fraction (`random`: 64
-/// random bits): an integer whose expectation is `x`, saturating from 2^63 on (see
-/// `estimate::nearest`, whose truncation through `i64` this shares).
+/// `x` rounded down, plus one with the probability of its fraction (`random`: 64 random bits): an
+/// integer whose expectation is `x`, for `x` in [0, 2^63) (0 below, `i64::MAX` above:
+/// `estimate::whole_and_fraction`).
 fn round_at_random(x: f64, random: u64) -> u64 {
-    let floor = x as i64;
     let u = (random >> 11) as i64 as f64 / (1u64 << 53) as f64;
-    (floor.max(0) as u64).saturating_add(u64::from(x - floor as f64 > u))
+    match whole_and_fraction(x) {
+        Ok((whole, fraction)) => whole + u64::from(fraction > u),
+        Err(rounded) => rounded,
+    }
 }
 
 /// Slot bookkeeping: who owns the shard and what the counters stood at when they took it.
@@ -471,5 +474,27 @@ impl Shard {
         out[..8].copy_from_slice(&self.meta.name[0].load(Ordering::Relaxed).to_le_bytes());
         out[8..].copy_from_slice(&self.meta.name[1].load(Ordering::Relaxed).to_le_bytes());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rounded at random, a figure keeps its expectation: over evenly spread random bits the mean of
+    /// the rounded values is the figure itself (to the spread's resolution), and a whole figure never
+    /// moves. Outside [0, 2^63) it saturates.
+    #[test]
+    fn rounding_at_random_keeps_the_expectation() {
+        const DRAWS: u64 = 1 << 16;
+        for x in [0.0, 0.25, 1.0, 5.3, 7.999, 1234.5678, (1u64 << 40) as f64 + 0.75] {
+            let sum: u64 = (0..DRAWS).map(|i| round_at_random(x, i.wrapping_mul(u64::MAX / DRAWS))).sum();
+            let mean = sum as f64 / DRAWS as f64;
+            assert!((mean - x).abs() <= 1.0 / DRAWS as f64 + x * f64::EPSILON, "{x}: mean {mean}");
+            let (lo, hi) = (x.floor() as u64, x.ceil() as u64);
+            assert!((0..DRAWS).all(|i| (lo..=hi).contains(&round_at_random(x, i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))));
+        }
+        assert_eq!((round_at_random(-3.5, 0), round_at_random(f64::NAN, 0)), (0, 0));
+        assert_eq!(round_at_random(1e30, 0), i64::MAX as u64);
     }
 }
