@@ -202,11 +202,18 @@ pub(crate) fn weight(size: u64, mean: u64) -> Option<f64> {
         u64::MAX => None,
         0 => Some(1.0),
         m => {
-            // 1 - exp(-x), without cancellation for small x.
-            let p = -libm::expm1(-(size.max(1) as f64 / m as f64));
+            let p = ends_an_interval(size.max(1) as f64 / m as f64);
             Some(if p > 0.0 { 1.0 / p } else { 1.0 })
         }
     }
+}
+
+/// `1 - exp(-x)` for `x` ≥ 0, without cancellation for small `x`: below 2^-8 (a block of up to 2 KiB
+/// at the default mean) by four terms of its series, whose first term left out is below 2^-32 / 120
+/// of the result (libm's `expm1` costs about 40 instructions a sample), else by `expm1`.
+#[inline]
+fn ends_an_interval(x: f64) -> f64 {
+    if x < 1.0 / 256.0 { x * (1.0 - x / 2.0 * (1.0 - x / 3.0 * (1.0 - x / 4.0))) } else { -libm::expm1(-x) }
 }
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -242,6 +249,21 @@ pub(crate) fn now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The series agrees with libm's `expm1` below its threshold to within its first term left out
+    /// (2^-32 / 120 of the result there), and the two meet there.
+    #[test]
+    fn the_series_is_expm1() {
+        let xs = (0..2000).map(|i| (1.0 / 256.0) * f64::from(i) / 1000.0).chain([1e-300, 1e-12, 1e-6]);
+        for x in xs {
+            let want = -libm::expm1(-x);
+            assert!(
+                (ends_an_interval(x) - want).abs() <= (2f64.powi(-32) / 120.0 + 1e-15) * want,
+                "{x}: {} against {want}",
+                ends_an_interval(x)
+            );
+        }
+    }
 
     #[test]
     fn draws_have_the_requested_mean() {
