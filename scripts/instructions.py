@@ -54,11 +54,12 @@ SERVICE_BUDGET = 0.025  # sampled tier: instructions per request, relative to ba
 STACKS_BUDGET = 0.003  # sampled tier: stacks on over stacks off, relative to bare (0.3 points)
 EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 # The churn loop in a real caller (`examples/churn.rs`), instructions added per step, caller included.
-# Issue 48 asks +8 for the sampled tier; measured 2026-11-28 (docs/PERFORMANCE.md): +9.5 jemalloc,
-# +9.4 glibc, counted inside the loop's function only (start-up moved whole-process counts by up to
-# 0.5 per step between runs). These guard what was reached, with the spread between runs of one
-# commit (bare jemalloc alone moves by 0.6 per step: its decay runs by time).
-CALLER_BUDGET = {"sampled": {"jemalloc": 12.0, "system": 12.5}, "exact": {"jemalloc": 95.0, "system": 75.0}}
+# Issue 48 asks +8 for the sampled tier; measured 2026-11-28 evening (docs/PERFORMANCE.md): +8.4 to
+# +8.55 jemalloc at local medians, CI +8.8 jemalloc and +9.5 glibc, counted inside the loop's function
+# only (start-up moved whole-process counts by up to 0.5 per step between runs). These guard what was
+# reached, with the spread between runs of one commit (one binary's runs on jemalloc spread by up to
+# 1.5 per step: its decay and thread-cache GC run by time).
+CALLER_BUDGET = {"sampled": {"jemalloc": 11.0, "system": 11.5}, "exact": {"jemalloc": 95.0, "system": 75.0}}
 # A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs at the default mean,
 # so this is mostly a sample's cost, judged per pair at that rate. Issue 48 asks +150; measured
 # 2026-11-28 on jemalloc: +139.8 (was +376 before samples of large classes came from the thread
