@@ -117,9 +117,17 @@ pub(crate) fn home_of(e: &SampledBlock, home: Home) -> Home {
 }
 
 /// Publishes the owner's live figure once `moved` bytes went through its shard since the last time.
+#[inline]
 pub(crate) fn publish_if_due(s: &Shard, moved: u64) {
     if moved >= live::PUBLISH_BYTES {
-        s.publish_all();
-        s.hot.clock.published();
+        publish(s);
     }
+}
+
+/// Publishes the owner's live figure ([`publish_if_due`]'s work, out of line: once in many samples).
+#[cold]
+#[inline(never)]
+fn publish(s: &Shard) {
+    s.publish_all();
+    s.hot.clock.published();
 }

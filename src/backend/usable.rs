@@ -71,6 +71,7 @@ pub(crate) fn apart(backend: Option<Backend>, probe: Option<&'static dyn Probe>,
 /// unmarked block could tell (mimalloc, a probe). Requests off the fast path (large, over-aligned)
 /// take the marked block's own usable size (`ptr`, allocated with `real`): the mark changes little
 /// there.
+#[inline]
 pub(crate) fn standing_in(
     backend: Option<Backend>,
     probe: Option<&'static dyn Probe>,

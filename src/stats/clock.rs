@@ -72,11 +72,13 @@ impl Clock {
     }
 
     /// The countdown as the clock holds it (for its owner's thread-local: `stats::thread`).
+    #[inline]
     pub(crate) fn countdown(&self) -> i64 {
         self.left.load(Ordering::Relaxed)
     }
 
     /// Takes the owner's countdown `left` back from its thread-local (`stats::thread`). Owner only.
+    #[inline]
     pub(crate) fn take_countdown(&self, left: i64) {
         self.left.store(left, Ordering::Relaxed);
     }
@@ -100,6 +102,7 @@ impl Clock {
     /// An allocation of `size` bytes on the cold path, by the owner (`shared == false`) or by anyone
     /// (the overflow shard): takes it off the countdown, and when the interval ends, samples it and
     /// draws the next interval with `mean` (the sampler's current setting).
+    #[inline]
     pub(crate) fn charge(&self, size: usize, mean: u64, shared: bool) -> Option<Event> {
         let size = size as i64;
         let left = if shared {
@@ -142,6 +145,7 @@ impl Clock {
 
     /// The owner freed about `bytes` (a sampled free's weighted bytes): they count towards its next
     /// publication of live bytes. Returns the bytes moved since the last one. Owner only.
+    #[inline]
     pub(crate) fn moved(&self, bytes: u64) -> u64 {
         let moved = self.unpublished.load(Ordering::Relaxed).saturating_add(bytes);
         self.unpublished.store(moved, Ordering::Relaxed);

@@ -146,6 +146,7 @@ pub(crate) struct CallingThread {
     pub(crate) shard: &'static Shard,
 }
 
+#[inline]
 pub(crate) fn calling_thread() -> CallingThread {
     match owned() {
         Some(s) => CallingThread {

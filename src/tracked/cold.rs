@@ -29,6 +29,7 @@ fn home<A: 'static, T: Tier, C: Countdown>(t: &Tracked<A, T, C>) -> Home {
 /// starts and its layout. Its entry `e` says whether it carries the mark: at its head (`e.lead`
 /// bytes before the allocator's block, which has the caller's layout), or in a marked layout (for
 /// the backend's `page_class`, see `mark::marked`).
+#[inline]
 fn real(page_class: usize, ptr: *mut u8, layout: Layout, e: Option<&SampledBlock>) -> (*mut u8, Layout) {
     match e.filter(|e| e.marked) {
         Some(e) if e.lead != 0 => (ptr.wrapping_add(usize::from(e.lead)), layout),
