@@ -5,6 +5,11 @@
 //! jumped to, by a tail call) from the allocating code itself: a sampled allocation's stack starts
 //! at the frame above the one of ours that records the anchor (`sites::unwind`). A reallocation's
 //! cold path is inlined into its out-of-line entry for the same reason.
+//!
+//! These entries are generic, so they are compiled in the program's crate, where a non-generic
+//! function of frag's is a call unless it is `#[inline]`: the small helpers they call (the clock's,
+//! the usable size's, the calling thread's) are, so that a sample's bookkeeping is not a string of
+//! calls (docs/PERFORMANCE.md, 2026-11-29).
 
 use core::alloc::{GlobalAlloc, Layout};
 
