@@ -201,6 +201,7 @@ pub(crate) fn counted_down(left: i64, size: usize) -> Option<i64> {
 
 /// The inverse of the probability that an allocation of `size` bytes ends an interval of mean
 /// `mean`: what one sample of it stands for. `None` when sampling was off; 1 for every block.
+#[inline]
 pub(crate) fn weight(size: u64, mean: u64) -> Option<f64> {
     match mean {
         u64::MAX => None,
