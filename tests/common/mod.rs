@@ -445,7 +445,9 @@ pub fn capture_tracing<T>(f: impl FnOnce() -> T) -> (T, String) {
 }
 
 /// `n` divided by `FRAG_TEST_SCALE` (default 1, at least 1): CI's memcheck run sets it to shrink the
-/// heaviest loops, which run 20-50 times slower under valgrind.
+/// heaviest loops, which run 20-50 times slower under valgrind. A loop whose check bounds an estimate
+/// by its standard errors is not shrunk below hundreds of samples: with a few, one sample of a small
+/// block moves the estimate by several standard errors, and a correct estimator fails.
 pub fn scaled(n: usize) -> usize {
     let divisor = std::env::var("FRAG_TEST_SCALE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
     (n / divisor.max(1)).max(1)
