@@ -236,9 +236,9 @@ pub(crate) struct OwnerLine {
 pub(crate) struct Shard {
     pub(crate) hot: CachePadded<OwnerLine>,
     pub(crate) classes: [ClassCounters; NUM_CLASSES],
-    /// Per class, the `net()` last folded into the process-wide live counter. Touched only by
-    /// `publish_all`, on events.
-    published: [AtomicU64; NUM_CLASSES],
+    /// The classes' `net()` summed, as last folded into the process-wide live counter. Touched only
+    /// by `publish_all`, on events.
+    published: AtomicU64,
     /// Origin estimates, written with atomic adds (other threads credit "freed elsewhere" here).
     pub(crate) origin: CachePadded<[AtomicU64; OriginTotals::FIELDS]>,
     pub(crate) meta: CachePadded<Meta>,
@@ -313,7 +313,7 @@ impl Shard {
         Self {
             hot: CachePadded(OwnerLine { clock: Clock::new(), reallocs: AtomicU64::new(0) }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
-            published: [const { AtomicU64::new(0) }; NUM_CLASSES],
+            published: AtomicU64::new(0),
             origin: CachePadded([const { AtomicU64::new(0) }; OriginTotals::FIELDS]),
             meta: CachePadded(Meta {
                 state: AtomicU8::new(0),
@@ -408,24 +408,15 @@ impl Shard {
         self.count_in::<W>(Class::of(new.0), new.0, new.1);
     }
 
-    /// Folds class `class`'s not-yet-published net bytes into the process-wide live counter. Owner only.
-    fn publish(&self, class: usize) {
-        let (Some(row), Some(published)) = (self.classes.get(class), self.published.get(class)) else {
-            return;
-        };
-        let net = row.net();
-        let delta = net.wrapping_sub(published.load(Ordering::Relaxed)) as i64;
-        published.store(net, Ordering::Relaxed);
+    /// Folds the shard's not-yet-published net bytes into the process-wide live counter, in one
+    /// update (so the peak sees the net of all classes at once): on events once enough bytes moved,
+    /// and at thread exit, so a released shard holds nothing unpublished. Owner only.
+    pub(crate) fn publish_all(&self) {
+        let net = self.classes.iter().fold(0u64, |sum, row| sum.wrapping_add(row.net()));
+        let delta = net.wrapping_sub(self.published.load(Ordering::Relaxed)) as i64;
+        self.published.store(net, Ordering::Relaxed);
         if delta != 0 {
             live::flush(delta);
-        }
-    }
-
-    /// Publishes every class: on events once enough bytes moved, and at thread exit, so a released
-    /// shard holds nothing unpublished. Owner only.
-    pub(crate) fn publish_all(&self) {
-        for class in 0..NUM_CLASSES {
-            self.publish(class);
         }
     }
 
