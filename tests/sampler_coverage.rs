@@ -130,9 +130,12 @@ fn intervals_cover_the_truth_across_processes() {
             "{name}: {covered} of {PROCESSES} intervals cover the truth; estimate / truth mean {mean:.4}, \
              range {min:.3}..{max:.3}"
         );
-        // 95% intervals miss about 1.2 of 24 processes; 6 or more misses happen about once in 700
-        // runs of a correct estimator, and every time for one a few points off.
-        assert!(covered >= PROCESSES - 5, "{name}: only {covered} of {PROCESSES} intervals cover the truth");
+        // 95% intervals miss about 1.2 of 24 processes. 7 or more misses happen once in 7,900 runs
+        // of a correct estimator for each figure (binomial tail), so once in about 2,000 for the
+        // four (6 or more: once in 1,040 for each figure).
+        // Intervals that cover 70% fail three runs in five here (80%: one in five); estimates a few
+        // points off fail the mean below every time.
+        assert!(covered >= PROCESSES - 6, "{name}: only {covered} of {PROCESSES} intervals cover the truth");
         // Each estimate's own error is about 3% (one standard deviation); their mean over 24
         // processes about 0.7%: 2.5% is more than 3.5 of those.
         assert!((mean - 1.0).abs() < 0.025, "{name}: estimates average {mean:.4} of the truth");
