@@ -63,11 +63,9 @@ pub(crate) struct Tally {
     class_cross: [AtomicU64; NUM_CLASSES],
     /// Sampled frees per size class (raw count): what the class's estimates rest on.
     class_samples: [AtomicU64; NUM_CLASSES],
-    /// Squared weights of the sampled frees per size class (the cross-thread share's effective
-    /// samples).
-    class_w2: [AtomicU64; NUM_CLASSES],
     /// Per size class, the variance the sampled blocks that entered and left it add to the sampled
-    /// tier's estimates of its live blocks and bytes.
+    /// tier's estimates of its live blocks and bytes. What left is also the squared weights of the
+    /// class's sampled frees, from which the cross-thread share's effective samples come.
     class_variance: [ClassVariance; NUM_CLASSES],
     /// Weighted frees per lifetime bucket: `[local, cross]`.
     lifetimes: [[AtomicU64; LIFETIME_DECADES]; 2],
@@ -86,7 +84,6 @@ impl Tally {
             class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_samples: [const { AtomicU64::new(0) }; NUM_CLASSES],
-            class_w2: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_variance: [const { [const { [const { AtomicU64::new(0) }; 2] }; 2] }; NUM_CLASSES],
             lifetimes: [const { [const { AtomicU64::new(0) }; LIFETIME_DECADES] }; 2],
             pairs: [const { Pair { key: AtomicU64::new(0), sums: [const { AtomicU64::new(0) }; 4] } }; PAIR_CAPACITY],
@@ -107,7 +104,6 @@ impl Tally {
         self.sampled_frees.fetch_add(1, Ordering::Relaxed);
         add(self.class_frees.get(f.class), w);
         add(self.class_samples.get(f.class), 1);
-        add(self.class_w2.get(f.class), f.sums.w2);
         if f.cross {
             add(self.class_cross.get(f.class), w);
         }
@@ -156,7 +152,8 @@ impl Tally {
             frees: read(&self.class_frees),
             cross: read(&self.class_cross),
             samples: read(&self.class_samples),
-            w2: read(&self.class_w2),
+            // Σw² of the blocks that left the class: every sampled free's.
+            w2: self.class_variance.get(class).map_or(0, |v| v[0][1].load(Ordering::Relaxed)),
         }
     }
 
@@ -237,6 +234,29 @@ mod tests {
                 assert_eq!(lifetime_bucket(ns), first_above(ns), "{ns} ns");
             }
         }
+    }
+
+    /// A class's frees and their squared weights are those of the sampled frees recorded in it, and
+    /// of no other class; blocks that arrive add to neither.
+    #[test]
+    fn a_class_sums_its_own_frees() {
+        let t = Box::new(Tally::new());
+        let free = |class, w: u64, cross| SampledFree {
+            class,
+            cross,
+            lifetime_ns: 0,
+            alloc_tid: 1,
+            free_tid: if cross { 2 } else { 1 },
+            sums: SampleSums { w, wb: w * 100, w2: w * w, bytes_var: 7 },
+        };
+        t.arrived(3, SampleSums { w: 5, wb: 500, w2: 25, bytes_var: 7 });
+        for (w, cross) in [(2, false), (3, true), (4, true)] {
+            t.freed(&free(3, w, cross));
+        }
+        t.freed(&free(4, 10, true));
+        let c = t.class(3);
+        assert_eq!((c.frees, c.cross, c.samples, c.w2), (2 + 3 + 4, 3 + 4, 3, 4 + 9 + 16));
+        assert_eq!(t.class(4).w2, 100);
     }
 
     #[test]
