@@ -56,12 +56,11 @@ pub(crate) struct SampledFree {
 pub(crate) struct Tally {
     /// Sampled allocations that made it into the table.
     pub(crate) sampled: AtomicU64,
-    /// Sampled blocks freed (raw count).
-    pub(crate) sampled_frees: AtomicU64,
     /// Weighted frees and cross-thread frees per size class.
     class_frees: [AtomicU64; NUM_CLASSES],
     class_cross: [AtomicU64; NUM_CLASSES],
-    /// Sampled frees per size class (raw count): what the class's estimates rest on.
+    /// Sampled frees per size class (raw count): what the class's estimates rest on. Their sum is
+    /// every sampled free ([`Tally::sampled_frees`]).
     class_samples: [AtomicU64; NUM_CLASSES],
     /// Per size class, the variance the sampled blocks that entered and left it add to the sampled
     /// tier's estimates of its live blocks and bytes. What left is also the squared weights of the
@@ -80,7 +79,6 @@ impl Tally {
     pub(crate) const fn new() -> Self {
         Self {
             sampled: AtomicU64::new(0),
-            sampled_frees: AtomicU64::new(0),
             class_frees: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_cross: [const { AtomicU64::new(0) }; NUM_CLASSES],
             class_samples: [const { AtomicU64::new(0) }; NUM_CLASSES],
@@ -101,7 +99,6 @@ impl Tally {
     /// Records one sampled free.
     pub(crate) fn freed(&self, f: &SampledFree) {
         let w = f.sums.w;
-        self.sampled_frees.fetch_add(1, Ordering::Relaxed);
         add(self.class_frees.get(f.class), w);
         add(self.class_samples.get(f.class), 1);
         if f.cross {
@@ -142,6 +139,11 @@ impl Tally {
             }
         }
         self.pair_drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sampled blocks freed (raw count), in every class.
+    pub(crate) fn sampled_frees(&self) -> u64 {
+        self.class_samples.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     /// Weighted `(frees, cross-thread frees)` of class `class`, its sampled frees and their squared
@@ -257,6 +259,7 @@ mod tests {
         let c = t.class(3);
         assert_eq!((c.frees, c.cross, c.samples, c.w2), (2 + 3 + 4, 3 + 4, 3, 4 + 9 + 16));
         assert_eq!(t.class(4).w2, 100);
+        assert_eq!(t.sampled_frees(), 4);
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub(super) fn section(
     let sampling = sampler::sampling();
     // Frees first: a block is counted as sampled before it can be freed, so read in this order the
     // frees are not more than the blocks, whatever the report itself allocates and frees meanwhile.
-    let sampled_frees = TALLY.sampled_frees.load(Ordering::Relaxed);
+    let sampled_frees = TALLY.sampled_frees();
     let sampled_blocks = TALLY.sampled.load(Ordering::Relaxed);
     if sampling == Sampling::Off && sampled_blocks == 0 {
         return None;
