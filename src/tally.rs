@@ -15,16 +15,15 @@ pub(crate) struct Tallies {
     /// Sampled allocations and their bytes.
     pub(crate) allocs: AtomicU64,
     pub(crate) alloc_bytes: AtomicU64,
-    /// Sampled blocks freed (a reallocation frees its old block) and their bytes: in use is
-    /// `allocs - frees` blocks, `alloc_bytes - freed_bytes` bytes. The freed ones that crossed the
-    /// group's boundary (see [`Tallies::freed`]).
-    pub(crate) frees: AtomicU64,
+    /// The bytes of the sampled blocks freed (a reallocation frees its old block): in use is
+    /// `alloc_bytes - freed_bytes` bytes. The blocks freed are the sum of [`Tallies::lifetimes`]. The
+    /// freed ones that crossed the group's boundary (see [`Tallies::freed`]).
     pub(crate) freed_bytes: AtomicU64,
     pub(crate) cross: AtomicU64,
     /// Raw counts: samples taken, sampled frees seen.
     pub(crate) samples: AtomicU64,
     pub(crate) free_samples: AtomicU64,
-    /// Weighted frees per lifetime bucket.
+    /// Weighted frees per lifetime bucket; their sum is every free.
     pub(crate) lifetimes: [AtomicU64; LIFETIME_OCTAVES],
     /// Byte variances (`estimate::SampleSums::bytes_var`) of the samples taken, and of those that
     /// stopped being in use: the intervals of `alloc_bytes` and of the bytes in use.
@@ -37,7 +36,6 @@ impl Tallies {
         Self {
             allocs: AtomicU64::new(0),
             alloc_bytes: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
             freed_bytes: AtomicU64::new(0),
             cross: AtomicU64::new(0),
             samples: AtomicU64::new(0),
@@ -62,7 +60,6 @@ impl Tallies {
     /// another scope (a scope).
     pub(crate) fn freed(&self, sums: SampleSums, cross: bool, lifetime_ns: u64) {
         let SampleSums { w, wb, bytes_var, .. } = sums;
-        self.frees.fetch_add(w, Ordering::Relaxed);
         self.freed_bytes.fetch_add(wb, Ordering::Relaxed);
         self.bytes_var_out.fetch_add(bytes_var, Ordering::Relaxed);
         if cross {
@@ -110,9 +107,11 @@ impl Figures {
         let f = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / W_ONE as f64;
         self.alloc_blocks += f(&t.allocs);
         self.alloc_bytes += f(&t.alloc_bytes);
-        self.inuse_blocks += (f(&t.allocs) - f(&t.frees)).max(0.0);
+        let frees = t.lifetimes.iter().map(|b| b.load(Ordering::Relaxed)).fold(0u64, u64::wrapping_add);
+        let frees = frees as f64 / W_ONE as f64;
+        self.inuse_blocks += (f(&t.allocs) - frees).max(0.0);
         self.inuse_bytes += (f(&t.alloc_bytes) - f(&t.freed_bytes)).max(0.0);
-        self.frees += f(&t.frees);
+        self.frees += frees;
         self.cross += f(&t.cross);
         self.samples += t.samples.load(Ordering::Relaxed);
         self.free_samples += t.free_samples.load(Ordering::Relaxed);

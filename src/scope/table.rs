@@ -6,7 +6,7 @@
 //! interned under a lock and kept for the life of the process (frag's own memory); the sampled path
 //! only indexes the array and adds to its tallies: no lock, no allocation.
 //!
-//! Memory: [`CAPACITY`] slots of 360 bytes ≈ 360 KiB of zero-initialised static memory, resident
+//! Memory: [`CAPACITY`] slots of 352 bytes ≈ 352 KiB of zero-initialised static memory, resident
 //! only where touched.
 
 use std::collections::BTreeMap;
@@ -147,8 +147,8 @@ mod tests {
     /// The module docs state the slot size and the table's memory.
     #[test]
     fn memory_is_as_documented() {
-        assert_eq!(size_of::<Slot>(), 360);
-        assert_eq!((CAPACITY * size_of::<Slot>()) >> 10, 360);
+        assert_eq!(size_of::<Slot>(), 352);
+        assert_eq!((CAPACITY * size_of::<Slot>()) >> 10, 352);
     }
 
     /// A name interns once; the table, once full, gives `OTHER` and counts each refusal.

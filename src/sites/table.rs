@@ -12,7 +12,7 @@
 //! Two stacks with the same 64-bit hash share a site (odds about `n² / 2^65` for `n` stacks: one in
 //! 10^12 for 4,096).
 //!
-//! Memory: [`CAPACITY`] slots of 856 bytes (64 frames, tallies, 32 lifetime buckets) ≈ 3.3 MiB of
+//! Memory: [`CAPACITY`] slots of 848 bytes (64 frames, tallies, 32 lifetime buckets) ≈ 3.3 MiB of
 //! zero-initialised static memory, resident only where touched (one or two pages per site seen).
 
 use super::unwind::{Frames, MAX_FRAMES};
@@ -140,7 +140,7 @@ mod tests {
     /// The module docs state the slot size and the table's memory.
     #[test]
     fn memory_is_as_documented() {
-        assert_eq!(size_of::<Slot>(), 856);
+        assert_eq!(size_of::<Slot>(), 848);
         assert_eq!((size_of::<Table>() as f64 / (1u64 << 20) as f64 * 10.0).round() / 10.0, 3.3);
     }
 
