@@ -16,9 +16,9 @@ pub(crate) struct Tallies {
     pub(crate) allocs: AtomicU64,
     pub(crate) alloc_bytes: AtomicU64,
     /// The bytes of the sampled blocks freed (a reallocation frees its old block): in use is
-    /// `alloc_bytes - freed_bytes` bytes. The blocks freed are the sum of [`Tallies::lifetimes`]. The
-    /// freed ones that crossed the group's boundary (see [`Tallies::freed`]).
+    /// `alloc_bytes - freed_bytes` bytes. The blocks freed are the sum of [`Tallies::lifetimes`].
     pub(crate) freed_bytes: AtomicU64,
+    /// The freed blocks that crossed the group's boundary (see [`Tallies::freed`]).
     pub(crate) cross: AtomicU64,
     /// Raw counts: samples taken, sampled frees seen.
     pub(crate) samples: AtomicU64,
