@@ -59,7 +59,13 @@ EXACT_SERVICE_BUDGET = 0.065  # exact tier, the same
 # only (start-up moved whole-process counts by up to 0.5 per step between runs). These guard what was
 # reached, with the spread between runs of one commit (one binary's runs on jemalloc spread by up to
 # 1.5 per step: its decay and thread-cache GC run by time).
-CALLER_BUDGET = {"sampled": {"jemalloc": 11.0, "system": 11.5}, "exact": {"jemalloc": 95.0, "system": 75.0}}
+# 2026-11-29, later: the sampled tier's call sites hold one cold call, and the example's set-up loop
+# is inlined into `churn::churn` again on jemalloc (its random state back in a register: the loop's
+# own 62.33 -> 60.33); jemalloc +6.6, glibc +8.3 at local medians. Whether a caller keeps that
+# inlining depends on how rustc splits the crate into codegen units: with `-C codegen-units=1` every
+# build keeps it (docs/PERFORMANCE.md, "The caller's spills were its codegen units"). A jemalloc
+# figure above +8 after a change elsewhere: look at that first.
+CALLER_BUDGET = {"sampled": {"jemalloc": 8.0, "system": 10.0}, "exact": {"jemalloc": 95.0, "system": 75.0}}
 # A 32 KiB malloc + free pair, stacks on, sampled tier: a sample every 16.5 pairs at the default mean,
 # so this is mostly a sample's cost, judged per pair at that rate. Issue 48 asks +150; measured
 # 2026-11-28 on jemalloc: +139.8 (was +376 before samples of large classes came from the thread

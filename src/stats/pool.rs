@@ -42,7 +42,7 @@ pub(crate) fn owned() -> Option<&'static Shard> {
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
-pub(crate) use crate::stats::thread::{count_down, give_back, on_clock, settle};
+pub(crate) use crate::stats::thread::{count_down, count_down_owing, give_back, on_clock, settle};
 
 /// The shard the fast path writes to: the calling thread's own, or `PARKED`.
 #[inline(always)]

@@ -135,6 +135,36 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     #[inline(never)]
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let frame = Frame::here();
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate_settled(layout, zeroed, frame) }
+    }
+
+    /// [`Self::allocate_cold`] after `pool::count_down_owing` found an event: the countdown still
+    /// has `layout.size()` taken off, given back here first. The sampled tier's allocations come
+    /// here, so that their call sites hold one call on the cold side.
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`; called right after
+    /// `pool::count_down_owing::<C>(layout.size())` returned `false`.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn allocate_cold_owing(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let frame = Frame::here();
+        pool::give_back::<C>(layout.size());
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.allocate_settled(layout, zeroed, frame) }
+    }
+
+    /// Both cold allocations, once the countdown is as it was before the call: the countdown
+    /// settled into `C`'s cell, then the allocation in the calling thread's home. `frame` is the
+    /// caller's, read by the cold entry itself (the walk starts there).
+    ///
+    /// # Safety
+    ///
+    /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
+    #[inline(always)]
+    unsafe fn allocate_settled(&self, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
         pool::settle::<C>();
         // SAFETY: the caller's guarantees, passed on.
         with_writer!(home(self), |s, W| unsafe { self.allocate_in::<W>(s, layout, zeroed, frame) })

@@ -391,12 +391,12 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.allocate_exact(layout, zeroed) };
         }
-        if pool::count_down::<C>(layout.size()) {
+        if pool::count_down_owing::<C>(layout.size()) {
             // SAFETY: the caller's guarantees, passed on.
             return unsafe { self.inner_alloc(layout, zeroed) };
         }
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.allocate_cold(layout, zeroed) }
+        // SAFETY: the caller's guarantees, passed on; the countdown owes `layout.size()` back.
+        unsafe { self.allocate_cold_owing(layout, zeroed) }
     }
 }
 
