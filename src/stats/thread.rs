@@ -114,34 +114,17 @@ pub(crate) fn set_slot(v: usize) {
     let _ = HOT.try_with(|h| h.set(hot));
 }
 
-/// The fast path of the sampling clock (`stats::clock`): takes `size` bytes off the calling
-/// thread's countdown. `false`, and the countdown as it was, when that would take it below zero (an
-/// event) or the thread has no shard of its own: the caller takes the cold path.
+/// The fast path of the sampling clock (`stats::clock`), for callers whose cold path undoes an event
+/// itself ([`give_back`]): takes `size` bytes off the calling thread's countdown. `false` when that
+/// takes it below zero (an event), with `size` still taken off: the caller's cold path owes it back
+/// before anything reads the countdown. The sampled tier's allocation uses it, so that each call
+/// site holds one cold call, not two.
 ///
-/// The subtraction is stored whatever its outcome, and undone out of line on an event
-/// ([`give_back`]): the common path is then a subtraction from memory and a branch on its sign.
-/// The countdown is taken from `C`'s cell: where it lives unless another `Countdown`'s cold path
-/// ran last ([`settle`]); else that cell holds 0, and the cold path moves it.
-#[inline(always)]
-pub(crate) fn count_down<C: Countdown>(size: usize) -> bool {
-    C::with(|l| {
-        let before = l.get();
-        l.set(before.wrapping_sub(size as i64));
-        if counted_down(before, size).is_none() {
-            give_back::<C>(size);
-            return false;
-        }
-        true
-    })
-    .unwrap_or(false)
-}
-
-/// [`count_down`] for a fast path whose cold path gives the charge back itself: on an event,
-/// `false` with `size` still taken off the countdown, which the cold path owes back ([`give_back`])
-/// before anything reads it. A call site then holds one call on its cold side, not two: a smaller
-/// inlined allocation, which keeps the caller's own inlining as the bare allocator's would.
-/// (Thread-local storage gone, nothing is taken off and giving back does nothing: the countdown's
-/// cells are const-initialised without `Drop`, so neither happens.)
+/// The subtraction is stored whatever its outcome, so that the common path is a subtraction from
+/// memory and a branch on its sign. The countdown is taken from `C`'s cell: where it lives unless
+/// another `Countdown`'s cold path ran last ([`settle`]); else that cell holds 0, and the cold path
+/// moves it. (Thread-local storage gone, `false` with nothing taken off, and giving back does
+/// nothing; the countdown's cells are const-initialised without `Drop`, so that never happens.)
 #[inline(always)]
 pub(crate) fn count_down_owing<C: Countdown>(size: usize) -> bool {
     C::with(|l| {
@@ -152,8 +135,19 @@ pub(crate) fn count_down_owing<C: Countdown>(size: usize) -> bool {
     .unwrap_or(false)
 }
 
-/// Undoes [`count_down`]'s subtraction of `size` bytes: on an event, and for a fast-path allocation
-/// the inner allocator refused (the clock counts bytes handed out).
+/// [`count_down_owing`], with an event's subtraction given back at once (out of line): `false`
+/// leaves the countdown as it was, and the caller takes the cold path.
+#[inline(always)]
+pub(crate) fn count_down<C: Countdown>(size: usize) -> bool {
+    if count_down_owing::<C>(size) {
+        return true;
+    }
+    give_back::<C>(size);
+    false
+}
+
+/// Undoes [`count_down_owing`]'s subtraction of `size` bytes: on an event, and for a fast-path
+/// allocation the inner allocator refused (the clock counts bytes handed out).
 #[cold]
 #[inline(never)]
 pub(crate) fn give_back<C: Countdown>(size: usize) {

@@ -18,9 +18,10 @@
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:
 //! - `alloc`: the thread's sampling countdown, a thread-local, takes the request's size
-//!   (`stats::thread::count_down`: a subtraction from memory relative to the thread pointer and a
-//!   branch on its sign, after a load of the thread-local's offset unless the program declared the
-//!   countdown in its own crate: `stats::countdown`), and the inner call;
+//!   (`stats::thread::count_down_owing`: a subtraction from memory relative to the thread pointer
+//!   and a branch on its sign, after a load of the thread-local's offset unless the program declared
+//!   the countdown in its own crate: `stats::countdown`), and the inner call; on an event, one call
+//!   (`allocate_cold_owing`), which gives the subtraction back;
 //! - `dealloc`: the pointer tested against the marks (`sampler::may_carry_a_mark`: an `and` with a
 //!   constant), and the inner call; a pointer 0 or 8 bytes past a 4 KiB boundary is then tested
 //!   against its request's own mark (`sampler::at_its_own_mark`, inline: a few instructions with the
