@@ -100,6 +100,13 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
         (None, Unwinder::None) => writeln!(f, "           stacks: none on this target")?,
         (None, u) => writeln!(f, "           stacks: {u}")?,
     }
+    if s.switched_stacks > 0 || s.unproven_stacks > 0 {
+        writeln!(
+            f,
+            "           {} samples on stacks the program switched to, {} not walked (stack memory unproven)",
+            s.switched_stacks, s.unproven_stacks
+        )?;
+    }
     if s.no_stack_inuse_bytes > 0 {
         writeln!(f, "           in use without a stack {ESTIMATED}{}", Bytes(s.no_stack_inuse_bytes))?;
     }

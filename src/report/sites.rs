@@ -38,6 +38,14 @@ pub struct Sites {
     pub site_capacity: usize,
     /// Stacks lost because the site table was full (their blocks count under "no stack").
     pub dropped_stacks: u64,
+    /// Samples taken on a stack the program switched to (a `stacker` segment, a coroutine's or
+    /// fiber's stack, a signal handler's alternate stack): walked as far as the kernel said that
+    /// stack is readable, and counted under their sites like any other (docs/UNWIND.md).
+    pub switched_stacks: u64,
+    /// Samples whose stack was not walked because the system refused the call that says which stack
+    /// memory is readable (`process_vm_readv`, under a seccomp filter): their blocks count under "no
+    /// stack", and the report warns.
+    pub unproven_stacks: u64,
     /// Estimated bytes in use of sampled blocks that have no stack.
     #[cfg_attr(feature = "serde", serde(rename = "est_no_stack_inuse_bytes"))]
     pub no_stack_inuse_bytes: u64,
@@ -217,6 +225,8 @@ pub(crate) fn section(shares: Option<&Shares>) -> Option<Sites> {
         sites: stacked.len(),
         site_capacity: sites::SITE_CAPACITY,
         dropped_stacks: read::dropped(),
+        switched_stacks: read::stack_counts().0,
+        unproven_stacks: read::stack_counts().1,
         no_stack_inuse_bytes: no_stack.iter().map(|s| s.tally.inuse_bytes.round() as u64).sum(),
         top,
         pinned: shares.map(|s| PinnedHoles {

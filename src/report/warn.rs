@@ -63,7 +63,8 @@ pub enum WarningKind {
     /// The `Tracked` was configured with an invalid sampling rate and uses the default.
     InvalidSampling,
     /// Allocation sites are sampled but have no stacks: this target has no unwinder
-    /// ([`Unwinder::None`](crate::sites::Unwinder::None)), or the unwind tables are not built.
+    /// ([`Unwinder::None`](crate::sites::Unwinder::None)), the unwind tables are not built, or the
+    /// system refused the call that proves stack memory readable before a walk reads it.
     NoStacks,
     /// Stacks were lost because the site table was full.
     DroppedSites,
@@ -204,6 +205,17 @@ pub(super) fn sites(s: &Sites) -> Vec<Warning> {
             out.push(Warning::new(WarningKind::NoStacks, why));
         }
     }
+    if s.unproven_stacks > 0 {
+        out.push(Warning::new(
+            WarningKind::NoStacks,
+            format!(
+                "{} sampled allocations have no stack: the system refused process_vm_readv, with which frag \
+                 asks which stack memory is readable before a walk reads it (a seccomp filter?); allow it \
+                 for stacks (docs/RELIABILITY.md lists the calls frag makes)",
+                s.unproven_stacks
+            ),
+        ));
+    }
     let used = s.sites as f64 / s.site_capacity.max(1) as f64;
     let remedy = "each distinct stack keeps its site for the life of the process, and rarer stacks are met \
                   less often at a larger mean: raise it with frag::set_sampling (e.g. Sampling::MeanBytes(4 << 20))";
@@ -243,6 +255,8 @@ mod tests {
             sites: used,
             site_capacity: 4096,
             dropped_stacks: dropped,
+            switched_stacks: 0,
+            unproven_stacks: 0,
             no_stack_inuse_bytes: 0,
             top: Vec::new(),
             pinned: None,

@@ -63,3 +63,9 @@ pub(crate) fn snapshot(pinned: &HashMap<u32, f64>, grouping: Grouping) -> Vec<Si
 pub(crate) fn dropped() -> u64 {
     SITES.dropped()
 }
+
+/// Samples walked on a stack the program switched to, and samples not walked because the kernel
+/// refused to say which stack memory is readable (`unwind::stack`).
+pub(crate) fn stack_counts() -> (u64, u64) {
+    super::unwind::stack_counts()
+}

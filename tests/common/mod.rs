@@ -9,6 +9,7 @@ pub mod otel;
 #[cfg(feature = "jemalloc")]
 pub mod pins;
 pub mod reclaim;
+pub mod stacks;
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

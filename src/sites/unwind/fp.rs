@@ -67,7 +67,7 @@ pub(crate) fn capture(entry: ColdFrame, out: &mut Frames, trace: Option<&Trace>)
 /// Whether a walk from `entry` would record what the one kept in `trace` did ([`Trace::repeats`]).
 #[inline]
 pub(crate) fn repeats(entry: ColdFrame, trace: &Trace) -> bool {
-    ThreadStack::above(entry.fp).is_some_and(|stack| trace.repeats(&start(entry, &stack), &stack))
+    ThreadStack::own(entry.fp).is_some_and(|stack| trace.repeats(&start(entry, &stack), &stack))
 }
 
 /// What a walk of the chain depends on besides the words it reads: the first record and the top.

@@ -24,12 +24,12 @@
 //! (`sites::last` keeps each thread's last one).
 //!
 //! **Why a walk is safe.** Every read is a word between the stack pointer of the frame where the walk
-//! starts (frag's outermost one, still live: the walk runs below it) and the top of the current
-//! thread's stack, checked before it is read: a range that is mapped. glibc places a thread's
-//! descriptor (what `pthread_self()` points to) at the top of the stack it allocated, and the main
-//! thread's frames all lie below `__libc_stack_end`. A thread whose stack the program supplied itself
-//! (its descriptor is elsewhere) gets no stacks. Each step must move the stack pointer up, so a wrong
-//! rule or a corrupt stack ends the walk early instead of looping or faulting.
+//! starts (frag's outermost one, still live: the walk runs below it) and a bound up to which the
+//! kernel said every page is readable ([`stack`], by [`readable`]): the top of the thread's own stack,
+//! proven once per thread, or on a stack the program switched to (a `stacker` segment, a coroutine's,
+//! a signal handler's alternate stack) the readable part above the stack pointer, asked at each
+//! sample. Nothing is read that was guessed to be mapped. Each step must move the stack pointer up,
+//! so a wrong rule or a corrupt stack ends the walk early instead of looping or faulting.
 //!
 //! **Where it starts.** frag's one out-of-line function on a sampled allocation's path records an
 //! anchor ([`ColdFrame::here`]): its frame pointer, or for the tables its registers, where the walk
@@ -50,6 +50,8 @@ mod frames;
 pub(crate) mod modules;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod recent;
+#[cfg_attr(frag_unwind = "none", allow(dead_code))]
+mod readable;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod rows;
 #[cfg_attr(frag_unwind = "none", allow(dead_code))]
@@ -76,6 +78,8 @@ use tables as chosen;
 
 pub(crate) use chosen::{ColdFrame, capture, refresh, repeats, summary};
 pub(crate) use frames::{Frames, MAX_FRAMES};
+#[cfg_attr(frag_unwind = "none", allow(unused_imports))]
+pub(crate) use stack::counts as stack_counts;
 pub use summary::UnwindTables;
 pub(crate) use trace::Trace;
 

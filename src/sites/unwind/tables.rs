@@ -65,7 +65,7 @@ pub(crate) fn capture(entry: ColdFrame, out: &mut Frames, trace: Option<&Trace>)
 /// Whether a walk from `entry` would record what the one kept in `trace` did ([`Trace::repeats`]).
 #[inline]
 pub(crate) fn repeats(entry: ColdFrame, trace: &Trace) -> bool {
-    let Some(stack) = ThreadStack::above(entry.sp) else { return false };
+    let Some(stack) = ThreadStack::own(entry.sp) else { return false };
     let start =
         Start { pc: entry.pc, sp: entry.sp, bp: Some(entry.bp), top: stack.bounds().1, epoch: modules::epoch() };
     trace.repeats(&start, &stack)
