@@ -109,6 +109,7 @@ struct ReadmeDoctests;
 
 mod backend;
 mod estimate;
+mod fork;
 mod format;
 #[cfg(feature = "jemalloc")]
 mod hooked;

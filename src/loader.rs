@@ -14,14 +14,15 @@
 //! so `fork` never does either. Walks by other code (libgcc's unwinder, a backtrace) are not covered.
 //! Never called on the allocation path: the loader's walk takes a lock and the callbacks allocate.
 
-use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
 /// frag's walks of the loader's list under way in this process.
 static WALKING: AtomicUsize = AtomicUsize::new(0);
 /// Set in a child forked while a walk was under way: the loader's lock may be held for good.
 static STUCK: AtomicBool = AtomicBool::new(false);
-static REGISTER: Once = Once::new();
+/// Whether the handler is registered (a flag, not a `Once`: a child forked while another thread
+/// registered would find a `Once` running for good).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn child() {
     if WALKING.swap(0, SeqCst) > 0 {
@@ -30,11 +31,11 @@ extern "C" fn child() {
 }
 
 fn register() {
-    REGISTER.call_once(|| {
+    if !REGISTERED.swap(true, SeqCst) {
         // SAFETY: `child` has the C ABI, touches only atomics and stays valid for the life of the
         // process. A failure (ENOMEM) leaves forks unguarded, as they were before.
         unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    });
+    }
 }
 
 /// `dl_iterate_phdr(callback, data)`, or `None` in a child forked while one of frag's walks was

@@ -6,7 +6,7 @@ pub(crate) mod names;
 mod samples;
 pub(crate) mod worker;
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics::Label;
@@ -71,12 +71,25 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
 /// frag::publish(&report);
 /// ```
 pub fn publish(report: &Report) {
-    static NAMES: OnceLock<Names> = OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        let names = Names::new(Publisher::DEFAULT_PREFIX);
-        names.describe(publisher_metric);
-        names
-    });
+    // Built once and kept; not a `OnceLock`, whose initialisation a child of `fork` could find
+    // running for good. Two first callers at once both build it; one is kept.
+    static NAMES: AtomicPtr<Names> = AtomicPtr::new(core::ptr::null_mut());
+    let mut names = NAMES.load(Ordering::Acquire);
+    if names.is_null() {
+        let fresh = Names::new(Publisher::DEFAULT_PREFIX);
+        fresh.describe(publisher_metric);
+        let built = Box::into_raw(Box::new(fresh));
+        names = match NAMES.compare_exchange(core::ptr::null_mut(), built, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => built,
+            Err(kept) => {
+                // SAFETY: `built` came from `Box::into_raw` just above and was never shared.
+                drop(unsafe { Box::from_raw(built) });
+                kept
+            }
+        };
+    }
+    // SAFETY: a published pointer came from `Box::into_raw` and is never freed.
+    let names: &'static Names = unsafe { &*names };
     own::run(|| emit(names, &[], report, None));
 }
 

@@ -45,7 +45,7 @@ static RELEASE_NANOS: AtomicU64 = AtomicU64::new(0);
 /// that a child of `fork` can reset it (a thread of its parent may have held it at the fork).
 static RELEASING: AtomicBool = AtomicBool::new(false);
 /// Registers [`after_fork_in_child`] once.
-static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 /// Whether the backend's refusal was logged already.
 static REFUSAL_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -148,11 +148,13 @@ extern "C" fn after_fork_in_child() {
 
 /// Opens a request: every thread that passes [`idle`] from now on serves it once.
 pub(crate) fn open() {
-    FORK_HOOK.call_once(|| {
+    // A flag, not a `Once`: a child forked while another thread registered would find a `Once`
+    // running for good.
+    if !FORK_HOOK.swap(true, Relaxed) {
         // SAFETY: the handler has the C ABI, touches only atomics and stays valid for the life of
         // the process. A failure (ENOMEM) leaves a forked child with the parent's request open.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
+    }
     let generation = GENERATION.fetch_add(1, Relaxed) + 1;
     REQUEST.store(generation, Relaxed);
 }

@@ -10,9 +10,10 @@
 //! only where touched.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use crate::estimate::SampleSums;
+use crate::fork::Lock;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::tally::Tallies;
 
@@ -52,8 +53,8 @@ impl Slot {
 /// The process's scopes (`scope::SCOPES`).
 pub(crate) struct Table {
     slots: [Slot; CAPACITY],
-    /// Name to slot, for interning (never on the sampled path).
-    names: Mutex<BTreeMap<&'static str, u16>>,
+    /// Name to slot, for interning (never on the sampled path); held across a `fork` (`fork::Lock`).
+    names: Lock<BTreeMap<&'static str, u16>>,
     /// Names that found no room (each counted once per `Scope::new`).
     refused: AtomicU64,
 }
@@ -62,15 +63,15 @@ impl Table {
     pub(crate) const fn new() -> Self {
         Self {
             slots: [const { Slot::new() }; CAPACITY],
-            names: Mutex::new(BTreeMap::new()),
+            names: Lock::new(BTreeMap::new()),
             refused: AtomicU64::new(0),
         }
     }
 
     /// The slot of `name` (not empty, at most [`MAX_NAME`] bytes), interned on first sight;
     /// [`OTHER`] when the table is full (counted). Allocates: never on the sampled path.
-    pub(crate) fn intern(&self, name: &str) -> u16 {
-        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn intern(&'static self, name: &str) -> u16 {
+        let mut names = self.names.lock();
         if let Some(&id) = names.get(name) {
             return id;
         }
@@ -106,8 +107,8 @@ impl Table {
 
     /// Publishes slot `id` under its own name, or not; `false` when that would publish more than
     /// [`MAX_PUBLISHED`] scopes.
-    pub(crate) fn set_published(&self, id: u16, on: bool) -> bool {
-        let _names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn set_published(&'static self, id: u16, on: bool) -> bool {
+        let _names = self.names.lock();
         let Some(slot) = self.slots.get(usize::from(id)) else { return false };
         if on && !slot.published.load(Ordering::Relaxed) {
             let published = self.slots.iter().filter(|s| s.published.load(Ordering::Relaxed)).count();
@@ -120,8 +121,8 @@ impl Table {
     }
 
     /// Slots in use: the two reserved ones and every named scope.
-    pub(crate) fn used(&self) -> usize {
-        self.names.lock().unwrap_or_else(PoisonError::into_inner).len() + 2
+    pub(crate) fn used(&'static self) -> usize {
+        self.names.lock().len() + 2
     }
 
     /// Names that found no room.
@@ -154,7 +155,8 @@ mod tests {
     /// A name interns once; the table, once full, gives `OTHER` and counts each refusal.
     #[test]
     fn names_intern_once_and_overflow_to_other() {
-        let table = Box::new(Table::new());
+        // Leaked: a table's lock is listed for `fork` for the life of the process (`fork::Lock`).
+        let table: &'static Table = Box::leak(Box::new(Table::new()));
         let a = table.intern("a");
         assert_eq!((a, table.intern("a"), table.intern("b")), (2, 2, 3));
         assert_eq!(table.name(a), Some("a"));

@@ -3,7 +3,7 @@
 // own global allocator, so that each tier runs every case. Each case runs in child processes, again
 // and again: a walk that reads past the end of a stack crashes its child, never the test runner.
 
-use common::stacks::{self, PAGE};
+use common::stacks;
 use std::hint::black_box;
 
 /// Child runs per case (a crash in some runs of today's code: the issue saw 3 of 20).
