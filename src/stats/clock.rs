@@ -134,9 +134,17 @@ impl Clock {
         self.restart(mean);
     }
 
-    /// Gives back the charge of an allocation that failed (null): the clock counts what was handed out.
-    pub(crate) fn refund(&self, size: usize, shared: bool) {
-        if shared {
+    /// Gives back the charge of an allocation of `size` bytes that failed (null): the clock counts
+    /// what was handed out. Where that charge ended the interval (`ended`: it was sampled), the
+    /// interval drawn after it stands, and only the finished count loses the bytes: the exponential
+    /// distribution has no memory, so the next sample is as likely as it would have been. Adding them
+    /// back on the countdown instead would leave the next `size` bytes unsampled (the next block, in
+    /// "every block" mode).
+    pub(crate) fn refund(&self, size: usize, shared: bool, ended: bool) {
+        if ended {
+            self.finished.fetch_sub(size as u64, Ordering::Relaxed);
+            let _ = self.unpublished.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(size as u64)));
+        } else if shared {
             self.left.fetch_add(size as i64, Ordering::Relaxed);
         } else {
             self.left.store(self.left.load(Ordering::Relaxed).wrapping_add(size as i64), Ordering::Relaxed);
@@ -303,6 +311,36 @@ mod tests {
         }
         assert!((est_bytes / bytes - 1.0).abs() < 0.03, "{est_bytes} vs {bytes}");
         assert!((est_blocks / blocks - 1.0).abs() < 0.1, "{est_blocks} vs {blocks}");
+    }
+
+    /// A failed allocation counts nothing: the clock's bytes are those handed out, and where it was
+    /// sampled, the next allocation is as likely to be sampled as without it (in "every block" mode:
+    /// it is), against a clock that never saw the failure.
+    #[test]
+    fn a_refund_leaves_the_next_interval_as_drawn() {
+        for (mean, failed) in [(0, 5_000_777usize), (64 << 10, 5_000_777)] {
+            let (with, without) = (Clock::new(), Clock::new());
+            with.start(42, mean);
+            without.start(42, mean);
+            // The failed allocation ends an interval (a block of megabytes always does at these means).
+            assert!(!with.count_down(failed));
+            let event = with.charge(failed, mean, false).expect("an event");
+            with.refund(failed, false, event.weight.is_some());
+            assert_eq!(with.allocated(), without.allocated(), "mean {mean}: bytes of the failure counted");
+            // The next allocation: sampled in "every block" mode, and the countdown no longer than a
+            // fresh draw (never the failure's bytes on top of it).
+            assert!(with.countdown() <= 4 * mean.max(1) as i64, "mean {mean}: countdown {}", with.countdown());
+            if mean == 0 {
+                assert!(!with.count_down(64), "every block: the next block is sampled");
+            }
+            // Before an event, the bytes go back on the countdown.
+            let left = without.countdown();
+            if left > 100 {
+                assert!(without.count_down(100));
+                without.refund(100, false, false);
+                assert_eq!(without.countdown(), left);
+            }
+        }
     }
 
     #[test]

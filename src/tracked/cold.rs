@@ -186,7 +186,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             None => (unsafe { self.inner_alloc(layout, zeroed) }, None),
         };
         if ptr.is_null() {
-            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(size, W::SHARED));
+            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(size, W::SHARED, weight.is_some()));
             return ptr;
         }
         let (base, real) = real(self.page_class(), ptr, layout, kept.as_ref());
@@ -454,7 +454,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             (p, kept)
         };
         if new_ptr.is_null() {
-            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(new_size, W::SHARED));
+            pool::on_clock(&s.hot.clock, W::SHARED, |c| c.refund(new_size, W::SHARED, weight.is_some()));
             return new_ptr;
         }
         let (new_base, new_real) = real(self.page_class(), new_ptr, new_layout, kept.as_ref());
