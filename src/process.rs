@@ -1,7 +1,7 @@
 //! The process's own memory, as the kernel sees it: read from `/proc` (and the memory cgroup's files
 //! under `/sys/fs/cgroup`) at report time.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// The memory cgroup the process belongs to: in a container, the limit that kills the service is
 /// this one, not the host's memory. cgroup v2 (`memory.current`, `memory.max`, `memory.stat`) or,
@@ -65,7 +65,7 @@ impl CgroupMemory {
     pub fn read() -> Option<Self> {
         let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let (version, dir) = Place::cached(membership)?;
-        if *version == 2 {
+        if version == 2 {
             let current_bytes = read_u64(&format!("{dir}/memory.current"))?;
             let max = std::fs::read_to_string(format!("{dir}/memory.max")).ok();
             let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
@@ -80,7 +80,10 @@ impl CgroupMemory {
         let current_bytes = read_u64(&format!("{dir}/memory.usage_in_bytes"))?;
         // v1 says "no limit" with the largest page-aligned value that fits in an i64.
         let max_bytes =
-            std::fs::read_to_string(format!("{dir}/memory.limit_in_bytes")).ok().and_then(|t| limit_value(&t));
+            std::fs::read_to_string(format!("{dir}/memory.limit_in_bytes")).ok().and_then(|t| match limit_value(&t) {
+                LimitValue::Bytes(b) => Some(b),
+                LimitValue::Unlimited | LimitValue::Bad => None,
+            });
         let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).unwrap_or_default();
         Some(Self {
             version: CgroupVersion::V1,
@@ -101,27 +104,32 @@ struct Place {
 }
 
 /// The last decision, leaked: replaced (and the old one leaked too) only when the process moves or
-/// forks, so a few bytes at most. An atomic pointer rather than a lock: a report in a forked child
-/// must not wait on a lock a parent's thread held at the fork.
+/// forks, at most [`MAX_PLACES`] times; after that each read decides afresh and keeps nothing (a
+/// process moved between cgroups without end costs a decision per read, never memory). An atomic
+/// pointer rather than a lock: a report in a forked child must not wait on a lock a parent's thread
+/// held at the fork.
 static PLACE: AtomicPtr<Place> = AtomicPtr::new(core::ptr::null_mut());
+/// Decisions leaked so far.
+static PLACES: AtomicUsize = AtomicUsize::new(0);
+/// The most decisions kept for the life of the process (each a few hundred bytes).
+const MAX_PLACES: usize = 16;
 
 impl Place {
     /// The memory cgroup's `(version, directory)`, decided again only when the process moved or forked.
-    fn cached(membership: String) -> Option<&'static (u8, String)> {
+    fn cached(membership: String) -> Option<(u8, String)> {
         let pid = std::process::id();
         // SAFETY: a non-null PLACE points to a leaked `Place`, never freed or written after it was
         // published (Release below, Acquire here).
         let current = unsafe { PLACE.load(Ordering::Acquire).as_ref() };
-        let place: &'static Place = match current {
-            Some(p) if p.pid == pid && p.membership == membership => p,
-            _ => {
-                let found = locate_v2(&membership).map(|d| (2, d)).or_else(|| locate_v1(&membership).map(|d| (1, d)));
-                let fresh: &'static Place = Box::leak(Box::new(Place { pid, membership, found }));
-                PLACE.store(core::ptr::from_ref(fresh).cast_mut(), Ordering::Release);
-                fresh
-            }
-        };
-        place.found.as_ref()
+        if let Some(p) = current.filter(|p| p.pid == pid && p.membership == membership) {
+            return p.found.clone();
+        }
+        let found = locate_v2(&membership).map(|d| (2, d)).or_else(|| locate_v1(&membership).map(|d| (1, d)));
+        if PLACES.fetch_add(1, Ordering::Relaxed) < MAX_PLACES {
+            let fresh: &'static Place = Box::leak(Box::new(Place { pid, membership, found: found.clone() }));
+            PLACE.store(core::ptr::from_ref(fresh).cast_mut(), Ordering::Release);
+        }
+        found
     }
 }
 
@@ -179,37 +187,71 @@ pub(crate) struct CgroupLimit {
 }
 
 /// The process's memory cgroup limit, read from the files under `root` ("" for the live system:
-/// `/proc/self/cgroup`, `/sys/fs/cgroup`); `None` without a memory cgroup or without a limit in it.
-/// Reads `cgroup.procs` to find the process's own directory: not for the allocation path, nor for a
-/// loop (about 0.3 ms with 1,000 threads).
-pub(crate) fn cgroup_limit_under(root: &str) -> Option<CgroupLimit> {
-    let membership = std::fs::read_to_string(format!("{root}/proc/self/cgroup")).ok()?;
+/// `/proc/self/cgroup`, `/sys/fs/cgroup`); `Ok(None)` without a memory cgroup or without a limit in
+/// it. Reads `cgroup.procs` to find the process's own directory: not for the allocation path, nor for
+/// a loop (about 0.3 ms with 1,000 threads).
+///
+/// # Errors
+///
+/// The path of a file that could not be read as a limit: one that holds something other than a
+/// number of bytes or the kernel's "no limit" (garbage, `-1`, a number that overflows), or the
+/// process's own cgroup's file, missing (every cgroup but the root has it: gone for a moment).
+pub(crate) fn cgroup_limit_under(root: &str) -> Result<Option<CgroupLimit>, String> {
+    let Ok(membership) = std::fs::read_to_string(format!("{root}/proc/self/cgroup")) else { return Ok(None) };
     let (dir, mount, files): (String, String, &[&str]) = if let Some(dir) = locate_v2_under(root, &membership) {
         (dir, v2_mount(root), &["memory.high", "memory.max"])
+    } else if let Some(dir) = locate_v1_under(root, &membership) {
+        (dir, v1_mount(root), &["memory.limit_in_bytes"])
     } else {
-        (locate_v1_under(root, &membership)?, v1_mount(root), &["memory.limit_in_bytes"])
+        return Ok(None);
     };
     let mut least: Option<CgroupLimit> = None;
     let mut at = std::path::PathBuf::from(&dir);
+    // The hierarchy's root (the mount point) has no limit files; every cgroup below it has them.
+    let mut own = dir.len() > mount.len();
     loop {
         for file in files {
             let path = at.join(file);
-            let Some(bytes) = std::fs::read_to_string(&path).ok().and_then(|t| limit_value(&t)) else { continue };
+            let bytes = match std::fs::read_to_string(&path).map(|t| limit_value(&t)) {
+                Ok(LimitValue::Bytes(b)) => b,
+                Ok(LimitValue::Unlimited) => continue,
+                // An ancestor without the file: the hierarchy's root, which has no limit.
+                Err(_) if !own => continue,
+                Ok(LimitValue::Bad) | Err(_) => return Err(path.display().to_string()),
+            };
             if least.as_ref().is_none_or(|l| bytes < l.bytes) {
                 least = Some(CgroupLimit { bytes, file: path.display().to_string() });
             }
         }
+        own = false;
         if at.as_os_str().len() <= mount.len() || !at.pop() {
             break;
         }
     }
-    least
+    Ok(least)
 }
 
-/// A cgroup limit file's value: `None` for no limit (v2's `max`, v1's largest page-aligned `i64`).
-fn limit_value(text: &str) -> Option<u64> {
-    let v: u64 = text.trim().parse().ok()?;
-    (v < (i64::MAX as u64) & !0xfff).then_some(v)
+/// What a cgroup limit file says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LimitValue {
+    Bytes(u64),
+    /// No limit: v2's `max`, v1's largest page-aligned `i64`.
+    Unlimited,
+    /// Neither: garbage, a negative or overflowing number.
+    Bad,
+}
+
+/// A cgroup limit file's value.
+fn limit_value(text: &str) -> LimitValue {
+    let text = text.trim();
+    if text == "max" {
+        return LimitValue::Unlimited;
+    }
+    match text.parse::<u64>() {
+        Ok(v) if v < (i64::MAX as u64) & !0xfff => LimitValue::Bytes(v),
+        Ok(v) if v <= i64::MAX as u64 => LimitValue::Unlimited,
+        _ => LimitValue::Bad,
+    }
 }
 
 /// Physical memory (`MemTotal` of `/proc/meminfo` under `root`).
@@ -376,6 +418,20 @@ mod tests {
         let stat = "anon 1234\nfile 99\nanon_thp 0\n";
         assert_eq!((stat_field(stat, "anon"), stat_field(stat, "file")), (Some(1234), Some(99)));
         assert_eq!(stat_field(stat, "shmem"), None);
+    }
+
+    /// A process moved between cgroups again and again keeps at most `MAX_PLACES` decisions, and
+    /// each read still decides right (no cgroup directory exists for these made-up memberships).
+    #[test]
+    fn moves_without_end_keep_a_bounded_number_of_decisions() {
+        for i in 0..3 * MAX_PLACES {
+            assert_eq!(Place::cached(format!("0::/nowhere-{i}\n")), None);
+        }
+        assert!(PLACES.load(Ordering::Relaxed) >= 3 * MAX_PLACES, "every read past the bound decided afresh");
+        // SAFETY: as in `Place::cached`.
+        let kept = unsafe { PLACE.load(Ordering::Acquire).as_ref() }.expect("a decision kept");
+        let n: usize = kept.membership.trim().trim_start_matches("0::/nowhere-").parse().unwrap_or(0);
+        assert!(n < MAX_PLACES, "the decision kept is one of the first {MAX_PLACES}: {}", kept.membership);
     }
 
     /// Against the kernel's own files, wherever this process has a memory cgroup: the usage of the

@@ -87,7 +87,9 @@ impl MemoryLimit {
         let bytes = match *self {
             Self::Bytes(b) => b,
             Self::Cgroup { percent } => {
-                let limit = process::cgroup_limit_under(root).ok_or(LimitError::NoCgroupLimit)?;
+                let limit = process::cgroup_limit_under(root)
+                    .map_err(|file| LimitError::Unreadable { file })?
+                    .ok_or(LimitError::NoCgroupLimit)?;
                 (limit.bytes as f64 * percent / 100.0) as u64
             }
         };
@@ -163,6 +165,13 @@ pub enum LimitError {
     /// A share of the memory cgroup's limit was asked for, and no memory cgroup limit applies to
     /// this process (no cgroup, or `max` all the way up).
     NoCgroupLimit,
+    /// A memory cgroup file could not be read as a limit: it holds something other than a number of
+    /// bytes or `max` (garbage, `-1`, an overflowing number), or the process's own cgroup's file is
+    /// missing. A running [`Reclaimer`](super::Reclaimer) keeps the last limit it read meanwhile.
+    Unreadable {
+        /// The file, path and all.
+        file: String,
+    },
     /// The limit is above the machine's physical memory: RSS could never reach it.
     AbovePhysical {
         /// The limit.
@@ -180,6 +189,9 @@ impl fmt::Display for LimitError {
                 "memory limit: a share of the memory cgroup's limit was asked for, but no memory cgroup limit \
                  applies to this process; give a size in bytes instead",
             ),
+            Self::Unreadable { file } => {
+                write!(f, "memory limit: {file} could not be read as a limit (neither a number of bytes nor \"max\")")
+            }
             Self::AbovePhysical { bytes, physical } => write!(
                 f,
                 "memory limit of {} is above this machine's memory ({}): it could never be reached",
@@ -191,6 +203,26 @@ impl fmt::Display for LimitError {
 }
 
 impl std::error::Error for LimitError {}
+
+/// What a running reclaimer enforces after reading its limit again (`read`), with `current` in
+/// force: the limit read, when it could be read; the one in force when a cgroup file could not be
+/// read as a limit ([`LimitError::Unreadable`]: a bad read keeps the last good limit, since a file
+/// gone for a moment or half-written must not lift the limit that keeps the service alive). Returns
+/// the limit and whether to warn now: once for a run of bad reads (`warned` carries it from read to
+/// read, cleared by a good one).
+pub(crate) fn after_reread(current: Option<u64>, read: &Result<Option<u64>, LimitError>, warned: &mut bool) -> (Option<u64>, bool) {
+    match read {
+        Err(LimitError::Unreadable { .. }) if current.is_some() => (current, !core::mem::replace(warned, true)),
+        Ok(bytes) => {
+            *warned = false;
+            (*bytes, false)
+        }
+        Err(_) => {
+            *warned = false;
+            (None, false)
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -271,7 +303,7 @@ mod tests {
         assert_eq!(MemoryLimit::Cgroup { percent: 50.0 }.resolve_under(r.path()), Ok(3 * GIB / 2));
         // The pod's limit covers its containers.
         r.write("sys/fs/cgroup/kubepods/pod1/memory.max", &format!("{}\n", 2 * GIB));
-        let limit = process::cgroup_limit_under(r.path()).unwrap();
+        let limit = process::cgroup_limit_under(r.path()).unwrap().unwrap();
         assert_eq!(limit.bytes, 2 * GIB);
         assert!(limit.file.ends_with("kubepods/pod1/memory.max"), "{}", limit.file);
         // Above the machine's 15.6 GiB: refused.
@@ -306,5 +338,82 @@ mod tests {
             MemoryLimit::Bytes(1 << 40).resolve_under(r.path()),
             Err(LimitError::AbovePhysical { physical: 16_777_216_000, .. })
         ));
+    }
+
+    /// The cgroup v2 layout of a process in `app`, with `max` as its `memory.max`.
+    fn v2_app(r: &Root, max: &[u8]) {
+        r.write("proc/self/cgroup", "0::/app\n");
+        r.member("sys/fs/cgroup/app");
+        r.write("sys/fs/cgroup/app/memory.current", "123\n");
+        r.write("sys/fs/cgroup/app/memory.high", "max\n");
+        std::fs::write(r.0.join("sys/fs/cgroup/app/memory.max"), max).unwrap();
+    }
+
+    /// Garbage, `-1`, an overflowing number and a missing file are bad reads, named by their file;
+    /// `max` and v1's largest value are no limit.
+    #[test]
+    fn bad_files_are_unreadable_not_unlimited() {
+        let r = Root::new("bad");
+        for junk in [&b"garbage\n"[..], b"-1\n", b"99999999999999999999999\n", b"", b"12 34", b"\xff\xfe"] {
+            v2_app(&r, junk);
+            let read = MemoryLimit::cgroup().resolve_under(r.path());
+            assert!(
+                matches!(&read, Err(LimitError::Unreadable { file }) if file.ends_with("app/memory.max")),
+                "{junk:?}: {read:?}"
+            );
+        }
+        v2_app(&r, b"max\n");
+        assert_eq!(MemoryLimit::cgroup().resolve_under(r.path()), Err(LimitError::NoCgroupLimit));
+        std::fs::remove_file(r.0.join("sys/fs/cgroup/app/memory.max")).unwrap();
+        assert!(matches!(MemoryLimit::cgroup().resolve_under(r.path()), Err(LimitError::Unreadable { .. })));
+    }
+
+    /// What a cgroup's `memory.max` of `text` must give, read independently of the code: the limit
+    /// in force kept (`kept`) for anything that is neither a number of bytes nor the kernel's `max`.
+    fn expected(text: &[u8], kept: u64) -> Option<u64> {
+        let Ok(t) = std::str::from_utf8(text) else { return Some(kept) };
+        let t = t.trim();
+        if t == "max" {
+            return None;
+        }
+        match t.parse::<u64>() {
+            Ok(0) => None,
+            Ok(v) if v >= (i64::MAX as u64 & !0xfff) && v <= i64::MAX as u64 => None,
+            Ok(v) if v >= (i64::MAX as u64 & !0xfff) => Some(kept),
+            Ok(v) if v > 16_384_000 * 1024 => None,
+            Ok(v) => Some(v),
+            Err(_) => Some(kept),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Good, arbitrary bytes, good: the limit is never lifted by a bad read (the last good one
+        /// stays, warned once), a real change in the file is followed, nothing panics.
+        #[test]
+        fn a_bad_read_between_good_ones_keeps_the_limit(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            digits in proptest::option::of(1u64..(8u64 << 30)),
+        ) {
+            let r = Root::new("prop");
+            let mut warned = false;
+            v2_app(&r, format!("{}\n", 4 * GIB).as_bytes());
+            let (limit, warn) = after_reread(None, &MemoryLimit::cgroup().resolve_under(r.path()).map(Some), &mut warned);
+            proptest::prop_assert_eq!((limit, warn), (Some(4 * GIB), false));
+            // Arbitrary bytes, or now and then a plain number.
+            let text = digits.map_or(junk, |d| format!("{d}\n").into_bytes());
+            v2_app(&r, &text);
+            let read = MemoryLimit::cgroup().resolve_under(r.path()).map(Some);
+            let (after, warn) = after_reread(limit, &read, &mut warned);
+            proptest::prop_assert_eq!(after, expected(&text, 4 * GIB), "{:?} read as {:?}", String::from_utf8_lossy(&text), read);
+            proptest::prop_assert_eq!(warn, matches!(read, Err(LimitError::Unreadable { .. })));
+            // Read again while still bad: no second warning.
+            let (again, warn_again) = after_reread(after, &read, &mut warned);
+            proptest::prop_assert_eq!((again, warn_again), (after, false));
+            v2_app(&r, format!("{}\n", 2 * GIB).as_bytes());
+            let (limit, warn) = after_reread(again, &MemoryLimit::cgroup().resolve_under(r.path()).map(Some), &mut warned);
+            proptest::prop_assert_eq!((limit, warn, warned), (Some(2 * GIB), false, false));
+        }
     }
 }

@@ -161,6 +161,8 @@ pub struct Reclaimer {
     limit: LimitSetting,
     /// When a cgroup share was last read.
     limit_read: Option<Instant>,
+    /// Whether the last reads of the limit were bad, and warned of (`limit::after_reread`).
+    limit_unreadable: bool,
 }
 
 /// The limit asked for and where it came from.
@@ -262,6 +264,7 @@ impl Reclaimer {
             published: published::Published::default(),
             limit: LimitSetting { limit: MemoryLimit::from_env(), from_env: true },
             limit_read: None,
+            limit_unreadable: false,
         }
     }
 
@@ -346,20 +349,32 @@ impl Reclaimer {
         }
         self.limit_read = Some(now);
         let Some(engine) = &mut self.engine else { return };
-        match self.limit.resolve() {
-            Ok(bytes) => {
-                if engine.limit().map(|(b, _)| b) != bytes {
-                    tracing::info!(target: "frag", limit = ?bytes, "frag reclaimer: memory limit in force");
+        let read = self.limit.resolve();
+        let in_force = engine.limit().map(|(b, _)| b);
+        let as_read = match &read {
+            Ok(bytes) => Ok(*bytes),
+            Err(ReclaimError::Limit { error, .. }) => Err(error.clone()),
+            Err(_) => Ok(None),
+        };
+        let (bytes, warn) = limit::after_reread(in_force, &as_read, &mut self.limit_unreadable);
+        match (&read, bytes) {
+            (Err(e), Some(kept)) => {
+                if warn {
+                    tracing::warn!(target: "frag", error = %e, limit = kept, "frag reclaimer: the memory limit could not be read again; the last one read stays in force");
                 }
-                engine.set_limit(bytes);
             }
-            Err(e) => {
-                if engine.limit().is_some() {
+            (Err(e), None) => {
+                if in_force.is_some() {
                     tracing::warn!(target: "frag", error = %e, "frag reclaimer: the memory limit is gone; the reclaimer goes on without one");
                 }
-                engine.set_limit(None);
+            }
+            (Ok(_), _) => {
+                if in_force != bytes {
+                    tracing::info!(target: "frag", limit = ?bytes, "frag reclaimer: memory limit in force");
+                }
             }
         }
+        engine.set_limit(bytes);
     }
 
     settings! {
