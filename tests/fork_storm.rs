@@ -65,7 +65,11 @@ fn stacks_of(pid: libc::pid_t) -> String {
         .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt 12"])
         .output();
     match out {
-        Ok(out) => String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('#') || l.starts_with("Thread")).collect::<Vec<_>>().join("\n"),
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+            .collect::<Vec<_>>()
+            .join("\n"),
         Err(e) => format!("(no gdb: {e})"),
     }
 }
@@ -94,7 +98,11 @@ fn wait_for(pid: libc::pid_t, limit: Duration) -> Result<i32, String> {
 }
 
 /// Spawns a thread that runs `step` until `stop`.
-fn busy(name: &str, stop: &Arc<AtomicBool>, mut step: impl FnMut(usize) + Send + 'static) -> std::thread::JoinHandle<()> {
+fn busy(
+    name: &str,
+    stop: &Arc<AtomicBool>,
+    mut step: impl FnMut(usize) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
     let stop = Arc::clone(stop);
     std::thread::Builder::new()
         .name(name.into())
@@ -181,5 +189,11 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
     }
     publisher.stop();
     reclaimer.stop();
-    assert!(failures.is_empty(), "{} of {} children failed:\n{}", failures.len(), common::scaled(200), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} children failed:\n{}",
+        failures.len(),
+        common::scaled(200),
+        failures.join("\n")
+    );
 }

@@ -21,7 +21,12 @@ include!("common/stack_cases.rs");
 /// The bytes in use at `allocate_here`, summed over its sites.
 fn at_allocate_here(report: &frag::Report) -> u64 {
     let sites = report.sites.as_ref().expect("a sites section");
-    sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, "allocate_here"))).map(|r| r.inuse_bytes).sum()
+    sites
+        .top
+        .iter()
+        .filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, "allocate_here")))
+        .map(|r| r.inuse_bytes)
+        .sum()
 }
 
 /// Every block allocated on a switched stack (a `stacker` segment, a fiber, a coroutine) is at its

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 /// The top-level modules of `src/`, bottom first. A module may import from itself and from those
 /// before it, never from those after it.
 const LAYERS: &[&str] = &[
-    // Leaves: no imports from the crate.
-    "sync", "format", "estimate", "process", "loader", "reentry", "usdt",
+    // Leaves: no imports from the crate (but `sync`'s atomics, in `fork`'s locks).
+    "sync", "fork", "format", "estimate", "process", "loader", "reentry", "usdt",
     // What a group of samples adds up to (a site's, a scope's).
     "tally",
     // The counters (with the size classes), frag's own work apart from the program's, the sampler

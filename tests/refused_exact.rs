@@ -7,4 +7,3 @@ mod common;
 static A: frag::Tracked<Refusing, frag::Exact> = frag::Tracked::with_sampling(Refusing, frag::Sampling::EveryBlock);
 
 include!("common/refused_cases.rs");
-

@@ -88,7 +88,16 @@ const FRAG: &[(&str, &[i64])] = &[
     // Symbolizing and profiles: the binary's and libraries' debug information, mapped.
     (
         "symbols",
-        &[libc::SYS_openat, libc::SYS_read, libc::SYS_close, libc::SYS_fcntl, libc::SYS_readlink, libc::SYS_statx, libc::SYS_mmap, libc::SYS_munmap],
+        &[
+            libc::SYS_openat,
+            libc::SYS_read,
+            libc::SYS_close,
+            libc::SYS_fcntl,
+            libc::SYS_readlink,
+            libc::SYS_statx,
+            libc::SYS_mmap,
+            libc::SYS_munmap,
+        ],
     ),
     // The reclaimer: releases (`madvise`, glibc's `malloc_trim`, jemalloc's purges) and its CPU
     // budget (the thread's CPU clock).

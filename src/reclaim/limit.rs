@@ -210,7 +210,11 @@ impl std::error::Error for LimitError {}
 /// gone for a moment or half-written must not lift the limit that keeps the service alive). Returns
 /// the limit and whether to warn now: once for a run of bad reads (`warned` carries it from read to
 /// read, cleared by a good one).
-pub(crate) fn after_reread(current: Option<u64>, read: &Result<Option<u64>, LimitError>, warned: &mut bool) -> (Option<u64>, bool) {
+pub(crate) fn after_reread(
+    current: Option<u64>,
+    read: &Result<Option<u64>, LimitError>,
+    warned: &mut bool,
+) -> (Option<u64>, bool) {
     match read {
         Err(LimitError::Unreadable { .. }) if current.is_some() => (current, !core::mem::replace(warned, true)),
         Ok(bytes) => {

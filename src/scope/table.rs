@@ -61,11 +61,7 @@ pub(crate) struct Table {
 
 impl Table {
     pub(crate) const fn new() -> Self {
-        Self {
-            slots: [const { Slot::new() }; CAPACITY],
-            names: Lock::new(BTreeMap::new()),
-            refused: AtomicU64::new(0),
-        }
+        Self { slots: [const { Slot::new() }; CAPACITY], names: Lock::new(BTreeMap::new()), refused: AtomicU64::new(0) }
     }
 
     /// The slot of `name` (not empty, at most [`MAX_NAME`] bytes), interned on first sight;

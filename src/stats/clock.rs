@@ -143,7 +143,9 @@ impl Clock {
     pub(crate) fn refund(&self, size: usize, shared: bool, ended: bool) {
         if ended {
             self.finished.fetch_sub(size as u64, Ordering::Relaxed);
-            let _ = self.unpublished.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(size as u64)));
+            let _ = self
+                .unpublished
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(size as u64)));
         } else if shared {
             self.left.fetch_add(size as i64, Ordering::Relaxed);
         } else {

@@ -79,7 +79,7 @@ thread_local! {
 
 /// Runs the closure `TASK` holds, if any.
 fn run_task() {
-    if let Some(task) = TASK.with(Cell::get) {
+    if let Ok(Some(task)) = TASK.try_with(Cell::get) {
         // SAFETY: `with_task` keeps the closure alive, and this thread alone runs it, until it
         // returns.
         unsafe { (*task)() };
@@ -91,9 +91,9 @@ fn with_task(mut f: impl FnMut(), enter: impl FnOnce()) {
     let f: &mut dyn FnMut() = &mut f;
     // SAFETY: only the lifetime is erased; `TASK` is cleared before `f` goes out of scope.
     let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f as *mut dyn FnMut()) };
-    TASK.with(|t| t.set(Some(f)));
+    TASK.try_with(|t| t.set(Some(f))).expect("a live thread");
     enter();
-    TASK.with(|t| t.set(None));
+    TASK.try_with(|t| t.set(None)).expect("a live thread");
 }
 
 /// `f` on a `stacker` segment of `size` bytes (a fresh mapping with a guard page below it), as
@@ -150,10 +150,15 @@ pub fn on_coroutine(rounds: usize, mut f: impl FnMut()) {
 pub fn on_given_stack(size: usize, f: impl FnMut() + Send) -> usize {
     let stack = Guarded::new(size);
     stack.paint(0xa5);
-    on_pthread(|attr| {
-        // SAFETY: `attr` is initialised; the stack outlives the thread (joined before it drops).
-        unsafe { assert_eq!(libc::pthread_attr_setstack(attr, stack.base() as *mut libc::c_void, stack.size()), 0) };
-    }, f);
+    on_pthread(
+        |attr| {
+            // SAFETY: `attr` is initialised; the stack outlives the thread (joined before it drops).
+            unsafe {
+                assert_eq!(libc::pthread_attr_setstack(attr, stack.base() as *mut libc::c_void, stack.size()), 0)
+            };
+        },
+        f,
+    );
     stack.used_below_top(0xa5)
 }
 

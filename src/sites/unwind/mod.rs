@@ -48,10 +48,10 @@ mod frames;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod modules;
-#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
-pub(crate) mod recent;
 #[cfg_attr(frag_unwind = "none", allow(dead_code))]
 mod readable;
+#[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
+pub(crate) mod recent;
 #[cfg_attr(not(frag_unwind = "tables"), allow(dead_code))]
 pub(crate) mod rows;
 #[cfg_attr(frag_unwind = "none", allow(dead_code))]
