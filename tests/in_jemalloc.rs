@@ -214,3 +214,44 @@ fn samples_taken_inside_jemalloc_carry_the_scope() {
     }
     assert!(big.live_bytes().estimate < 1 << 20, "{:?}", big.live_bytes());
 }
+
+/// Blocks jemalloc cannot serve (1 PiB: beyond the address space), asked for with `alloc`,
+/// `alloc_zeroed`, over-aligned, and as a `realloc` of a kept 1 MiB block: null each time, the old
+/// block whole; the site holds the one block served and nothing of the refused ones.
+#[inline(never)]
+fn refused_in_jemalloc() -> (*mut u8, std::alloc::Layout) {
+    use std::alloc::{Layout, alloc, alloc_zeroed, realloc};
+    let huge = 1usize << 50;
+    for align in [8, 4096] {
+        let layout = Layout::from_size_align(huge, align).unwrap();
+        // SAFETY: a non-zero size; the null result is checked, never used.
+        unsafe {
+            assert!(alloc(layout).is_null(), "alloc, align {align}");
+            assert!(alloc_zeroed(layout).is_null(), "alloc_zeroed, align {align}");
+        }
+    }
+    let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+    // SAFETY: a fresh block, written inside its size; its refused reallocation leaves it ours.
+    unsafe {
+        let p = alloc(layout);
+        assert!(!p.is_null());
+        p.write_bytes(0x5a, layout.size());
+        assert!(realloc(p, layout, huge).is_null());
+        assert_eq!(*p.add(layout.size() - 1), 0x5a);
+        (p, layout)
+    }
+}
+
+#[test]
+fn allocations_jemalloc_refuses_leave_no_sample() {
+    start();
+    let (p, layout) = refused_in_jemalloc();
+    let report = symbolized_report();
+    let rows = rows(&report, "refused_in_jemalloc");
+    let (inuse, allocated): (u64, u64) = rows.iter().fold((0, 0), |(u, a), r| (u + r.inuse_bytes, a + r.alloc_bytes));
+    // The 1 MiB block is sampled for certain at a 64 KiB mean; a refused block counted would add 1 PiB.
+    assert_eq!(inuse, 1 << 20, "{report}");
+    assert!(allocated < 2 << 20, "{allocated} B allocated at the site\n{report}");
+    // SAFETY: the block came from `alloc` with `layout`.
+    unsafe { std::alloc::dealloc(p, layout) };
+}
