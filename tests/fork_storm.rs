@@ -1,8 +1,9 @@
 //! A fork storm while every thread and lock of frag's is busy: scopes made and published, reports
 //! taken and symbolized, heap profiles written, a reclaimer acting every round, a publisher every
 //! millisecond, workers sampling inside scopes. The main thread forks again and again; every child,
-//! whatever the parent's threads held at that moment, reports, symbolizes, writes a profile,
-//! allocates, starts a publisher and a reclaimer of its own, and exits within 5 s.
+//! whatever the parent's threads held at that moment, reports, writes a profile, allocates, starts a
+//! publisher and a reclaimer of its own, and exits within 5 s; every 25th symbolizes its report too
+//! (within a minute: reading the debug information takes seconds in a debug build).
 
 mod common;
 
@@ -22,6 +23,9 @@ const BACKEND: Backend = std::alloc::System;
 #[global_allocator]
 static A: frag::Tracked<Backend> = frag::Tracked::with_sampling(BACKEND, frag::Sampling::MeanBytes(64 << 10));
 
+/// Every this many children symbolize too.
+const SYMBOLIZING: usize = 25;
+
 /// What a child does; `Err` says what went wrong.
 fn child(round: usize) -> Result<(), String> {
     let scope = frag::Scope::new(format!("child-{}", round % 7)).map_err(|e| e.to_string())?;
@@ -30,8 +34,9 @@ fn child(round: usize) -> Result<(), String> {
         (0..2000).map(|i| vec![3u8; 16 + i * 7]).collect()
     };
     let mut report = frag::report();
-    // Symbolizing reads the binary's debug information: every eighth child, to keep the storm short.
-    if round % 8 == 0 {
+    // Symbolizing reads the binary's debug information (seconds in a debug build with full debug
+    // information): every 25th child, given longer to exit.
+    if round % SYMBOLIZING == 0 {
         if let Some(sites) = report.sites.as_mut() {
             sites.symbolize();
         }
@@ -156,6 +161,7 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
     std::thread::sleep(Duration::from_millis(100));
 
     let mut failures = Vec::new();
+    let mut slowest = Duration::ZERO;
     for round in 0..common::scaled(200) {
         std::thread::sleep(Duration::from_millis(1 + (round % 4) as u64));
         // SAFETY: the child runs `child` and leaves with `_exit`, never returning into the harness.
@@ -173,12 +179,18 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
             // SAFETY: leaves the child at once, without the parent's exit handlers.
             unsafe { libc::_exit(code) };
         }
-        match wait_for(pid, Duration::from_secs(5)) {
+        let forked = Instant::now();
+        let limit = Duration::from_secs(if round % SYMBOLIZING == 0 { 60 } else { 5 });
+        let status = wait_for(pid, limit);
+        if round % SYMBOLIZING != 0 {
+            slowest = slowest.max(forked.elapsed());
+        }
+        match status {
             // The stacks of the first child that hung; the others' rounds.
             Err(stacks) if failures.is_empty() => {
-                failures.push(format!("round {round}: the child did not exit within 5 s:\n{stacks}"))
+                failures.push(format!("round {round}: the child did not exit within {limit:?}:\n{stacks}"))
             }
-            Err(_) => failures.push(format!("round {round}: the child did not exit within 5 s")),
+            Err(_) => failures.push(format!("round {round}: the child did not exit within {limit:?}")),
             Ok(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => {}
             Ok(s) => failures.push(format!("round {round}: the child ended with status {s:#x}")),
         }
@@ -189,6 +201,7 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
     }
     publisher.stop();
     reclaimer.stop();
+    println!("the slowest child that did not symbolize took {slowest:?}");
     assert!(
         failures.is_empty(),
         "{} of {} children failed:\n{}",
