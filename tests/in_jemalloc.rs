@@ -221,13 +221,14 @@ fn samples_taken_inside_jemalloc_carry_the_scope() {
 #[inline(never)]
 fn refused_in_jemalloc() -> (*mut u8, std::alloc::Layout) {
     use std::alloc::{Layout, alloc, alloc_zeroed, realloc};
+    use std::hint::black_box;
     let huge = 1usize << 50;
     for align in [8, 4096] {
         let layout = Layout::from_size_align(huge, align).unwrap();
         // SAFETY: a non-zero size; the null result is checked, never used.
         unsafe {
-            assert!(alloc(layout).is_null(), "alloc, align {align}");
-            assert!(alloc_zeroed(layout).is_null(), "alloc_zeroed, align {align}");
+            assert!(black_box(alloc(layout)).is_null(), "alloc, align {align}");
+            assert!(black_box(alloc_zeroed(layout)).is_null(), "alloc_zeroed, align {align}");
         }
     }
     let layout = Layout::from_size_align(1 << 20, 8).unwrap();
@@ -236,7 +237,7 @@ fn refused_in_jemalloc() -> (*mut u8, std::alloc::Layout) {
         let p = alloc(layout);
         assert!(!p.is_null());
         p.write_bytes(0x5a, layout.size());
-        assert!(realloc(p, layout, huge).is_null());
+        assert!(black_box(realloc(p, layout, huge)).is_null());
         assert_eq!(*p.add(layout.size() - 1), 0x5a);
         (p, layout)
     }

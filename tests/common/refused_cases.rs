@@ -4,6 +4,10 @@
 // allocator, so that each refusal is met on a sampled path, deterministically, in both tiers.
 
 use std::alloc::{GlobalAlloc, Layout, System, alloc, alloc_zeroed, dealloc, realloc};
+use std::hint::black_box;
+
+// `black_box` on every result: an allocation whose result is only compared with null may be
+// removed by the optimiser, which assumes it succeeds.
 
 /// The size refused: a few megabytes, sampled in either tier.
 const REFUSED: usize = 5_000_777;
@@ -43,8 +47,8 @@ fn refused_here() -> Vec<(*mut u8, Layout)> {
         let big = Layout::from_size_align(REFUSED, align).unwrap();
         // SAFETY: non-zero sizes; a null result is checked, never used.
         unsafe {
-            assert!(alloc(big).is_null(), "alloc, align {align}");
-            assert!(alloc_zeroed(big).is_null(), "alloc_zeroed, align {align}");
+            assert!(black_box(alloc(big)).is_null(), "alloc, align {align}");
+            assert!(black_box(alloc_zeroed(big)).is_null(), "alloc_zeroed, align {align}");
         }
     }
     for (size, align) in [(64, 8), (2 << 20, 8), (2 << 20, 4096)] {
@@ -55,7 +59,7 @@ fn refused_here() -> Vec<(*mut u8, Layout)> {
             let p = alloc(layout);
             assert!(!p.is_null());
             p.write_bytes(0x5a, size);
-            assert!(realloc(p, layout, REFUSED).is_null(), "realloc of {size} B aligned to {align}");
+            assert!(black_box(realloc(p, layout, REFUSED)).is_null(), "realloc of {size} B aligned to {align}");
             assert_eq!((*p, *p.add(size - 1)), (0x5a, 0x5a), "the old block changed");
             served.push((p, layout));
         }
