@@ -43,7 +43,15 @@ fn every_block_on_switched_stacks_is_at_its_site() {
     stacks::on_fiber(128 * 1024, || truth += deep(5, &mut kept, 100, &mut seed));
     stacks::on_coroutine(2, || truth += deep(5, &mut kept, 100, &mut seed));
     let report = common::symbolized_report();
-    assert!(report.sites.as_ref().unwrap().switched_stacks > 0, "{report}");
+    let sites = report.sites.as_ref().unwrap();
+    assert!(sites.switched_stacks > 0, "{report}");
     assert_eq!(at_allocate_here(&report), truth, "{report}");
+    // Every block allocated there counted as allocated on a switched stack: those kept, those freed
+    // at once (as many again, about), and the rest of each round's work.
+    assert!(
+        sites.switched_stacks_bytes >= truth,
+        "{} B counted on switched stacks, {truth} B kept there\n{report}",
+        sites.switched_stacks_bytes
+    );
     drop(kept);
 }

@@ -103,8 +103,10 @@ fn write_sites(f: &mut Formatter<'_>, s: &Sites) -> fmt::Result {
     if s.switched_stacks > 0 || s.unproven_stacks > 0 {
         writeln!(
             f,
-            "           {} samples on stacks the program switched to, {} not walked (stack memory unproven)",
-            s.switched_stacks, s.unproven_stacks
+            "           {} samples on stacks the program switched to ({ESTIMATED}{} allocated), {} not walked (stack memory unproven)",
+            s.switched_stacks,
+            Bytes(s.switched_stacks_bytes),
+            s.unproven_stacks
         )?;
     }
     if s.no_stack_inuse_bytes > 0 {

@@ -42,6 +42,11 @@ pub struct Sites {
     /// fiber's stack, a signal handler's alternate stack): walked as far as the kernel said that
     /// stack is readable, and counted under their sites like any other (docs/UNWIND.md).
     pub switched_stacks: u64,
+    /// Estimated bytes allocated by those samples (each sample's size over its sampling
+    /// probability; a `Tracked`'s samples: sampling inside jemalloc counts them without their
+    /// bytes). JSON: `est_switched_stacks_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_switched_stacks_bytes"))]
+    pub switched_stacks_bytes: u64,
     /// Samples whose stack was not walked because the system refused the call that says which stack
     /// memory is readable (`process_vm_readv`, under a seccomp filter): their blocks count under "no
     /// stack", and the report warns.
@@ -226,6 +231,7 @@ pub(crate) fn section(shares: Option<&Shares>) -> Option<Sites> {
         site_capacity: sites::SITE_CAPACITY,
         dropped_stacks: read::dropped(),
         switched_stacks: read::stack_counts().0,
+        switched_stacks_bytes: sites::switched_bytes(),
         unproven_stacks: read::stack_counts().1,
         no_stack_inuse_bytes: no_stack.iter().map(|s| s.tally.inuse_bytes.round() as u64).sum(),
         top,

@@ -256,6 +256,7 @@ mod tests {
             site_capacity: 4096,
             dropped_stacks: dropped,
             switched_stacks: 0,
+            switched_stacks_bytes: 0,
             unproven_stacks: 0,
             no_stack_inuse_bytes: 0,
             top: Vec::new(),

@@ -16,7 +16,7 @@ pub(crate) mod table;
 pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 pub(crate) use table::CAPACITY as SITE_CAPACITY;
 pub(crate) use table::NO_SITE;
 pub(crate) use table::SITES;
@@ -89,15 +89,29 @@ pub fn unwind_tables() -> Option<UnwindTables> {
     unwind::summary()
 }
 
-/// The site of the allocation being sampled in scope `scope`: its stack, walked from `entry` (or
-/// the thread's last walk's, when it would repeat: `last`) and interned; [`NO_SITE`] while stacks
-/// are off, without a stack (no unwinder, a foreign stack, no tables yet) or when the table is full.
+/// The site of the allocation being sampled in scope `scope`, standing for `weighted` bytes: its
+/// stack, walked from `entry` (or the thread's last walk's, when it would repeat: `last`) and
+/// interned; [`NO_SITE`] while stacks are off, without a stack (no unwinder, stack memory the system
+/// would not prove readable, no tables yet) or when the table is full. A walk on a stack the program
+/// switched to counts its bytes ([`switched_bytes`]).
 #[cold]
-pub(crate) fn capture(entry: ColdFrame, scope: u16) -> u32 {
+pub(crate) fn capture(entry: ColdFrame, scope: u16, weighted: u64) -> u32 {
     if !STACKS.load(Ordering::Relaxed) {
         return NO_SITE;
     }
-    last::site(entry, scope)
+    let site = last::site(entry, scope);
+    if unwind::took_switched() {
+        SWITCHED_BYTES.fetch_add(weighted, Ordering::Relaxed);
+    }
+    site
+}
+
+/// Estimated bytes allocated by the samples walked on switched stacks.
+static SWITCHED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Estimated bytes allocated by the samples walked on stacks the program switched to.
+pub(crate) fn switched_bytes() -> u64 {
+    SWITCHED_BYTES.load(Ordering::Relaxed)
 }
 
 /// The stack from `entry` into `out`, leaf first; the number of frames (0 while stacks are off).
@@ -106,7 +120,10 @@ pub(crate) fn walk(entry: ColdFrame, out: &mut Frames) -> usize {
     if !STACKS.load(Ordering::Relaxed) {
         return 0;
     }
-    unwind::capture(entry, out, None)
+    let depth = unwind::capture(entry, out, None);
+    // jemalloc's profiler weighs its sample later: a switched stack's walk is counted, its bytes not.
+    let _ = unwind::took_switched();
+    depth
 }
 
 /// The site of the first `depth` frames of `frames` (a stack walked earlier) in scope `scope`,

@@ -79,7 +79,7 @@ use tables as chosen;
 pub(crate) use chosen::{ColdFrame, capture, refresh, repeats, summary};
 pub(crate) use frames::{Frames, MAX_FRAMES};
 #[cfg_attr(frag_unwind = "none", allow(unused_imports))]
-pub(crate) use stack::counts as stack_counts;
+pub(crate) use stack::{counts as stack_counts, took_switched};
 pub use summary::UnwindTables;
 pub(crate) use trace::Trace;
 

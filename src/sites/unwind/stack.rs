@@ -124,6 +124,19 @@ std::thread_local! {
     /// the thread-local rules of `reentry` (const-initialised, no `Drop`, read with `try_with`).
     static OWN: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     static SWITCHED_END: Cell<usize> = const { Cell::new(0) };
+    /// Whether this thread's last bound was found on a switched stack, until [`took_switched`] reads it.
+    static SWITCHED_NOW: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the walk just taken on this thread ran on a switched stack (read once: clears it).
+pub(crate) fn took_switched() -> bool {
+    SWITCHED_NOW.try_with(|s| s.replace(false)).unwrap_or(false)
+}
+
+/// Counts a sample walked on a switched stack.
+fn switched() {
+    SWITCHED.fetch_add(1, Ordering::Relaxed);
+    let _ = SWITCHED_NOW.try_with(|s| s.set(true));
 }
 
 /// Samples walked on a stack other than the thread's own, and samples not walked because the
@@ -164,7 +177,7 @@ fn proven_top(sp: usize) -> usize {
             Readable::Until(end) => {
                 // Not the thread's stack: a gap or a guard page lies between.
                 let _ = SWITCHED_END.try_with(|s| s.set(end));
-                SWITCHED.fetch_add(1, Ordering::Relaxed);
+                switched();
                 return end.min(sp.saturating_add(SWITCHED_SPAN));
             }
             Readable::Refused => {}
@@ -172,7 +185,7 @@ fn proven_top(sp: usize) -> usize {
     } else {
         match readable::until(sp, sp.saturating_add(SWITCHED_SPAN)) {
             Readable::Until(end) => {
-                SWITCHED.fetch_add(1, Ordering::Relaxed);
+                switched();
                 return end;
             }
             Readable::Refused => {}
