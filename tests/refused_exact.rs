@@ -4,6 +4,7 @@
 mod common;
 
 #[global_allocator]
-static A: frag::Tracked<Refusing, frag::Exact> = frag::Tracked::with_sampling(Refusing, frag::Sampling::EveryBlock);
+static A: frag::Tracked<Refusing, frag::Exact> =
+    frag::Tracked::with_sampling(common::Refusing, frag::Sampling::EveryBlock);
 
 include!("common/refused_cases.rs");

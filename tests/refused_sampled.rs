@@ -5,6 +5,6 @@
 mod common;
 
 #[global_allocator]
-static A: frag::Tracked<Refusing> = frag::Tracked::with_sampling(Refusing, frag::Sampling::MeanBytes(64 << 10));
+static A: frag::Tracked<Refusing> = frag::Tracked::with_sampling(common::Refusing, frag::Sampling::MeanBytes(64 << 10));
 
 include!("common/refused_cases.rs");

@@ -12,14 +12,7 @@ use std::time::Duration;
 
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
-#[cfg(feature = "jemalloc")]
-type Backend = tikv_jemallocator::Jemalloc;
-#[cfg(feature = "jemalloc")]
-const BACKEND: Backend = tikv_jemallocator::Jemalloc;
-#[cfg(not(feature = "jemalloc"))]
-type Backend = std::alloc::System;
-#[cfg(not(feature = "jemalloc"))]
-const BACKEND: Backend = std::alloc::System;
+use common::{BACKEND, Backend};
 
 #[global_allocator]
 static A: frag::Tracked<Backend> = frag::Tracked::with_sampling(BACKEND, frag::Sampling::MeanBytes(64 << 10));

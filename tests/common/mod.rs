@@ -14,6 +14,49 @@ pub mod stacks;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// The README's backend where the build has it (jemalloc), else glibc's: for the tests whose cases hold
+/// on any backend, run with the one a service most likely has.
+#[cfg(feature = "jemalloc")]
+pub type Backend = tikv_jemallocator::Jemalloc;
+/// See [`Backend`].
+#[cfg(feature = "jemalloc")]
+pub const BACKEND: Backend = tikv_jemallocator::Jemalloc;
+/// See [`Backend`].
+#[cfg(not(feature = "jemalloc"))]
+pub type Backend = std::alloc::System;
+/// See [`Backend`].
+#[cfg(not(feature = "jemalloc"))]
+pub const BACKEND: Backend = std::alloc::System;
+
+/// `System`, except that every request for `SIZE` bytes gets null (allocation failure on demand), on
+/// `alloc`, `alloc_zeroed` and `realloc`.
+pub struct Refusing<const SIZE: usize>;
+
+// SAFETY: every call is System's with the caller's arguments, or null (a refusal `GlobalAlloc`
+// allows).
+unsafe impl<const SIZE: usize> GlobalAlloc for Refusing<SIZE> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        if layout.size() == SIZE { std::ptr::null_mut() } else { unsafe { std::alloc::System.alloc(layout) } }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        if layout.size() == SIZE { std::ptr::null_mut() } else { unsafe { std::alloc::System.alloc_zeroed(layout) } }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        if new_size == SIZE {
+            std::ptr::null_mut()
+        } else {
+            unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+        }
+    }
+}
+
 /// A backend wrapper that counts what it serves: the independent ground truth for `Tracked`'s
 /// counters. Its own counters are global atomics (slow, but obviously right).
 pub struct Counting<A>(pub A);

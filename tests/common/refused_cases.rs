@@ -3,7 +3,7 @@
 // sampled tier at a 64 KiB mean, where a block of megabytes is always sampled), after their global
 // allocator, so that each refusal is met on a sampled path, deterministically, in both tiers.
 
-use std::alloc::{GlobalAlloc, Layout, System, alloc, alloc_zeroed, dealloc, realloc};
+use std::alloc::{Layout, alloc, alloc_zeroed, dealloc, realloc};
 use std::hint::black_box;
 
 // `black_box` on every result: an allocation whose result is only compared with null may be
@@ -12,29 +12,8 @@ use std::hint::black_box;
 /// The size refused: a few megabytes, sampled in either tier.
 const REFUSED: usize = 5_000_777;
 
-/// `System`, except that every request for [`REFUSED`] bytes gets null.
-pub struct Refusing;
-
-// SAFETY: every call is System's with the caller's arguments, or null (a refusal `GlobalAlloc`
-// allows).
-unsafe impl GlobalAlloc for Refusing {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        if layout.size() == REFUSED { std::ptr::null_mut() } else { unsafe { System.alloc(layout) } }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        if layout.size() == REFUSED { std::ptr::null_mut() } else { unsafe { System.alloc_zeroed(layout) } }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
-        if new_size == REFUSED { std::ptr::null_mut() } else { unsafe { System.realloc(ptr, layout, new_size) } }
-    }
-}
+/// `System`, refusing [`REFUSED`] bytes.
+pub type Refusing = common::Refusing<REFUSED>;
 
 /// Every refusal in turn, at a site of its own: `alloc`, `alloc_zeroed`, both over-aligned, and
 /// `realloc` of a small block, of a large one and of an over-aligned one (the first two may grow
