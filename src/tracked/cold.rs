@@ -64,8 +64,8 @@ fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) ->
         Placed::Marked { twin } => (true, 0, twin),
         Placed::Head { lead } => (true, lead, 0),
     };
-    let weighted = (size as f64 * weight) as u64;
-    let entry = sample::entry(size as u64, weight, |scope| sites::capture(frame, scope, weighted), marked, lead, twin);
+    let site = |scope| sites::capture(frame, scope, (size as f64 * weight) as u64);
+    let entry = sample::entry(size as u64, weight, site, marked, lead, twin);
     if !sampler::keep(ptr, entry) {
         return None;
     }
