@@ -28,10 +28,83 @@ pub(crate) struct Symbols {
     names: bool,
 }
 
-/// Symbolizers at work: the process id in the high half, their count in the low half. A child
-/// forked while the count was non-zero inherits it with its parent's id: the `backtrace` lock may be
-/// held by a thread that does not exist in the child, so the child never symbolizes.
+/// Symbolizers at work (and any other use of `backtrace`'s cache of frag's): the process id in the
+/// high half, their count in the low half. A fork waits for the count to drain ([`FORKING`]); a
+/// child forked while it was non-zero all the same (a symbolizer that outlasted the wait) inherits
+/// it with its parent's id: the `backtrace` lock may be held by a thread that does not exist in the
+/// child, so the child never symbolizes.
 static ACTIVE: AtomicU64 = AtomicU64::new(0);
+/// Set by a thread about to fork, from `pthread_atfork`'s prepare handler to its parent or child
+/// handler: new symbolizers wait for it to clear, and the forking thread waits (at most
+/// [`FORK_WAIT`]) for those at work to finish, so that the child inherits `backtrace`'s state whole
+/// and unlocked and can symbolize. A new symbolizer counts itself before it looks at this flag, and
+/// the forking thread sets it before it looks at the count (both sequentially consistent), so
+/// that one of the two always sees the other.
+static FORKING: AtomicBool = AtomicBool::new(false);
+/// Whether the fork handlers are registered (at the first symbolizer: after the backend's own, so
+/// that the wait runs while a symbolizer can still allocate; see `fork`).
+static FORK_HOOKED: AtomicBool = AtomicBool::new(false);
+/// The longest a fork waits for a symbolizer at work: a symbolization reads debug information for
+/// up to seconds; past this, the child goes without names rather than the fork waiting longer.
+const FORK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Before `fork`: no new symbolizer starts, and those at work in this process finish (or
+/// [`FORK_WAIT`] passes).
+extern "C" fn before_fork() {
+    FORKING.store(true, Ordering::SeqCst);
+    let me = u64::from(std::process::id());
+    let start = std::time::Instant::now();
+    loop {
+        let seen = ACTIVE.load(Ordering::SeqCst);
+        if seen & 0xffff_ffff == 0 || seen >> 32 != me || start.elapsed() > FORK_WAIT {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// After `fork`, in the parent and in the child: symbolizers may start again.
+extern "C" fn after_fork() {
+    FORKING.store(false, Ordering::SeqCst);
+}
+
+/// Counts a user of `backtrace`'s cache in, unless a child forked while another thread used it
+/// (`false`); waits while a thread forks.
+fn count_in() -> bool {
+    if !FORK_HOOKED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handlers have the C ABI, touch only atomics (and sleep) and stay valid for the
+        // life of the process. A failure (ENOMEM) leaves forks unguarded: a child forked while a
+        // symbolizer worked then names nothing, as the count says.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    }
+    let me = u64::from(std::process::id());
+    loop {
+        let mut seen = ACTIVE.load(Ordering::SeqCst);
+        loop {
+            let (pid, count) = (seen >> 32, seen & 0xffff_ffff);
+            if count > 0 && pid != me {
+                return false;
+            }
+            match ACTIVE.compare_exchange(seen, (me << 32) | (count + 1), Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        if !FORKING.load(Ordering::SeqCst) {
+            return true;
+        }
+        // A thread is forking: out of its way until it is done.
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+        while FORKING.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Counts a user of `backtrace`'s cache out.
+fn count_out() {
+    ACTIVE.fetch_sub(1, Ordering::SeqCst);
+}
 /// Whether `backtrace`'s cache outlives the symbolizers (see [`keep_symbol_cache`]).
 static KEEP: AtomicBool = AtomicBool::new(false);
 
@@ -47,8 +120,9 @@ static KEEP: AtomicBool = AtomicBool::new(false);
 /// ```
 pub fn keep_symbol_cache(keep: bool) {
     KEEP.store(keep, Ordering::Relaxed);
-    if !keep && ACTIVE.load(Ordering::Acquire) & 0xffff_ffff == 0 {
+    if !keep && ACTIVE.load(Ordering::Acquire) & 0xffff_ffff == 0 && count_in() {
         crate::own::run(backtrace::clear_symbol_cache);
+        count_out();
     }
 }
 
@@ -60,31 +134,22 @@ pub(crate) fn cache_kept() -> bool {
 impl Drop for Symbols {
     fn drop(&mut self) {
         if self.names {
-            let before = ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            // The last symbolizer at work: the cache goes, unless it is kept. (Another that starts
-            // meanwhile reads what it needs again: `backtrace`'s lock orders the two.)
-            if before & 0xffff_ffff == 1 && !KEEP.load(Ordering::Relaxed) {
+            // The last symbolizer at work: the cache goes, unless it is kept, while this one still
+            // counts (a fork waits for it). Another that starts meanwhile reads what it needs again
+            // (`backtrace`'s lock orders the two); two that end at once both keep it, until the next.
+            if ACTIVE.load(Ordering::SeqCst) & 0xffff_ffff == 1 && !KEEP.load(Ordering::Relaxed) {
                 crate::own::run(backtrace::clear_symbol_cache);
             }
+            count_out();
         }
     }
 }
 
 impl Symbols {
-    /// A symbolizer, or `None` in a child forked while another thread was symbolizing.
+    /// A symbolizer, or `None` in a child forked while another thread of its parent was
+    /// symbolizing and outlasted the fork's wait ([`FORK_WAIT`]). Waits while a thread forks.
     pub(crate) fn new() -> Option<Self> {
-        let me = u64::from(std::process::id());
-        let mut seen = ACTIVE.load(Ordering::Acquire);
-        loop {
-            let (pid, count) = (seen >> 32, seen & 0xffff_ffff);
-            if count > 0 && pid != me {
-                return None;
-            }
-            match ACTIVE.compare_exchange(seen, (me << 32) | (count + 1), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(Self { cache: HashMap::new(), names: true }),
-                Err(now) => seen = now,
-            }
-        }
+        count_in().then(|| Self { cache: HashMap::new(), names: true })
     }
 
     /// A symbolizer that names nothing (every address stays unknown).
