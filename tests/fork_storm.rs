@@ -8,7 +8,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{BACKEND, Backend};
@@ -120,10 +120,11 @@ fn busy(
 
 #[test]
 fn every_child_of_a_busy_process_reports_allocates_and_exits() {
-    // The debug information read once and kept: a symbolization takes seconds in a debug build
-    // (more than a fork waits for one at work, `FORK_WAIT`), milliseconds once its cache is kept.
+    // The debug information kept once read: a symbolization of sites not seen before takes seconds
+    // in a debug build (more than a fork waits for one at work, 2 s), milliseconds once the cache
+    // holds their code's. The forks start once the reporter's symbolizations are of that kind.
     frag::keep_symbol_cache(true);
-    drop(common::symbolized_report());
+    static SYMBOLIZED: AtomicUsize = AtomicUsize::new(0);
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = vec![
         busy("scopes", &stop, |n| {
@@ -138,6 +139,7 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
             if n % 4 == 0 {
                 if let Some(sites) = report.sites.as_mut() {
                     sites.symbolize();
+                    SYMBOLIZED.fetch_add(1, Ordering::Relaxed);
                 }
             }
             std::hint::black_box(report.to_string());
@@ -158,8 +160,12 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
         .poll(Duration::from_millis(10))
         .spawn()
         .expect("reclaimer");
-    // The threads at work before the first fork.
-    std::thread::sleep(Duration::from_millis(100));
+    // The threads at work, and the reporter's sites read, before the first fork.
+    let warming = Instant::now();
+    while SYMBOLIZED.load(Ordering::Relaxed) < 3 {
+        assert!(warming.elapsed() < Duration::from_secs(300), "the reporter never symbolized");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let mut failures = Vec::new();
     let mut slowest = Duration::ZERO;
@@ -172,7 +178,10 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
             let code = match std::panic::catch_unwind(|| child(round)) {
                 Ok(Ok(())) => 0,
                 Ok(Err(why)) => {
-                    eprintln!("fork child {round}: {why}");
+                    // Straight to fd 2: the harness's capture of this thread's output ends with the child.
+                    let line = format!("fork child {round}: {why}\n");
+                    // SAFETY: writes the bytes of a live buffer to standard error.
+                    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
                     1
                 }
                 Err(_) => 2,
