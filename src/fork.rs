@@ -18,8 +18,9 @@
 //! Everything else of frag's that a thread of the parent may have left half-done (counts of walks
 //! or windows under way, claims in progress) is made of atomics, which the modules that own them
 //! reset in the child (`loader`, `stats::pool`, `sampler`, `reclaim::threads`), or marks who holds it
-//! by process id (the unwind tables' writer, the symbolizer), so that a child never waits for a
-//! thread it does not have.
+//! by process id (the unwind tables' writer), so that a child never waits for a thread it does not
+//! have. The symbolizer has handlers of its own (`sites::symbols`): a fork waits, bounded, for the
+//! symbolizers at work, since the `backtrace` crate's lock is not one frag can hold.
 
 use core::cell::UnsafeCell;
 use std::sync::{Mutex, MutexGuard, PoisonError};
