@@ -63,3 +63,29 @@ pub(crate) fn hand_over<T: Clone>(built: T) -> T {
     run(move || drop(built));
     copy
 }
+
+/// A value of frag's own work that waits in the program's code (a delta profile's first snapshot,
+/// across an `await`): it is freed as frag's, wherever it is dropped.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct Kept<T>(Option<T>);
+
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+impl<T> Kept<T> {
+    /// Keeps `value`, built as frag's own work.
+    pub(crate) fn new(value: T) -> Self {
+        Self(Some(value))
+    }
+
+    /// The value, to be used (and dropped) inside frag's own work.
+    pub(crate) fn take(mut self) -> Option<T> {
+        self.0.take()
+    }
+}
+
+impl<T> Drop for Kept<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.0.take() {
+            run(move || drop(value));
+        }
+    }
+}

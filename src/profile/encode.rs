@@ -99,6 +99,8 @@ pub(super) fn build(all: &Pinned, options: &Options) -> proto::Profile {
         _ => 1,
     };
 
+    // `Serving::redacted`: no tenant names, nothing that names the build.
+    let redacted = super::serving().redacted;
     let maps = mappings::executable();
     let mapping: Vec<proto::Mapping> = maps
         .iter()
@@ -109,7 +111,7 @@ pub(super) fn build(all: &Pinned, options: &Options) -> proto::Profile {
             memory_limit: m.limit,
             file_offset: m.file_offset,
             filename: strings.id(&m.file),
-            build_id: strings.id(&m.build_id),
+            build_id: if redacted { 0 } else { strings.id(&m.build_id) },
             has_functions: symbolize,
             has_filenames: symbolize,
             has_line_numbers: symbolize,
@@ -166,7 +168,7 @@ pub(super) fn build(all: &Pinned, options: &Options) -> proto::Profile {
         if ids.is_empty() {
             ids.push(no_stack_location(&mut strings, &mut functions, &mut locations));
         }
-        let label = match scope::read::name(site.scope) {
+        let label = match scope::read::name(site.scope).filter(|_| !redacted) {
             Some(name) => {
                 vec![proto::Label { key: strings.id(SCOPE_LABEL), str: strings.id(name), num: 0, num_unit: 0 }]
             }

@@ -7,11 +7,14 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::admit::{Slot, Turn};
 use super::encode::{Options, Pinned, build, frames, gzip, sites_now};
+use super::serving::serving;
 use crate::own;
 use crate::sampler::{Sampling, sampling};
 use crate::sites::read::SiteFigures;
 use crate::sites::symbols::Symbols;
+use crate::stats::clock::now_ns;
 
 /// Which of Go's two memory profiles a scrape asks for. Both carry the same four sample types; they
 /// differ in the one `pprof` shows by default.
@@ -58,7 +61,8 @@ impl Endpoint {
 #[non_exhaustive]
 pub struct GoQuery {
     /// `seconds=N`: a delta profile, the difference of two snapshots `N` seconds apart (the handler
-    /// waits that long). Accepted: [`GoQuery::SECONDS`].
+    /// waits that long): a positive integer, at most [`Serving::max_seconds`](super::Serving::max_seconds), and never with
+    /// `debug` (Go's rules).
     pub seconds: Option<u64>,
     /// `debug=1`: Go's legacy text format instead of a gzip-compressed `profile.proto`.
     pub debug: bool,
@@ -70,9 +74,6 @@ pub struct GoQuery {
 }
 
 impl GoQuery {
-    /// The accepted `seconds`.
-    pub const SECONDS: core::ops::RangeInclusive<u64> = 1..=3600;
-
     /// Parses a query string (`seconds=30&debug=1`, without the `?`). `gc` is accepted and ignored,
     /// as there is no collector to run; any other parameter is refused.
     ///
@@ -86,6 +87,7 @@ impl GoQuery {
     /// let q = frag::profile::GoQuery::parse("seconds=30&debug=1").unwrap();
     /// assert_eq!((q.seconds, q.debug), (Some(30), true));
     /// assert!(frag::profile::GoQuery::parse("seconds=0").is_err());
+    /// assert!(frag::profile::GoQuery::parse("seconds=3600").is_ok()); // refused when answered, over the limit
     /// ```
     pub fn parse(query: &str) -> Result<Self, GoQueryError> {
         let mut q = Self::default();
@@ -94,8 +96,7 @@ impl GoQuery {
             let bad = || GoQueryError { parameter: key.to_owned(), value: value.to_owned() };
             match key {
                 "seconds" => {
-                    let n: u64 = value.parse().map_err(|_| bad())?;
-                    q.seconds = Some(n).filter(|n| Self::SECONDS.contains(n)).ok_or_else(bad).map(Some)?;
+                    q.seconds = Some(value.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(bad)?);
                 }
                 "debug" => q.debug = parse_flag(value).ok_or_else(bad)?,
                 "symbolize" => q.symbolize = Some(parse_flag(value).ok_or_else(bad)?),
@@ -129,7 +130,8 @@ impl fmt::Display for GoQueryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (p, v) = (&self.parameter, &self.value);
         match p.as_str() {
-            "seconds" => write!(f, "seconds={v}: expected whole seconds in {:?}", GoQuery::SECONDS),
+            // Go's words (`net/http/pprof`).
+            "seconds" => f.write_str(r#"invalid value for "seconds" - must be a positive integer"#),
             "debug" | "symbolize" => write!(f, "{p}={v}: expected 0 or 1"),
             _ => write!(f, "unknown parameter {p:?}: expected seconds, debug, symbolize or gc"),
         }
@@ -142,19 +144,49 @@ impl std::error::Error for GoQueryError {}
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GoAnswer {
-    /// HTTP status: 200, or 400 for a bad query.
+    /// HTTP status: 200; 400 for a bad query or one over a limit ([`Serving`](super::Serving)); 413 for a
+    /// `/debug/pprof/symbol` request with more addresses than [`Serving::symbol_addresses`](super::Serving::symbol_addresses); 429
+    /// when [`Serving::delta_waits`](super::Serving::delta_waits) delta profiles wait already; 503 when the symbolizer stayed busy
+    /// for [`Serving::symbolizer_wait`](super::Serving::symbolizer_wait). Every refusal's body says what was wrong and what is
+    /// accepted.
     pub status: u16,
     /// `application/octet-stream` for a profile, `text/plain; charset=utf-8` for text.
     pub content_type: &'static str,
     /// For a profile, Go's `Content-Disposition`: `attachment; filename="heap"` (`allocs`, and
     /// `-delta` after it for a delta).
     pub content_disposition: Option<String>,
+    /// For a 429 or a 503: whole seconds after which a retry may be let in (`Retry-After`).
+    pub retry_after: Option<u64>,
     /// The gzip-compressed `profile.proto`, the text, or the error.
     pub body: Vec<u8>,
 }
 
-/// Answers a scrape of `endpoint` as Go does. Blocks for `query.seconds` if set, and while it reads
-/// debug information to symbolize: call it from a blocking thread (`tokio::task::spawn_blocking`).
+impl GoAnswer {
+    fn ok(content_type: &'static str, content_disposition: Option<String>, body: Vec<u8>) -> Self {
+        Self { status: 200, content_type, content_disposition, retry_after: None, body }
+    }
+
+    /// A refusal: `status`, and `why` as the text.
+    pub(super) fn refusal(status: u16, why: &str) -> Self {
+        Self {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            content_disposition: None,
+            retry_after: None,
+            body: format!("{why}\n").into_bytes(),
+        }
+    }
+
+    fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+}
+
+/// Answers a scrape of `endpoint` as Go does, within the [`Serving`](super::Serving) limits. Blocks for
+/// `query.seconds` if set, and while it reads debug information to symbolize: call it from a
+/// blocking thread (`tokio::task::spawn_blocking`), or use [`http::serve`](super::http::serve),
+/// which waits without a thread and stops when the caller goes.
 ///
 /// The profile has Go's four sample types in Go's order (`alloc_objects/count`,
 /// `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes`), `period_type space/bytes` and
@@ -178,43 +210,127 @@ pub struct GoAnswer {
 // by this function's name.
 #[inline(never)]
 pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
-    own::handed_over(|| answer(endpoint, query))
+    own::handed_over(|| {
+        let plan = match Plan::new(endpoint, query, now_ns()) {
+            Ok(plan) => plan,
+            Err(refusal) => return refusal,
+        };
+        let before = plan.before();
+        if let Some(end) = plan.end() {
+            std::thread::sleep(Duration::from_nanos(end.saturating_sub(now_ns())));
+        }
+        let turn = if plan.symbolize {
+            match Turn::take_within(serving().symbolizer_wait) {
+                Some(turn) => Some(turn),
+                None => return busy(),
+            }
+        } else {
+            None
+        };
+        plan.answer(before, turn.as_ref())
+    })
 }
 
-/// [`go_answer`], as frag's own work.
-fn answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
-    let (all, duration) = match query.seconds {
-        Some(s) => {
-            let before = sites_now();
-            std::thread::sleep(Duration::from_secs(s));
-            let after = sites_now();
-            let split = before.split && after.split;
-            (Pinned { split, sites: delta(before.sites, after.sites) }, Duration::from_secs(s))
+/// A scrape let in: what it asks, its place among the delta waits, and whether it needs the
+/// symbolizer. The steps between are the caller's: the first snapshot ([`Plan::before`]), the wait
+/// to [`Plan::end`], the symbolizer's turn, then [`Plan::answer`].
+pub(super) struct Plan {
+    endpoint: Endpoint,
+    query: GoQuery,
+    slot: Option<Slot>,
+    /// Whether the answer has names, read in process: it needs the symbolizer's turn.
+    pub(super) symbolize: bool,
+}
+
+impl Plan {
+    /// Lets `query` in, or refuses it, in Go's order: a delta profile over the limit, then one with
+    /// `debug` (400), then one that finds every delta wait taken (429). `now`: monotonic
+    /// nanoseconds.
+    pub(super) fn new(endpoint: Endpoint, query: &GoQuery, now: u64) -> Result<Self, GoAnswer> {
+        let limits = serving();
+        let symbolize = if query.debug { query.symbolize.unwrap_or(true) } else { query.symbolize.unwrap_or(false) };
+        let mut plan = Self { endpoint, query: query.clone(), slot: None, symbolize };
+        let Some(seconds) = query.seconds else { return Ok(plan) };
+        if limits.delta_waits == 0 {
+            return Err(GoAnswer::refusal(
+                400,
+                r#""seconds" parameter is not supported: delta profiles are off here (frag::profile::Serving::delta_waits is 0)"#,
+            ));
         }
-        None => (sites_now(), Duration::ZERO),
-    };
-    let sites = &all.sites;
-    if query.debug {
-        let text = text(endpoint, sites, query.symbolize.unwrap_or(true));
-        return GoAnswer {
-            status: 200,
-            content_type: "text/plain; charset=utf-8",
-            content_disposition: None,
-            body: text.into_bytes(),
+        if seconds > limits.max_seconds {
+            let why = format!(
+                "profile duration exceeds server's limit: seconds={seconds}, at most {} accepted \
+                 (frag::profile::Serving::max_seconds)",
+                limits.max_seconds
+            );
+            return Err(GoAnswer::refusal(400, &why));
+        }
+        if query.debug {
+            // Go's words (`net/http/pprof`).
+            return Err(GoAnswer::refusal(400, "seconds and debug params are incompatible"));
+        }
+        match Slot::take(now, Duration::from_secs(seconds), limits.delta_waits) {
+            Ok(slot) => plan.slot = Some(slot),
+            Err(retry) => {
+                let why = format!(
+                    "delta profiles waiting already: {} at a time (frag::profile::Serving::delta_waits); \
+                     retry in {retry} s, or ask without seconds",
+                    limits.delta_waits
+                );
+                return Err(GoAnswer::refusal(429, &why).retry_after(retry));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// When a delta profile's wait ends (monotonic nanoseconds); `None` for a profile of now.
+    pub(super) fn end(&self) -> Option<u64> {
+        self.slot.as_ref().map(Slot::end)
+    }
+
+    /// A delta profile's first snapshot.
+    pub(super) fn before(&self) -> Option<Pinned> {
+        self.slot.as_ref().map(|_| sites_now())
+    }
+
+    /// The answer, from the snapshot `before` a delta's wait and the sites now; named where
+    /// [`Plan::symbolize`] and the caller holds the symbolizer's `turn`.
+    pub(super) fn answer(self, before: Option<Pinned>, turn: Option<&Turn>) -> GoAnswer {
+        let symbolize = turn.is_some();
+        let (endpoint, query) = (self.endpoint, &self.query);
+        let (all, duration) = match (before, query.seconds) {
+            (Some(before), Some(s)) => {
+                let after = sites_now();
+                let split = before.split && after.split;
+                (Pinned { split, sites: delta(before.sites, after.sites) }, Duration::from_secs(s))
+            }
+            _ => (sites_now(), Duration::ZERO),
         };
+        // The slot is held to here: the profile's build is part of the wait's cost.
+        drop(self.slot);
+        let sites = &all.sites;
+        if query.debug {
+            return GoAnswer::ok("text/plain; charset=utf-8", None, text(endpoint, sites, symbolize).into_bytes());
+        }
+        let options = Options {
+            symbolize,
+            default_sample_type: endpoint.default_sample_type(),
+            duration_nanos: duration.as_nanos() as i64,
+        };
+        let suffix = if query.seconds.is_some() { "-delta" } else { "" };
+        let disposition = format!("attachment; filename=\"{}{suffix}\"", endpoint.name());
+        GoAnswer::ok("application/octet-stream", Some(disposition), gzip(&build(&all, &options)))
     }
-    let options = Options {
-        symbolize: query.symbolize.unwrap_or(false),
-        default_sample_type: endpoint.default_sample_type(),
-        duration_nanos: duration.as_nanos() as i64,
-    };
-    let suffix = if query.seconds.is_some() { "-delta" } else { "" };
-    GoAnswer {
-        status: 200,
-        content_type: "application/octet-stream",
-        content_disposition: Some(format!("attachment; filename=\"{}{suffix}\"", endpoint.name())),
-        body: gzip(&build(&all, &options)),
-    }
+}
+
+/// 503: the symbolizer stayed busy for the whole [`Serving::symbolizer_wait`](super::Serving::symbolizer_wait).
+pub(super) fn busy() -> GoAnswer {
+    let why = format!(
+        "the symbolizer is busy with another request (one at a time; waited {:?}, \
+         frag::profile::Serving::symbolizer_wait): retry, or ask for a profile without names (symbolize=0)",
+        serving().symbolizer_wait
+    );
+    GoAnswer::refusal(503, &why).retry_after(1)
 }
 
 /// [`go_answer`] for a raw query string (without the `?`): a bad query gets status 400 and the
@@ -223,12 +339,7 @@ fn answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
 pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
     match GoQuery::parse(query) {
         Ok(q) => go_answer(endpoint, &q),
-        Err(error) => GoAnswer {
-            status: 400,
-            content_type: "text/plain; charset=utf-8",
-            content_disposition: None,
-            body: format!("{error}\n").into_bytes(),
-        },
+        Err(error) => GoAnswer::refusal(400, &error.to_string()),
     }
 }
 
@@ -241,17 +352,70 @@ pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
 /// where the symbol table has it, as `pprof` expects of a binary's names. Reads debug
 /// information in process, as `?symbolize=1` does: call it from a blocking thread.
 ///
+/// Within the [`Serving`](super::Serving) limits: more than [`Serving::symbol_addresses`](super::Serving::symbol_addresses) addresses are refused
+/// (413), and a request waits at most [`Serving::symbolizer_wait`](super::Serving::symbolizer_wait) for another's turn at the
+/// symbolizer (503 after it).
+///
 /// ```
 /// let answer = frag::profile::symbol_answer(b"");
 /// assert_eq!(answer.body, b"num_symbols: 1\n");
 /// ```
 #[must_use]
 pub fn symbol_answer(addresses: &[u8]) -> GoAnswer {
-    own::handed_over(|| names(addresses))
+    own::handed_over(|| {
+        if let Err(refusal) = symbol_check(addresses.len(), address_count(addresses)) {
+            return refusal;
+        }
+        if address_count(addresses) == 0 {
+            return num_symbols();
+        }
+        match Turn::take_within(serving().symbolizer_wait) {
+            Some(turn) => names(addresses, &turn),
+            None => busy(),
+        }
+    })
 }
 
-/// [`symbol_answer`], as frag's own work.
-fn names(addresses: &[u8]) -> GoAnswer {
+/// The words of a `/debug/pprof/symbol` request (what it asks to name, addresses or not).
+pub(super) fn address_count(addresses: &[u8]) -> usize {
+    addresses.split(|&b| b == b'+').filter(|w| !w.trim_ascii().is_empty()).count()
+}
+
+/// The most bytes an address takes in a `/debug/pprof/symbol` request: 20 decimal digits and its
+/// `+` (`0x` and 16 hexadecimal digits take less), with room for spaces.
+pub(super) const ADDRESS_BYTES: usize = 24;
+
+/// 413 for a `/debug/pprof/symbol` request of `bytes` (when read whole) or `count` addresses over
+/// [`Serving::symbol_addresses`](super::Serving::symbol_addresses).
+pub(super) fn symbol_check(bytes: usize, count: usize) -> Result<(), GoAnswer> {
+    let cap = serving().symbol_addresses;
+    if count > cap {
+        return Err(too_long(&format!("{count} addresses")));
+    }
+    if bytes > cap.saturating_mul(ADDRESS_BYTES) {
+        return Err(too_long(&format!("a body of {bytes} bytes")));
+    }
+    Ok(())
+}
+
+/// 413 for a `/debug/pprof/symbol` request of `what`, with the limits.
+pub(super) fn too_long(what: &str) -> GoAnswer {
+    let cap = serving().symbol_addresses;
+    let why = format!(
+        "{what}: at most {cap} addresses ({} bytes) in one request (frag::profile::Serving::symbol_addresses); \
+         send them in parts",
+        cap.saturating_mul(ADDRESS_BYTES)
+    );
+    GoAnswer::refusal(413, &why)
+}
+
+/// The answer to a `/debug/pprof/symbol` request that names nothing: names are to be had.
+pub(super) fn num_symbols() -> GoAnswer {
+    GoAnswer::ok("text/plain; charset=utf-8", None, b"num_symbols: 1\n".to_vec())
+}
+
+/// The names of `addresses`, in the symbolizer's turn.
+pub(super) fn names(addresses: &[u8], _turn: &Turn) -> GoAnswer {
     let mut body = String::from("num_symbols: 1\n");
     let mut symbols = Symbols::new().unwrap_or_else(Symbols::none);
     for word in addresses.split(|&b| b == b'+') {
@@ -268,12 +432,7 @@ fn names(addresses: &[u8]) -> GoAnswer {
             let _ = writeln!(body, "{address:#x} {name}");
         }
     }
-    GoAnswer {
-        status: 200,
-        content_type: "text/plain; charset=utf-8",
-        content_disposition: None,
-        body: body.into_bytes(),
-    }
+    GoAnswer::ok("text/plain; charset=utf-8", None, body.into_bytes())
 }
 
 /// `after − before`, site by site (by stack and scope), every value: what happened in between, as Go's delta
@@ -370,10 +529,9 @@ mod tests {
         let q = GoQuery::parse("gc=1&seconds=3600&debug=0&symbolize=1").unwrap();
         assert_eq!((q.seconds, q.debug, q.symbolize), (Some(3600), false, Some(true)));
         for (query, says) in [
-            ("seconds=0", "1..=3600"),
-            ("seconds=3601", "1..=3600"),
-            ("seconds=-1", "1..=3600"),
-            ("seconds=1.5", "1..=3600"),
+            ("seconds=0", "must be a positive integer"),
+            ("seconds=-1", "must be a positive integer"),
+            ("seconds=1.5", "must be a positive integer"),
             ("debug=2", "0 or 1"),
             ("symbolize=yes", "0 or 1"),
             ("rate=1", "expected seconds, debug, symbolize or gc"),

@@ -47,8 +47,14 @@ impl RequestBody for &str {
 /// [`GoQuery`](super::GoQuery) for the parameters), and `.../debug/pprof/symbol` (`GET` for whether
 /// names are to be had, `POST` with addresses for their names: [`symbol_answer`]), which
 /// `go tool pprof http://…/debug/pprof/heap` asks to name an unsymbolized profile's addresses.
-/// 404 for another path, 405 for another method, 400 for a bad query. Blocks for `?seconds=N` and
-/// while symbolizing: run it on a blocking thread.
+/// 404 for another path, 405 for another method, 400 for a bad query, and the refusals of the
+/// [`Serving`](super::Serving) limits (400, 413, 429 with `Retry-After`, 503); every refusal is
+/// text that says what was wrong and what is accepted, with Go's `X-Go-Pprof: 1` (which `go tool
+/// pprof` takes as leave to print it).
+///
+/// Blocks for `?seconds=N` and while symbolizing: run it on a blocking thread. A thread waits out
+/// a delta profile whether or not its caller is still there; on tokio, [`serve`] waits without one
+/// and stops when the caller goes.
 ///
 /// Scrape configurations it answers as Go would: Grafana Alloy's `pyroscope.scrape` with its
 /// default `profile.memory` target (`/debug/pprof/allocs`, no parameters, `delta = false`), and
@@ -57,39 +63,215 @@ impl RequestBody for &str {
 ///
 /// # Example
 ///
-/// With axum (mount it at `/debug/pprof/{profile}`, for `GET` and `POST`):
+/// With any server that hands requests over on the `http` crate's types:
 ///
 /// ```no_run
-/// use axum::{Router, body::Body, extract::Request, response::Response, routing::get};
-///
-/// async fn pprof(request: Request) -> Response {
-///     let (parts, body) = request.into_parts();
-///     // Only `/debug/pprof/symbol`'s addresses come in a body: a few KiB.
-///     let body = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default().to_vec();
-///     let request = axum::http::Request::from_parts(parts, body);
-///     let response = tokio::task::spawn_blocking(move || frag::profile::http::handle(&request)).await.unwrap();
-///     response.map(Body::from)
-/// }
-///
-/// let app: Router = Router::new().route("/debug/pprof/{profile}", get(pprof).post(pprof));
+/// let request = http::Request::get("/debug/pprof/heap?debug=1").body(()).unwrap();
+/// let response = frag::profile::http::handle(&request);
+/// assert_eq!(response.status(), 200);
 /// ```
 #[must_use]
 pub fn handle<B: RequestBody>(request: &Request<B>) -> Response<Vec<u8>> {
     let path = request.uri().path().trim_end_matches('/');
+    let query = request.uri().query().unwrap_or("");
+    match route(request.method(), path) {
+        Route::Answered(response) => response,
+        Route::Symbol => respond(symbol_answer(if request.method() == Method::POST {
+            request.body().body_bytes()
+        } else {
+            query.as_bytes()
+        })),
+        Route::Profile(endpoint) => respond(go_answer_to_query(endpoint, query)),
+    }
+}
+
+/// Where a request goes.
+enum Route {
+    /// 404 or 405.
+    Answered(Response<Vec<u8>>),
+    /// `/debug/pprof/symbol`, `GET` or `POST`.
+    Symbol,
+    /// `/debug/pprof/heap` or `/allocs`, `GET`.
+    Profile(Endpoint),
+}
+
+fn route(method: &Method, path: &str) -> Route {
     if path.rsplit('/').next() == Some("symbol") {
-        return match *request.method() {
-            Method::GET => respond(symbol_answer(request.uri().query().unwrap_or("").as_bytes())),
-            Method::POST => respond(symbol_answer(request.body().body_bytes())),
-            _ => not_allowed("GET, POST"),
+        return match *method {
+            Method::GET | Method::POST => Route::Symbol,
+            _ => Route::Answered(not_allowed("GET, POST")),
         };
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
-        return plain(StatusCode::NOT_FOUND, "not a memory profile: expected .../heap, .../allocs or .../symbol\n");
+        return Route::Answered(plain(
+            StatusCode::NOT_FOUND,
+            "not a memory profile: expected .../heap, .../allocs or .../symbol\n",
+        ));
     };
-    if request.method() != Method::GET {
-        return not_allowed("GET");
+    if method != Method::GET {
+        return Route::Answered(not_allowed("GET"));
     }
-    respond(go_answer_to_query(endpoint, request.uri().query().unwrap_or("")))
+    Route::Profile(endpoint)
+}
+
+/// [`handle`] for tokio (feature `tokio`): a delta profile's wait holds no thread and ends as soon
+/// as the future is dropped (hyper and axum drop it when the client goes), freeing its place among
+/// [`Serving::delta_waits`](super::Serving::delta_waits); a `/debug/pprof/symbol` body is read up
+/// to what [`Serving::symbol_addresses`](super::Serving::symbol_addresses) addresses take, and a
+/// longer one is refused (413) without reading the rest. Snapshots, profile builds and the
+/// symbolizer run on tokio's blocking threads, one symbolizer at a time.
+///
+/// Takes any body ([`http_body::Body`]): mount it on a router as it is.
+///
+/// # Example
+///
+/// With axum, on a listener of its own on loopback, never the application's router (see the
+/// crate's README, "Serving the endpoints safely"):
+///
+/// ```no_run
+/// use axum::{Router, routing::get};
+///
+/// async fn pprof(request: axum::extract::Request) -> axum::response::Response {
+///     frag::profile::http::serve(request).await.map(axum::body::Body::from)
+/// }
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let debug: Router = Router::new().route("/debug/pprof/{profile}", get(pprof).post(pprof));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:6060").await?;
+/// axum::serve(listener, debug).await
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+pub async fn serve<B>(request: Request<B>) -> Response<Vec<u8>>
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return plain(StatusCode::INTERNAL_SERVER_ERROR, "frag::profile::http::serve runs on a tokio runtime\n");
+    }
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().trim_end_matches('/');
+    let query = parts.uri.query().unwrap_or("");
+    match route(&parts.method, path) {
+        Route::Answered(response) => response,
+        Route::Symbol => {
+            let addresses = if parts.method == Method::POST {
+                match on_tokio::read_symbol_body(body).await {
+                    Ok(bytes) => bytes,
+                    Err(refusal) => return respond(refusal),
+                }
+            } else {
+                query.as_bytes().to_vec()
+            };
+            respond(on_tokio::symbol_answer(addresses).await)
+        }
+        Route::Profile(endpoint) => respond(on_tokio::go_answer(endpoint, query).await),
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod on_tokio {
+    //! [`serve`](super::serve)'s steps: what waits is a future, what works runs on a blocking
+    //! thread as frag's own work.
+
+    use http_body_util::BodyExt as _;
+
+    use super::super::admit::{POLL, Turn};
+    use super::super::go::{
+        ADDRESS_BYTES, GoAnswer, Plan, address_count, busy, names, num_symbols, symbol_check, too_long,
+    };
+    use super::super::serving::serving;
+    use super::super::{Endpoint, GoQuery};
+    use crate::own::{self, Kept};
+    use crate::stats::clock::now_ns;
+
+    /// `work` on a blocking thread, as frag's own (its answer handed over); 500 if the task fails.
+    async fn blocking(work: impl FnOnce() -> GoAnswer + Send + 'static) -> GoAnswer {
+        match tokio::task::spawn_blocking(move || own::handed_over(work)).await {
+            Ok(answer) => answer,
+            Err(e) => GoAnswer::refusal(500, &format!("frag's profile task failed: {e}")),
+        }
+    }
+
+    /// The symbolizer's turn, waiting at most [`Serving::symbolizer_wait`](super::super::Serving)
+    /// without a thread.
+    async fn turn() -> Option<Turn> {
+        let wait = serving().symbolizer_wait;
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Some(turn) = Turn::try_take() {
+                return Some(turn);
+            }
+            if start.elapsed() >= wait {
+                return None;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    pub(super) async fn go_answer(endpoint: Endpoint, query: &str) -> GoAnswer {
+        let query = match GoQuery::parse(query) {
+            Ok(q) => q,
+            Err(e) => return GoAnswer::refusal(400, &e.to_string()),
+        };
+        let plan = match Plan::new(endpoint, &query, now_ns()) {
+            Ok(plan) => plan,
+            Err(refusal) => return refusal,
+        };
+        let (plan, before) = match plan.end() {
+            None => (plan, None),
+            Some(end) => {
+                let taken = tokio::task::spawn_blocking(move || {
+                    let before = own::run(|| plan.before().map(Kept::new));
+                    (plan, before)
+                });
+                let Ok((plan, before)) = taken.await else {
+                    return GoAnswer::refusal(500, "frag's profile task failed");
+                };
+                // Dropped here when the caller goes: the slot is freed, the snapshot freed as frag's.
+                tokio::time::sleep(std::time::Duration::from_nanos(end.saturating_sub(now_ns()))).await;
+                (plan, before)
+            }
+        };
+        let turn = if plan.symbolize {
+            match turn().await {
+                Some(turn) => Some(turn),
+                None => return busy(),
+            }
+        } else {
+            None
+        };
+        blocking(move || plan.answer(before.and_then(Kept::take), turn.as_ref())).await
+    }
+
+    pub(super) async fn symbol_answer(addresses: Vec<u8>) -> GoAnswer {
+        if let Err(refusal) = symbol_check(addresses.len(), address_count(&addresses)) {
+            return refusal;
+        }
+        if address_count(&addresses) == 0 {
+            return num_symbols();
+        }
+        match turn().await {
+            Some(turn) => blocking(move || names(&addresses, &turn)).await,
+            None => busy(),
+        }
+    }
+
+    /// A `/debug/pprof/symbol` body, read up to the bytes [`Serving::symbol_addresses`] addresses
+    /// take: 413 for a longer one, 400 for one that breaks off.
+    pub(super) async fn read_symbol_body<B>(body: B) -> Result<Vec<u8>, GoAnswer>
+    where
+        B: http_body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let cap = serving().symbol_addresses.saturating_mul(ADDRESS_BYTES);
+        match http_body_util::Limited::new(body, cap).collect().await {
+            Ok(collected) => Ok(collected.to_bytes().to_vec()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_long(&format!("a body over {cap} bytes"))),
+            Err(e) => Err(GoAnswer::refusal(400, &format!("reading the request's body: {e}"))),
+        }
+    }
 }
 
 /// 405, with the methods allowed.
@@ -108,6 +290,13 @@ fn respond(answer: GoAnswer) -> Response<Vec<u8>> {
     if let Some(value) = answer.content_disposition.and_then(|d| HeaderValue::from_str(&d).ok()) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
+    if let Some(seconds) = answer.retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if answer.status != 200 {
+        // As Go's `serveError`: `pprof` prints the body of an answer that has it.
+        headers.insert("x-go-pprof", HeaderValue::from_static("1"));
+    }
     response
 }
 
@@ -115,6 +304,7 @@ fn plain(status: StatusCode, body: &str) -> Response<Vec<u8>> {
     let mut r = Response::new(body.as_bytes().to_vec());
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert("x-go-pprof", HeaderValue::from_static("1"));
     r
 }
 
@@ -154,5 +344,108 @@ mod tests {
         assert_eq!(put.headers()[header::ALLOW], "GET, POST");
         let post_heap = handle(&request(Method::POST, "/debug/pprof/heap", ""));
         assert_eq!(post_heap.headers()[header::ALLOW], "GET");
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, ()> {
+        super::super::admit::tests::SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn text(response: &Response<Vec<u8>>) -> String {
+        String::from_utf8_lossy(response.body()).into_owned()
+    }
+
+    /// A delta over the limit, one with `debug`, and in Go's order when both: 400, with Go's words
+    /// where Go has them and the limit named where it is ours; `X-Go-Pprof` on every refusal.
+    #[test]
+    fn deltas_over_the_limit_or_with_debug_are_refused_in_gos_order() {
+        let _serial = lock();
+        let get = |uri: &str| handle(&request(Method::GET, uri, ""));
+        let long = get("/debug/pprof/allocs?seconds=61");
+        assert_eq!(long.status(), StatusCode::BAD_REQUEST);
+        assert!(text(&long).contains("at most 60 accepted (frag::profile::Serving::max_seconds)"), "{}", text(&long));
+        let both = get("/debug/pprof/heap?seconds=61&debug=1");
+        assert!(text(&both).starts_with("profile duration exceeds server's limit"), "{}", text(&both));
+        let debug = get("/debug/pprof/heap?seconds=1&debug=1");
+        assert_eq!(
+            (debug.status(), text(&debug).as_str()),
+            (StatusCode::BAD_REQUEST, "seconds and debug params are incompatible\n")
+        );
+        assert_eq!(debug.headers()["x-go-pprof"], "1");
+        assert!(debug.headers().get(header::CONTENT_DISPOSITION).is_none());
+        let mut off = crate::profile::serving();
+        off.delta_waits = 0;
+        crate::profile::set_serving(off).unwrap();
+        let refused = get("/debug/pprof/heap?seconds=1");
+        crate::profile::set_serving(crate::profile::Serving::default()).unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert!(text(&refused).contains("delta profiles are off"), "{}", text(&refused));
+    }
+
+    /// While one delta profile waits (the default allows one), another is refused with 429 and a
+    /// `Retry-After` no longer than the first's wait; the first still answers its delta.
+    #[test]
+    fn a_second_delta_waits_its_turn() {
+        let _serial = lock();
+        let first = std::thread::spawn(|| handle(&request(Method::GET, "/debug/pprof/allocs?seconds=2", "")));
+        while super::super::admit::waiting() == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let second = handle(&request(Method::GET, "/debug/pprof/allocs?seconds=1", ""));
+        assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS, "{}", text(&second));
+        let retry: u64 = second.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+        assert!((1..=2).contains(&retry), "Retry-After {retry}");
+        assert!(text(&second).contains("1 at a time (frag::profile::Serving::delta_waits)"), "{}", text(&second));
+        let first = first.join().unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(first.headers()[header::CONTENT_DISPOSITION], "attachment; filename=\"allocs-delta\"");
+        assert_eq!(super::super::admit::waiting(), 0);
+    }
+
+    /// More addresses than the limit, or a body longer than they take, is 413 naming the limit;
+    /// at the limit, the names come.
+    #[test]
+    fn a_symbol_request_over_the_limit_is_413() {
+        let _serial = lock();
+        let mut s = crate::profile::serving();
+        s.symbol_addresses = 4;
+        crate::profile::set_serving(s).unwrap();
+        let f = a_function_to_name as *const () as usize;
+        let post = |body: String| handle(&request(Method::POST, "/debug/pprof/symbol", &body));
+        let four = post(vec![format!("{f:#x}"); 4].join("+"));
+        let five = post(vec![format!("{f:#x}"); 5].join("+"));
+        let padded = post(format!("{f:#x}{}", " ".repeat(4 * 24)));
+        crate::profile::set_serving(crate::profile::Serving::default()).unwrap();
+        assert_eq!(four.status(), StatusCode::OK);
+        assert_eq!(text(&four).lines().count(), 5, "{}", text(&four));
+        assert_eq!(five.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(text(&five).starts_with("5 addresses: at most 4 addresses (96 bytes)"), "{}", text(&five));
+        assert_eq!(padded.status(), StatusCode::PAYLOAD_TOO_LARGE, "{}", text(&padded));
+    }
+
+    /// [`serve`]: a delta whose caller goes (the future dropped mid-wait) frees its place at once,
+    /// holding no thread meanwhile; a body longer than the limit is 413 without being read whole.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn serve_frees_a_dropped_delta_and_refuses_a_long_body() {
+        use std::time::Duration;
+        let _serial = lock();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        runtime.block_on(async {
+            let delta = Request::get("/debug/pprof/heap?seconds=30").body(String::new()).unwrap();
+            let waited = tokio::time::timeout(Duration::from_millis(300), serve(delta)).await;
+            assert!(waited.is_err(), "a 30 s delta answered within 300 ms");
+            // The snapshot's task may still be at work under load: it ends, and frees the slot.
+            let start = std::time::Instant::now();
+            while super::super::admit::waiting() != 0 {
+                assert!(start.elapsed() < Duration::from_secs(20), "the dropped delta kept its slot");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let next = serve(Request::get("/debug/pprof/heap?seconds=1").body(String::new()).unwrap()).await;
+            assert_eq!(next.status(), StatusCode::OK, "{}", text(&next));
+            let cap = crate::profile::serving().symbol_addresses * 24;
+            let long = serve(Request::post("/debug/pprof/symbol").body("1+".repeat(cap)).unwrap()).await;
+            assert_eq!(long.status(), StatusCode::PAYLOAD_TOO_LARGE, "{}", text(&long));
+            assert!(text(&long).starts_with(&format!("a body over {cap} bytes")), "{}", text(&long));
+        });
     }
 }

@@ -16,14 +16,17 @@
 //! that asked for the memory, as in Go's heap profiles; an unsymbolized profile asks `pprof` to do the
 //! same with its `drop_frames` pattern.
 
+mod admit;
 mod encode;
 mod go;
 #[cfg(feature = "http")]
 pub mod http;
 mod mappings;
 mod proto;
+mod serving;
 
 pub use go::{Endpoint, GoAnswer, GoQuery, GoQueryError, go_answer, go_answer_to_query, symbol_answer};
+pub use serving::{Serving, ServingError, serving, set_serving};
 
 use encode::{Options, build, gzip, sites_now};
 
