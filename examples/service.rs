@@ -1,17 +1,21 @@
 //! A JSON service with `frag` wired in the way a production service would have it: the reproduction
 //! of reference 003 (an axum service whose RSS climbs in steps under JSON bodies and concurrency).
 //!
-//! - `POST /echo`: parses the JSON body, sleeps `--delay-ms`, serialises it back;
-//! - `GET /debug/frag`: the `frag::report()` as JSON; `GET /debug/frag/text`: the table;
-//! - `GET /debug/pprof/heap` and `GET /debug/pprof/allocs`: Go's memory profiles by allocation site
-//!   (`frag::profile::http::handle`: `go tool pprof -top http://127.0.0.1:3000/debug/pprof/heap`;
+//! - `POST /echo` on the application's port (`--port`): parses the JSON body, sleeps `--delay-ms`,
+//!   serialises it back;
+//! - on a listener of its own, loopback by default (`--debug-addr`, default `127.0.0.1:6060`), never
+//!   the application's: `GET /debug/frag`, the `frag::report()` as JSON; `GET /debug/frag/text`, the
+//!   table; `GET /debug/pprof/heap` and `GET /debug/pprof/allocs`, Go's memory profiles by allocation
+//!   site (`frag::profile::http::serve`: `go tool pprof -top http://127.0.0.1:6060/debug/pprof/heap`;
 //!   `?seconds=N` for a delta, `?debug=1` for text, `?symbolize=1` for names resolved in process),
-//!   and `/debug/pprof/symbol`, where `go tool pprof` asks the names of an unsymbolized profile;
+//!   and `/debug/pprof/symbol`, where `go tool pprof` asks the names of an unsymbolized profile.
+//!   Profiles carry the binary's addresses in memory, its build ID and the tenants' scope names:
+//!   the README's "Serving the endpoints safely";
 //! - Prometheus metrics on `http://127.0.0.1:<metrics-port>/metrics` (metrics-exporter-prometheus),
 //!   published by a `frag::Publisher` thread every `--interval-ms`, with stair-step alerts as
 //!   `tracing` warnings on stderr.
 //!
-//! Serve: `cargo run --release --example service -- --port 3000 --metrics-port 9000`
+//! Serve: `cargo run --release --example service -- --port 3000 --debug-addr 127.0.0.1:6060 --metrics-port 9000`
 //! Drive itself: `cargo run --release --example service -- --load 20000 --concurrency 64`
 //! (binds free loopback ports, sends the requests, saves the heap profile taken half-way through to
 //! `target/service-heap.pb.gz`, prints the report and the `frag_` scrape, exits).
@@ -39,6 +43,7 @@ mod global_allocator;
 #[derive(Clone, Debug)]
 struct Options {
     port: u16,
+    debug_addr: SocketAddr,
     metrics_port: u16,
     delay: Duration,
     interval: Duration,
@@ -49,6 +54,7 @@ struct Options {
 fn options() -> Result<Options, String> {
     let mut o = Options {
         port: 3000,
+        debug_addr: SocketAddr::from(([127, 0, 0, 1], 6060)),
         metrics_port: 9000,
         delay: Duration::from_millis(5),
         interval: Duration::from_secs(5),
@@ -62,6 +68,10 @@ fn options() -> Result<Options, String> {
         let number = |v: &String| v.parse::<u64>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
             "--port" => o.port = number(value()?)? as u16,
+            "--debug-addr" => {
+                let v = value()?;
+                o.debug_addr = v.parse().map_err(|e| format!("{flag} {v}: {e} (an address and port: 127.0.0.1:6060)"))?;
+            }
             "--metrics-port" => o.metrics_port = number(value()?)? as u16,
             "--delay-ms" => o.delay = Duration::from_millis(number(value()?)?),
             "--interval-ms" => o.interval = Duration::from_millis(number(value()?)?),
@@ -127,25 +137,24 @@ async fn debug_text() -> String {
     tokio::task::spawn_blocking(|| named_report().to_string()).await.expect("report task")
 }
 
-/// Go's `/debug/pprof/heap`, `/debug/pprof/allocs` and `/debug/pprof/symbol`, on a blocking thread
-/// (`?seconds=N` waits; symbolizing reads debug information).
+/// Go's `/debug/pprof/heap`, `/debug/pprof/allocs` and `/debug/pprof/symbol`: a delta profile's
+/// wait holds no thread and ends when the client goes; symbolizing and building run on blocking
+/// threads, within `frag::profile::Serving`'s limits.
 async fn debug_pprof(request: axum::extract::Request) -> axum::response::Response {
-    let (parts, body) = request.into_parts();
-    // Only `/debug/pprof/symbol`'s addresses come in a body: a few KiB.
-    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default().to_vec();
-    let request = axum::http::Request::from_parts(parts, body);
-    let response =
-        tokio::task::spawn_blocking(move || frag::profile::http::handle(&request)).await.expect("profile task");
-    response.map(axum::body::Body::from)
+    frag::profile::http::serve(request).await.map(axum::body::Body::from)
 }
 
+/// The application: what the service is for.
 fn app(delay: Duration) -> Router {
+    Router::new().route("/echo", if TENANTS.get().is_some() { post(scoped_echo) } else { post(echo) }).with_state(delay)
+}
+
+/// What only the service's operators reach, on a listener of its own.
+fn debug() -> Router {
     Router::new()
-        .route("/echo", if TENANTS.get().is_some() { post(scoped_echo) } else { post(echo) })
         .route("/debug/frag", get(debug_json))
         .route("/debug/frag/text", get(debug_text))
         .route("/debug/pprof/{profile}", get(debug_pprof).post(debug_pprof))
-        .with_state(delay)
 }
 
 /// A JSON body of roughly `size` bytes: an array of records with strings and numbers.
@@ -181,7 +190,7 @@ async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std
     Ok((status, response[split..].to_vec()))
 }
 
-async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: usize, interval: Duration) {
+async fn load(addr: SocketAddr, debug: SocketAddr, metrics: SocketAddr, total: usize, concurrency: usize, interval: Duration) {
     // Body sizes of reference 003: mostly small, some tens of KiB, a few hundreds.
     const SIZES: [usize; 8] = [512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10];
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -212,7 +221,7 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
             while next.load(std::sync::atomic::Ordering::Relaxed) < total / 2 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            request(addr, "GET", "/debug/pprof/heap?symbolize=1", b"").await.map(|(_, profile)| profile)
+            request(debug, "GET", "/debug/pprof/heap?symbolize=1", b"").await.map(|(_, profile)| profile)
         })
     };
     let mut failures = 0;
@@ -234,7 +243,7 @@ async fn load(addr: SocketAddr, metrics: SocketAddr, total: usize, concurrency: 
         }
         Err(e) => println!("GET /debug/pprof/heap (half-way): {} bytes, not saved to {saved}: {e}\n", profile.len()),
     }
-    let (_, text) = request(addr, "GET", "/debug/frag/text", b"").await.expect("/debug/frag/text");
+    let (_, text) = request(debug, "GET", "/debug/frag/text", b"").await.expect("/debug/frag/text");
     println!("GET /debug/frag/text\n{}", String::from_utf8_lossy(&text));
     // Let the publisher thread run a round after the load, then scrape.
     tokio::time::sleep(interval + Duration::from_millis(200)).await;
@@ -266,11 +275,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let listener = TcpListener::bind(bind(o.port)).await?;
         let addr = listener.local_addr()?;
-        eprintln!("serving on http://{addr} (metrics on http://{metrics_addr}/metrics)");
+        let debug_addr = if o.load.is_some() { bind(0) } else { o.debug_addr };
+        if !debug_addr.ip().is_loopback() {
+            tracing::warn!(
+                %debug_addr,
+                "the debug endpoints answer beyond this host: profiles carry the binary's addresses in \
+                 memory, its build ID and the scopes' names"
+            );
+        }
+        let debug_listener = TcpListener::bind(debug_addr).await?;
+        let debug_addr = debug_listener.local_addr()?;
+        eprintln!("serving on http://{addr} (debug on http://{debug_addr}, metrics on http://{metrics_addr}/metrics)");
         let server = tokio::spawn(async move { axum::serve(listener, app(o.delay)).await });
+        let debug_server = tokio::spawn(async move { axum::serve(debug_listener, debug()).await });
         match o.load {
-            Some(n) => load(addr, metrics_addr, n, o.concurrency, o.interval).await,
-            None => server.await??,
+            Some(n) => load(addr, debug_addr, metrics_addr, n, o.concurrency, o.interval).await,
+            None => tokio::select! {
+                served = server => served??,
+                served = debug_server => served??,
+            },
         }
         Ok::<(), Box<dyn std::error::Error>>(())
     })

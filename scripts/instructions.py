@@ -84,7 +84,7 @@ SERVICE_LOAD = (300, 600)
 # symbolization whose cost grows with the number of distinct stacks, so that counted, a longer run
 # would seem to cost more per request where it only names more sites (with stacks off it names none).
 # (Both functions are `#[inline(never)]` for this; `check_excluded` fails the run if a name is gone.)
-EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::go::go_answer")
+EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::go::Plan::answer")
 PUBLISHER_EXCLUDED = tuple(f"--toggle-collect={f}" for f in EXCLUDED_FUNCTIONS) + ("--collect-atstart=yes",)
 
 
@@ -234,7 +234,7 @@ def build_service(backend, variant, salt=0):
     do not. The spread over salts is the build-to-build spread a service delta carries."""
     if variant in ("sampled-nostacks", "sampled-scoped"):
         variant = "sampled"  # the same build, run with --no-stacks or --scoped
-    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    feats = ["serde", "tokio"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
     if variant == "in-jemalloc":
@@ -254,7 +254,7 @@ def build_churn(backend, variant):
     """The churn example (`examples/churn.rs`), release, with `variant`'s global allocator inlined
     into its loop, as into any caller's, the example's crate in one codegen unit
     (`CHURN_CODEGEN_UNITS`). The service's features, so that both share one build of the library."""
-    feats = ["serde", "http"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    feats = ["serde", "tokio"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
     run(["cargo", "rustc", "--quiet", "--release", "--example", "churn", "--no-default-features",
          "--features", ",".join(feats), "--", "-C", f"codegen-units={CHURN_CODEGEN_UNITS}"],
         {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]})

@@ -8,13 +8,14 @@
 //! background load sends arrays of numbers, which allocate at neither site.
 //!
 //! Builds the example itself (`common::example::build`) and needs `go` on `PATH`: `.ci/run` runs it with `--run-ignored only`.
-#![cfg(all(feature = "serde", feature = "http"))]
+#![cfg(all(feature = "serde", feature = "tokio"))]
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use common::service::Service;
+
+use std::net::SocketAddr;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,48 +28,15 @@ const VALUE: usize = 8000;
 /// the keys' 38 MB in between (one standard error 4%; the values' 77 MB, 3%).
 const MEAN_KIB: u64 = 64;
 
-/// The service, serving on a free loopback port: the child and its address.
-fn start(service: &std::path::Path) -> (Child, SocketAddr) {
-    start_with_delay(service, 0)
-}
-
-/// [`start`], with each `/echo` request holding its parsed body for `delay_ms` before it answers.
-fn start_with_delay(service: &std::path::Path, delay_ms: u64) -> (Child, SocketAddr) {
-    let mut child = Command::new(service)
-        .args(["--port", "0", "--metrics-port", "0", "--delay-ms", &delay_ms.to_string()])
-        .args(["--sampling-mean-kib", &MEAN_KIB.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the service example");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the service exited before serving");
-        if let Some(rest) = line.split("serving on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep reading its log, so that it never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr)
+/// The service, its `/echo` requests holding their parsed bodies for `delay_ms` before they answer.
+fn start(service: &std::path::Path, delay_ms: u64) -> Service {
+    Service::start(service, &["--delay-ms", &delay_ms.to_string(), "--sampling-mean-kib", &MEAN_KIB.to_string()])
 }
 
 /// One request on its own connection: status code and body.
 fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, raw[split + 4..].to_vec())
+    let answer = common::service::request(addr, method, path, body);
+    (answer.status, answer.body)
 }
 
 /// A body of `OBJECTS` objects, each with one key of `KEY` bytes and one string of `VALUE` bytes.
@@ -92,7 +60,8 @@ fn background_body(seed: usize) -> Vec<u8> {
 #[ignore = "needs go (golang-go) and builds the service example; run by .ci/run"]
 fn go_tool_pprof_diffs_two_scrapes_of_the_service_under_load() {
     let service = common::example::build("service");
-    let (mut child, addr) = start(&service);
+    let service = start(&service, 0);
+    let (app, addr) = (service.app, service.debug);
     let stop = Arc::new(AtomicBool::new(false));
     let background: Vec<_> = (0..2)
         .map(|t| {
@@ -100,7 +69,7 @@ fn go_tool_pprof_diffs_two_scrapes_of_the_service_under_load() {
             std::thread::spawn(move || {
                 let mut sent = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    assert_eq!(request(addr, "POST", "/echo", &background_body(t * 1_000_000 + sent)).0, 200);
+                    assert_eq!(request(app, "POST", "/echo", &background_body(t * 1_000_000 + sent)).0, 200);
                     sent += 1;
                 }
                 sent
@@ -114,7 +83,7 @@ fn go_tool_pprof_diffs_two_scrapes_of_the_service_under_load() {
         .map(|t| {
             std::thread::spawn(move || {
                 for i in (t..REQUESTS).step_by(2) {
-                    let (status, echoed) = request(addr, "POST", "/echo", &measured_body(i));
+                    let (status, echoed) = request(app, "POST", "/echo", &measured_body(i));
                     assert_eq!(status, 200);
                     assert!(echoed.len() > OBJECTS * (KEY + VALUE));
                 }
@@ -128,8 +97,7 @@ fn go_tool_pprof_diffs_two_scrapes_of_the_service_under_load() {
     assert_eq!(status, 200);
     stop.store(true, Ordering::Relaxed);
     let sent: usize = background.into_iter().map(|t| t.join().unwrap()).sum();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(service);
     eprintln!("{sent} background requests");
     assert!(sent > 0, "no background load");
 
@@ -177,13 +145,6 @@ fn go_pprof(args: &[String]) -> (bool, String) {
 #[test]
 #[ignore = "needs go (golang-go) and builds the service example; run by .ci/run"]
 fn the_readmes_go_tool_pprof_line_reads_the_service() {
-    struct Killed(Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let readme = include_str!("../README.md");
     let command = readme
         .split('`')
@@ -194,8 +155,8 @@ fn the_readmes_go_tool_pprof_line_reads_the_service() {
     // for 300 ms, 16 at a time, about 50 samples live at the 64 KiB mean. Once answered, the
     // service holds too little for a sample to be sure to be live (its heap between requests is about
     // 100 KB: a profile with no sample in use one time in ten).
-    let (child, addr) = start_with_delay(&service, 300);
-    let _child = Killed(child);
+    let service = start(&service, 300);
+    let (app, addr) = (service.app, service.debug);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load: Vec<_> = (0..16)
         .map(|t| {
@@ -203,7 +164,7 @@ fn the_readmes_go_tool_pprof_line_reads_the_service() {
             std::thread::spawn(move || {
                 let mut i = t;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    assert_eq!(request(addr, "POST", "/echo", &measured_body(i)).0, 200);
+                    assert_eq!(request(app, "POST", "/echo", &measured_body(i)).0, 200);
                     i += 16;
                 }
             })
@@ -211,7 +172,7 @@ fn the_readmes_go_tool_pprof_line_reads_the_service() {
         .collect();
     std::thread::sleep(std::time::Duration::from_secs(2));
     let args: Vec<String> =
-        command.split_whitespace().skip(3).map(|a| a.replace("127.0.0.1:3000", &addr.to_string())).collect();
+        command.split_whitespace().skip(3).map(|a| a.replace("127.0.0.1:6060", &addr.to_string())).collect();
     let (ok, text) = go_pprof(&args);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for l in load {

@@ -206,9 +206,6 @@ impl GoAnswer {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[must_use]
-// Never inlined: `scripts/instructions.py` leaves the service example's profiles out of its counts
-// by this function's name.
-#[inline(never)]
 pub fn go_answer(endpoint: Endpoint, query: &GoQuery) -> GoAnswer {
     own::handed_over(|| {
         let plan = match Plan::new(endpoint, query, now_ns()) {
@@ -294,9 +291,16 @@ impl Plan {
     }
 
     /// The answer, from the snapshot `before` a delta's wait and the sites now; named where
-    /// [`Plan::symbolize`] and the caller holds the symbolizer's `turn`.
+    /// [`Plan::symbolize`] and the caller holds the symbolizer's `turn`. Built as frag's own work
+    /// and handed over.
+    // Never inlined: `scripts/instructions.py` leaves the service example's profiles out of its counts
+    // by this function's name.
+    #[inline(never)]
     pub(super) fn answer(self, before: Option<Pinned>, turn: Option<&Turn>) -> GoAnswer {
-        let symbolize = turn.is_some();
+        own::handed_over(|| self.build(before, turn.is_some()))
+    }
+
+    fn build(self, before: Option<Pinned>, symbolize: bool) -> GoAnswer {
         let (endpoint, query) = (self.endpoint, &self.query);
         let (all, duration) = match (before, query.seconds) {
             (Some(before), Some(s)) => {

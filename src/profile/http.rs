@@ -186,9 +186,10 @@ mod on_tokio {
     use crate::own::{self, Kept};
     use crate::stats::clock::now_ns;
 
-    /// `work` on a blocking thread, as frag's own (its answer handed over); 500 if the task fails.
+    /// `work` on a blocking thread (it builds its answer as frag's own work and hands it over); 500
+    /// if the task fails.
     async fn blocking(work: impl FnOnce() -> GoAnswer + Send + 'static) -> GoAnswer {
-        match tokio::task::spawn_blocking(move || own::handed_over(work)).await {
+        match tokio::task::spawn_blocking(work).await {
             Ok(answer) => answer,
             Err(e) => GoAnswer::refusal(500, &format!("frag's profile task failed: {e}")),
         }
@@ -253,7 +254,7 @@ mod on_tokio {
             return num_symbols();
         }
         match turn().await {
-            Some(turn) => blocking(move || names(&addresses, &turn)).await,
+            Some(turn) => blocking(move || own::handed_over(|| names(&addresses, &turn))).await,
             None => busy(),
         }
     }

@@ -18,12 +18,16 @@ pub fn build(name: &str) -> PathBuf {
         ("snmalloc", cfg!(feature = "snmalloc")),
         ("serde", cfg!(feature = "serde")),
         ("http", cfg!(feature = "http")),
+        ("tokio", cfg!(feature = "tokio")),
     ]
     .into_iter()
     .filter_map(|(feature, on)| on.then_some(feature))
     .collect();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "--example", name, "--no-default-features"]);
+    if profile_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }

@@ -9,6 +9,8 @@ pub mod otel;
 #[cfg(feature = "jemalloc")]
 pub mod pins;
 pub mod reclaim;
+#[cfg(all(feature = "serde", feature = "tokio"))]
+pub mod service;
 pub mod stacks;
 
 use std::alloc::{GlobalAlloc, Layout};
