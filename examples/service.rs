@@ -70,7 +70,8 @@ fn options() -> Result<Options, String> {
             "--port" => o.port = number(value()?)? as u16,
             "--debug-addr" => {
                 let v = value()?;
-                o.debug_addr = v.parse().map_err(|e| format!("{flag} {v}: {e} (an address and port: 127.0.0.1:6060)"))?;
+                o.debug_addr =
+                    v.parse().map_err(|e| format!("{flag} {v}: {e} (an address and port: 127.0.0.1:6060)"))?;
             }
             "--metrics-port" => o.metrics_port = number(value()?)? as u16,
             "--delay-ms" => o.delay = Duration::from_millis(number(value()?)?),
@@ -190,7 +191,14 @@ async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std
     Ok((status, response[split..].to_vec()))
 }
 
-async fn load(addr: SocketAddr, debug: SocketAddr, metrics: SocketAddr, total: usize, concurrency: usize, interval: Duration) {
+async fn load(
+    addr: SocketAddr,
+    debug: SocketAddr,
+    metrics: SocketAddr,
+    total: usize,
+    concurrency: usize,
+    interval: Duration,
+) {
     // Body sizes of reference 003: mostly small, some tens of KiB, a few hundreds.
     const SIZES: [usize; 8] = [512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10];
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -149,7 +149,9 @@ fn allocated(debug: SocketAddr) -> u64 {
     let a = request(debug, "GET", "/debug/frag", b"");
     assert_eq!(a.status, 200, "{}", a.text());
     let report: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-    report["allocator"]["allocated"].as_u64().unwrap_or_else(|| panic!("no allocator.allocated: {}", report["allocator"]))
+    report["allocator"]["allocated"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no allocator.allocated: {}", report["allocator"]))
 }
 
 /// `n` addresses spread over the service's code (its executable's mapped text), joined by `+`, as
@@ -200,9 +202,10 @@ fn a_flood_of_symbol_requests_is_bounded() {
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                    let rss = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
-                        l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok())
-                    });
+                    let rss = status
+                        .lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()));
                     peak.fetch_max(rss.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(20));

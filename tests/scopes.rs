@@ -214,6 +214,45 @@ fn go_tool_pprof_splits_the_heap_by_scope() {
     }
 }
 
+/// `Serving::redacted`: read back by `go tool pprof -raw`, a profile of scoped allocations names
+/// its tenants and the executable's build ID (the ground truth: the test binary's GNU note, as
+/// `readelf -n` shows it) until redacted, and neither after; its samples stay (the same total).
+#[test]
+#[ignore = "needs go (golang-go); run by .ci/run"]
+fn a_redacted_profile_names_no_tenant_and_no_build() {
+    let rt = runtime();
+    let build_id = {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("readelf").arg("-n").arg(exe).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split("Build ID:").nth(1).map(|r| r.split_whitespace().next().unwrap().to_owned()).expect("a build ID")
+    };
+    round(&rt, 0, 64 << 20, &mut |scopes, _| {
+        let plain = common::go::pprof(&frag::profile::heap_pprof_unsymbolized(), None, &["-raw"]);
+        let mut s = frag::profile::serving();
+        s.redacted = true;
+        frag::profile::set_serving(s).unwrap();
+        let redacted = common::go::pprof(&frag::profile::heap_pprof_unsymbolized(), None, &["-raw"]);
+        s.redacted = false;
+        frag::profile::set_serving(s).unwrap();
+        for scope in scopes {
+            assert!(plain.contains(scope.name()), "{} not in:\n{plain}", scope.name());
+            assert!(!redacted.contains(scope.name()), "{} in the redacted profile:\n{redacted}", scope.name());
+        }
+        assert!(plain.contains(&build_id), "build ID {build_id} not in:\n{plain}");
+        assert!(!redacted.contains(&build_id), "build ID {build_id} in the redacted profile");
+        let samples = |raw: &str| {
+            raw.lines().filter(|l| l.contains(": ") && l.trim_start().starts_with(char::is_numeric)).count()
+        };
+        assert!(
+            samples(&redacted) > 0 && samples(&redacted) <= samples(&plain),
+            "samples: {} redacted, {} not",
+            samples(&redacted),
+            samples(&plain)
+        );
+    });
+}
+
 /// A scope's share among the `scope` tag's values in `go tool pprof -tags` output, in percent of
 /// the three tenants of the round (allocations outside a scope carry no label and are not counted).
 fn tag_share(tags: &str, name: &str) -> Option<f64> {
