@@ -72,7 +72,7 @@ impl Drop for Slot {
 }
 
 /// Delta profiles waiting now.
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 pub(super) fn waiting() -> usize {
     WAITING.load(Ordering::Acquire)
 }

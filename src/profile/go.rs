@@ -185,7 +185,7 @@ impl GoAnswer {
 
 /// Answers a scrape of `endpoint` as Go does, within the [`Serving`](super::Serving) limits. Blocks for
 /// `query.seconds` if set, and while it reads debug information to symbolize: call it from a
-/// blocking thread (`tokio::task::spawn_blocking`), or use [`http::serve`](super::http::serve),
+/// blocking thread (`tokio::task::spawn_blocking`), or use `http::serve` (feature `tokio`),
 /// which waits without a thread and stops when the caller goes.
 ///
 /// The profile has Go's four sample types in Go's order (`alloc_objects/count`,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// The limits of Go's debug endpoints ([`go_answer`](super::go_answer),
-/// [`symbol_answer`](super::symbol_answer), [`http::handle`](super::http::handle) and
-/// [`http::serve`](super::http::serve)), for the whole process: read them with [`serving`], change
+/// [`symbol_answer`](super::symbol_answer), `http::handle` and
+/// `http::serve` (feature `tokio`)), for the whole process: read them with [`serving`], change
 /// them with [`set_serving`]. Each bounds what one caller can make the service spend: threads and
 /// time in delta waits, CPU and memory in the symbolizer.
 ///
