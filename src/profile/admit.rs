@@ -1,5 +1,5 @@
 //! Who the endpoints let in: a slot per delta profile waiting (at most
-//! [`Serving::delta_waits`](super::Serving::delta_waits) at once, each with its end, for a refused
+//! [`Serving::delta_waits`](super::serving::Serving::delta_waits) at once, each with its end, for a refused
 //! caller's `Retry-After`), and the symbolizer's one turn. Both are atomics: nothing here waits for
 //! a lock, and a forked child starts with every slot free and the turn open (the parent's holders
 //! are threads it does not have); a guard copied into the child from before the fork releases
@@ -149,7 +149,7 @@ pub(super) mod tests {
     use super::*;
 
     /// The tests that take slots or the turn run one at a time (they share the process's).
-    pub(in crate::profile) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     const S: u64 = 1_000_000_000;
 

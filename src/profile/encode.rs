@@ -100,7 +100,7 @@ pub(super) fn build(all: &Pinned, options: &Options) -> proto::Profile {
     };
 
     // `Serving::redacted`: no tenant names, nothing that names the build.
-    let redacted = super::serving().redacted;
+    let redacted = super::serving::serving().redacted;
     let maps = mappings::executable();
     let mapping: Vec<proto::Mapping> = maps
         .iter()

@@ -179,10 +179,10 @@ mod on_tokio {
 
     use super::super::admit::{POLL, Turn};
     use super::super::go::{
-        ADDRESS_BYTES, GoAnswer, Plan, address_count, busy, names, num_symbols, symbol_check, too_long,
+        ADDRESS_BYTES, Endpoint, GoAnswer, GoQuery, Plan, address_count, busy, names, num_symbols, symbol_check,
+        too_long,
     };
     use super::super::serving::serving;
-    use super::super::{Endpoint, GoQuery};
     use crate::own::{self, Kept};
     use crate::stats::clock::now_ns;
 
@@ -195,7 +195,7 @@ mod on_tokio {
         }
     }
 
-    /// The symbolizer's turn, waiting at most [`Serving::symbolizer_wait`](super::super::Serving)
+    /// The symbolizer's turn, waiting at most [`Serving::symbolizer_wait`](super::super::serving::Serving::symbolizer_wait)
     /// without a thread.
     async fn turn() -> Option<Turn> {
         let wait = serving().symbolizer_wait;
@@ -421,6 +421,43 @@ mod tests {
         assert_eq!(five.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert!(text(&five).starts_with("5 addresses: at most 4 addresses (96 bytes)"), "{}", text(&five));
         assert_eq!(padded.status(), StatusCode::PAYLOAD_TOO_LARGE, "{}", text(&padded));
+    }
+
+    /// A child forked while a thread of the parent waits out a delta and the parent holds the
+    /// symbolizer's turn: the child's own delta is let in and its symbol request named (a child
+    /// that inherited the slot and the turn would get 429 and 503).
+    #[test]
+    fn a_forked_child_starts_with_every_place_free() {
+        let _serial = lock();
+        let waiter = std::thread::spawn(|| handle(&request(Method::GET, "/debug/pprof/heap?seconds=2", "")));
+        while super::super::admit::waiting() == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let turn = super::super::admit::Turn::try_take().expect("the turn");
+        let f = a_function_to_name as *const () as usize;
+        // SAFETY: the child only calls frag and `_exit`s; fork is what is under test.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let delta = handle(&request(Method::GET, "/debug/pprof/heap?seconds=1", ""));
+            let named = handle(&request(Method::POST, "/debug/pprof/symbol", &format!("{f:#x}")));
+            let code = if delta.status() != StatusCode::OK {
+                1
+            } else if named.status() != StatusCode::OK || text(&named).lines().count() != 2 {
+                2
+            } else {
+                0
+            };
+            // SAFETY: ends the child without running the parent's atexit handlers or test harness.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: `pid` is this process's child; `status` is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        drop(turn);
+        assert_eq!(waiter.join().unwrap().status(), StatusCode::OK);
+        assert!(libc::WIFEXITED(status), "the child did not exit: {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "1: the delta refused, 2: the symbols refused");
     }
 
     /// [`serve`]: a delta whose caller goes (the future dropped mid-wait) frees its place at once,
