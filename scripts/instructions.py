@@ -88,13 +88,16 @@ EXCLUDED_FUNCTIONS = ("frag::publish::Publisher::publish_once", "frag::profile::
 PUBLISHER_EXCLUDED = tuple(f"--toggle-collect={f}" for f in EXCLUDED_FUNCTIONS) + ("--collect-atstart=yes",)
 
 
-def check_excluded(exe):
+def check_excluded(exe, walks=False):
     """Each excluded function must be a function of its own in `exe`, or the toggle silently excludes
-    nothing (as it did once, when the function it named was renamed)."""
+    nothing (as it did once, when the function it named was renamed); so must the stack walk the
+    sampled runs count inclusive (`CAPTURE`, with `walks`), or its cost reads 0 (as it did once,
+    inlined)."""
     out = subprocess.run(["nm", "-C", exe], stdout=subprocess.PIPE, text=True).stdout
-    for name in EXCLUDED_FUNCTIONS:
+    for name in EXCLUDED_FUNCTIONS + ((CAPTURE,) if walks else ()):
         if not any(line.endswith(" " + name) for line in out.splitlines()):
-            sys.exit(f"{exe} has no function {name}: it would be counted")
+            sys.exit(f"{exe} has no function {name}: it would be counted" if name != CAPTURE else
+                     f"{exe} has no function {name}: the stack walk's cost would read 0")
 
 FEATURES = {
     "system": "",
@@ -246,7 +249,7 @@ def build_service(backend, variant, salt=0):
     os.makedirs(out_dir, exist_ok=True)
     dest = os.path.join(out_dir, f"service-{backend}-{variant}-{salt}")
     shutil.copy2(os.path.join(target_dir(), "release", "examples", "service"), dest)
-    check_excluded(dest)
+    check_excluded(dest, walks=variant == "sampled")
     return dest
 
 

@@ -94,7 +94,10 @@ pub fn unwind_tables() -> Option<UnwindTables> {
 /// interned; [`NO_SITE`] while stacks are off, without a stack (no unwinder, stack memory the system
 /// would not prove readable, no tables yet) or when the table is full. A walk on a stack the program
 /// switched to counts its bytes ([`switched_bytes`]).
+// Never inlined: `scripts/instructions.py` counts the stack walk's cost per request by this
+// function's name (inclusive), and fails where the name is gone.
 #[cold]
+#[inline(never)]
 pub(crate) fn capture(entry: ColdFrame, scope: u16, weighted: u64) -> u32 {
     if !STACKS.load(Ordering::Relaxed) {
         return NO_SITE;
