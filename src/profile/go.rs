@@ -61,8 +61,9 @@ impl Endpoint {
 #[non_exhaustive]
 pub struct GoQuery {
     /// `seconds=N`: a delta profile, the difference of two snapshots `N` seconds apart (the handler
-    /// waits that long): a positive integer, at most [`Serving::max_seconds`](super::serving::Serving::max_seconds), and never with
-    /// `debug` (Go's rules).
+    /// waits that long): a positive integer, at most
+    /// [`Serving::max_seconds`](super::serving::Serving::max_seconds), and never with `debug` (Go's
+    /// rules).
     pub seconds: Option<u64>,
     /// `debug=1`: Go's legacy text format instead of a gzip-compressed `profile.proto`.
     pub debug: bool,
@@ -144,11 +145,13 @@ impl std::error::Error for GoQueryError {}
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GoAnswer {
-    /// HTTP status: 200; 400 for a bad query or one over a limit ([`Serving`](super::serving::Serving)); 413 for a
-    /// `/debug/pprof/symbol` request with more addresses than [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses); 429
-    /// when [`Serving::delta_waits`](super::serving::Serving::delta_waits) delta profiles wait already; 503 when the symbolizer stayed busy
-    /// for [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait). Every refusal's body says what was wrong and what is
-    /// accepted.
+    /// HTTP status: 200; 400 for a bad query or one over a limit
+    /// ([`Serving`](super::serving::Serving)); 413 for a `/debug/pprof/symbol` request with more
+    /// addresses than [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses); 429
+    /// when [`Serving::delta_waits`](super::serving::Serving::delta_waits) delta profiles wait
+    /// already; 503 when the symbolizer stayed busy for
+    /// [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait). Every refusal's body
+    /// says what was wrong and what is accepted.
     pub status: u16,
     /// `application/octet-stream` for a profile, `text/plain; charset=utf-8` for text.
     pub content_type: &'static str,
@@ -183,10 +186,10 @@ impl GoAnswer {
     }
 }
 
-/// Answers a scrape of `endpoint` as Go does, within the [`Serving`](super::serving::Serving) limits. Blocks for
-/// `query.seconds` if set, and while it reads debug information to symbolize: call it from a
-/// blocking thread (`tokio::task::spawn_blocking`), or use `http::serve` (feature `tokio`),
-/// which waits without a thread and stops when the caller goes.
+/// Answers a scrape of `endpoint` as Go does, within the [`Serving`](super::serving::Serving)
+/// limits. Blocks for `query.seconds` if set, and while it reads debug information to symbolize:
+/// call it from a blocking thread (`tokio::task::spawn_blocking`), or use `http::serve` (feature
+/// `tokio`), which waits without a thread and stops when the caller goes.
 ///
 /// The profile has Go's four sample types in Go's order (`alloc_objects/count`,
 /// `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes`), `period_type space/bytes` and
@@ -327,7 +330,8 @@ impl Plan {
     }
 }
 
-/// 503: the symbolizer stayed busy for the whole [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait).
+/// 503: the symbolizer stayed busy for the whole
+/// [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait).
 pub(super) fn busy() -> GoAnswer {
     let why = format!(
         "the symbolizer is busy with another request (one at a time; waited {:?}, \
@@ -356,8 +360,10 @@ pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
 /// where the symbol table has it, as `pprof` expects of a binary's names. Reads debug
 /// information in process, as `?symbolize=1` does: call it from a blocking thread.
 ///
-/// Within the [`Serving`](super::serving::Serving) limits: more than [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses) addresses are refused
-/// (413), and a request waits at most [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait) for another's turn at the
+/// Within the [`Serving`](super::serving::Serving) limits: more than
+/// [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses) addresses are refused
+/// (413), and a request waits at most
+/// [`Serving::symbolizer_wait`](super::serving::Serving::symbolizer_wait) for another's turn at the
 /// symbolizer (503 after it).
 ///
 /// ```

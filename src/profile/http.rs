@@ -195,8 +195,9 @@ mod on_tokio {
         }
     }
 
-    /// The symbolizer's turn, waiting at most [`Serving::symbolizer_wait`](super::super::serving::Serving::symbolizer_wait)
-    /// without a thread.
+    /// The symbolizer's turn, waiting at most
+    /// [`Serving::symbolizer_wait`](super::super::serving::Serving::symbolizer_wait) without a
+    /// thread.
     async fn turn() -> Option<Turn> {
         let wait = serving().symbolizer_wait;
         let start = tokio::time::Instant::now();
