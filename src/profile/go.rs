@@ -373,11 +373,8 @@ pub fn go_answer_to_query(endpoint: Endpoint, query: &str) -> GoAnswer {
 #[must_use]
 pub fn symbol_answer(addresses: &[u8]) -> GoAnswer {
     own::handed_over(|| {
-        if let Err(refusal) = symbol_check(addresses.len(), address_count(addresses)) {
-            return refusal;
-        }
-        if address_count(addresses) == 0 {
-            return num_symbols();
+        if let Some(answer) = without_names(addresses) {
+            return answer;
         }
         match Turn::take_within(serving().symbolizer_wait) {
             Some(turn) => names(addresses, &turn),
@@ -386,8 +383,19 @@ pub fn symbol_answer(addresses: &[u8]) -> GoAnswer {
     })
 }
 
+/// The answer to a `/debug/pprof/symbol` request that needs no symbolizer: 413 over the limits, or
+/// `num_symbols` alone when it names nothing; `None` when it needs names.
+pub(super) fn without_names(addresses: &[u8]) -> Option<GoAnswer> {
+    let count = address_count(addresses);
+    match symbol_check(addresses.len(), count) {
+        Err(refusal) => Some(refusal),
+        Ok(()) if count == 0 => Some(num_symbols()),
+        Ok(()) => None,
+    }
+}
+
 /// The words of a `/debug/pprof/symbol` request (what it asks to name, addresses or not).
-pub(super) fn address_count(addresses: &[u8]) -> usize {
+fn address_count(addresses: &[u8]) -> usize {
     addresses.split(|&b| b == b'+').filter(|w| !w.trim_ascii().is_empty()).count()
 }
 
@@ -397,7 +405,7 @@ pub(super) const ADDRESS_BYTES: usize = 24;
 
 /// 413 for a `/debug/pprof/symbol` request of `bytes` (when read whole) or `count` addresses over
 /// [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses).
-pub(super) fn symbol_check(bytes: usize, count: usize) -> Result<(), GoAnswer> {
+fn symbol_check(bytes: usize, count: usize) -> Result<(), GoAnswer> {
     let cap = serving().symbol_addresses;
     if count > cap {
         return Err(too_long(&format!("{count} addresses")));
@@ -420,7 +428,7 @@ pub(super) fn too_long(what: &str) -> GoAnswer {
 }
 
 /// The answer to a `/debug/pprof/symbol` request that names nothing: names are to be had.
-pub(super) fn num_symbols() -> GoAnswer {
+fn num_symbols() -> GoAnswer {
     GoAnswer::ok("text/plain; charset=utf-8", None, b"num_symbols: 1\n".to_vec())
 }
 

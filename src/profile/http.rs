@@ -178,10 +178,7 @@ mod on_tokio {
     use http_body_util::BodyExt as _;
 
     use super::super::admit::{POLL, Turn};
-    use super::super::go::{
-        ADDRESS_BYTES, Endpoint, GoAnswer, GoQuery, Plan, address_count, busy, names, num_symbols, symbol_check,
-        too_long,
-    };
+    use super::super::go::{ADDRESS_BYTES, Endpoint, GoAnswer, GoQuery, Plan, busy, names, too_long, without_names};
     use super::super::serving::serving;
     use crate::own::{self, Kept};
     use crate::stats::clock::now_ns;
@@ -248,11 +245,8 @@ mod on_tokio {
     }
 
     pub(super) async fn symbol_answer(addresses: Vec<u8>) -> GoAnswer {
-        if let Err(refusal) = symbol_check(addresses.len(), address_count(&addresses)) {
-            return refusal;
-        }
-        if address_count(&addresses) == 0 {
-            return num_symbols();
+        if let Some(answer) = without_names(&addresses) {
+            return answer;
         }
         match turn().await {
             Some(turn) => blocking(move || own::handed_over(|| names(&addresses, &turn))).await,
