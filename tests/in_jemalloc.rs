@@ -21,13 +21,17 @@ sites!(site_a, site_b, site_c);
 
 const MEAN: u64 = 64 << 10;
 
-/// Starts sampling inside jemalloc once for the whole file, at 64 KiB.
+/// Starts sampling inside jemalloc once for the whole file, at 64 KiB, and on the calling thread
+/// from now on.
 fn start() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let got = frag::sample_in_jemalloc(frag::Sampling::MeanBytes(MEAN)).expect("jemalloc's profiler");
         assert_eq!(got, frag::Sampling::MeanBytes(MEAN));
     });
+    // A thread's next sample was drawn at jemalloc's start-up mean (512 KiB): one block of 64 times
+    // that passes it but for a chance of e^-64, so the thread's samples after it are at `MEAN`.
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(64 << 19)));
 }
 
 #[test]

@@ -41,6 +41,11 @@ const MAX_LG: u32 = 62;
 /// clears jemalloc's own profile counts; blocks sampled before keep their weight);
 /// [`Sampling::Off`] turns jemalloc's profiler off.
 ///
+/// jemalloc draws each thread's distance to its next sample when it takes one, so a thread that
+/// ran before the change takes its first sample after one distance drawn at the old mean (at
+/// jemalloc's default, 512 KiB on average), the new mean from then on. For the mean from a thread's
+/// first byte, start the process with it too (`_RJEM_MALLOC_CONF=...,lg_prof_sample:16` for 64 KiB).
+///
 /// # Errors
 ///
 /// [`InJemallocError`]: no profiler built in or turned on, a global allocator that is not the bare
