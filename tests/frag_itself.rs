@@ -48,6 +48,15 @@ fn beyond_the_program() -> (u64, u64) {
 
 #[test]
 fn symbolizing_in_a_loop_is_frags_own_memory() {
+    // Before this line, the allocator served the test harness (some 20 KiB) and frag's build of
+    // the unwind tables before `main` (megabytes of temporaries): the latter is frag's own memory.
+    let served = common::served_bytes();
+    let start = frag::report();
+    let program: u64 = start.threads.iter().map(|t| t.allocated_bytes).sum();
+    assert!(start.sites.as_ref().and_then(|s| s.unwind_tables.as_ref()).is_some(), "tables built before main");
+    assert!(program < 256 << 10, "{program} of the {served} bytes served before the test are the program's\n{start}");
+    assert!(served - program > MIB, "{program} of the {served} bytes served before the test are the program's");
+    drop(start);
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     frag::keep_symbol_cache(true);
     let data = program_data();

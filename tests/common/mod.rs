@@ -87,6 +87,11 @@ pub fn truth() -> Truth {
     }
 }
 
+/// Every byte `Counting` served since the process started (requested sizes, frees not taken off).
+pub fn served_bytes() -> u64 {
+    BYTES_IN.load(Relaxed)
+}
+
 /// Everything `Tracked` counted: the program's figures (`frag::totals()`) and frag's own
 /// (`frag::own_totals()`), whose sum is what the backend served. Allocation-free.
 pub fn all_totals() -> frag::TrackedStats {

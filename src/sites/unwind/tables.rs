@@ -84,12 +84,14 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 
 /// Builds the tables of the modules loaded at start-up, before `main` (an `.init_array` entry), so
 /// that the first sampled allocation of `main` already has a stack. Allocations made before it (by
-/// other libraries' constructors) have none.
+/// other libraries' constructors) have none. What the build allocates is frag's own, as at every
+/// later refresh.
 #[used]
 #[unsafe(link_section = ".init_array")]
 static PREPARE_AT_START: extern "C" fn() = {
     extern "C" fn prepare() {
-        modules::refresh();
+        let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };
+        crate::own::run(modules::refresh);
     }
     prepare
 };
