@@ -157,18 +157,21 @@ impl Engine {
         // Time never goes back: an earlier `now` (a caller's clock) is the previous round's time.
         let now = self.last_round.map_or(now, |last| now.max(last));
         let cpu = heap.cpu();
+        // One reading of RSS for the round's decisions (`/proc/self/statm`): the limit's watch,
+        // the refault window, the target.
+        let rss = heap.rss();
         let since_last = self.last_round.replace(now).map(|then| now.saturating_duration_since(then));
         if let Some(dt) = since_last {
             self.budget.earn(dt);
         }
         if self.pressure.limit.is_some() {
-            self.watch(now, since_last, heap);
+            self.watch(now, since_last, rss, heap);
         } else {
             self.shorten(false, heap);
             self.pace(self.settings.cpu_share, false, heap);
         }
-        let refault = self.follow(now, heap);
-        let round = self.decide(now, heap);
+        let refault = self.follow(now, rss, heap);
+        let round = self.decide(now, rss, heap);
         let spent = heap.cpu().saturating_sub(cpu);
         self.budget.spend(spent, matches!(round, Round::Acted(_)));
         // The allocating threads' assists are spent from the same budget, not as the round's own
@@ -194,9 +197,9 @@ impl Engine {
     /// Follows the open refault window: RSS at every round, the verdict when it closes. A release
     /// that at least half came back within the window doubles the quiet window (up to
     /// [`MAX_BACKOFF`] times); one that did not halves it back.
-    fn follow(&mut self, now: Instant, heap: &mut impl Heap) -> Option<Refault> {
+    fn follow(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Option<Refault> {
         let p = self.pending.as_mut()?;
-        if let Some(rss) = heap.rss() {
+        if let Some(rss) = rss {
             p.max_rss = p.max_rss.max(rss);
         }
         if now < p.end {
@@ -216,7 +219,7 @@ impl Engine {
         Some(Refault { window: self.settings.refault_window, regained_bytes: regained, minor_faults })
     }
 
-    fn decide(&mut self, now: Instant, heap: &mut impl Heap) -> Round {
+    fn decide(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Round {
         let s = &self.settings;
         let window = s.quiet * self.totals.backoff;
         let activity = self.quiet.observe(now, heap.allocated_total(), s.quiet_share);
@@ -236,7 +239,7 @@ impl Engine {
             _ => {}
         }
         if self.pressure.limit.is_some() {
-            if let Some(round) = self.over_target(now, heap) {
+            if let Some(round) = self.over_target(now, rss, heap) {
                 return round;
             }
         }
@@ -273,8 +276,8 @@ impl Engine {
 
     /// Follows RSS against the limit: time over the target, the time-to-limit warning, the purge
     /// delay shortened while over and restored after.
-    fn watch(&mut self, now: Instant, since_last: Option<Duration>, heap: &mut impl Heap) {
-        let Some(rss) = heap.rss() else { return };
+    fn watch(&mut self, now: Instant, since_last: Option<Duration>, rss: Option<u64>, heap: &mut impl Heap) {
+        let Some(rss) = rss else { return };
         let (over, near) = self.pressure.observe(now, rss);
         if over {
             self.totals.over_target += since_last.unwrap_or_default();
@@ -312,11 +315,11 @@ impl Engine {
     /// the threshold is [`OVER_MIN_BYTES`], and allocating threads are asked to help. The CPU share
     /// rises with RSS from below the target (see [`Pressure::share`]), so that credit is earned for
     /// the first action over it.
-    fn over_target(&mut self, now: Instant, heap: &mut impl Heap) -> Option<Round> {
+    fn over_target(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Option<Round> {
         let s = &self.settings;
         let (cpu_share, max_share) = (s.cpu_share, s.max_cpu_share);
         let limit = self.pressure.limit?;
-        let rss = heap.rss()?;
+        let rss = rss?;
         if rss <= limit.target {
             // Near the target, threads help already: what only they can release takes rounds.
             self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), heap);

@@ -37,7 +37,7 @@ pub struct Dropped {
     /// The reclaimer's totals at the end.
     pub totals: Totals,
     /// The report's over-limit finding at the end of the high phase, and at the end of the low one.
-    pub over_limit: [Option<frag::diagnosis::Finding>; 2],
+    pub over_limit: [Option<frag::report::diagnosis::Finding>; 2],
     /// The rounds, still running (the limit removed).
     pub rounds: Driven,
 }
@@ -82,10 +82,10 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
 }
 
 /// The report's over-limit finding, if any.
-fn over_limit() -> Option<frag::diagnosis::Finding> {
+fn over_limit() -> Option<frag::report::diagnosis::Finding> {
     let report = frag::report();
     let findings = report.diagnosis.map(|d| d.findings).unwrap_or_default();
-    findings.into_iter().find(|f| f.kind == frag::diagnosis::FindingKind::OverLimit)
+    findings.into_iter().find(|f| f.kind == frag::report::diagnosis::FindingKind::OverLimit)
 }
 
 /// The checks every backend passes: the workload reached past the limit; the heap was never quiet,
@@ -104,7 +104,7 @@ pub fn check(d: &Dropped, floor: u64) {
     assert!(t.exhausted_rounds > 0, "the high phase's live set alone exceeds the limit: {t}");
     // The report says so while it lasts, naming the live bytes, and not once live data fits.
     let high = d.over_limit[0].as_ref().expect("an over-limit finding while live data exceeds the limit");
-    assert!(high.summary.contains("live data") && high.severity == frag::diagnosis::Severity::Warn, "{high:?}");
+    assert!(high.summary.contains("live data") && high.severity == frag::report::diagnosis::Severity::Warn, "{high:?}");
     assert!(high.bytes > 0 && high.bytes <= HIGH, "{high:?}");
     assert!(d.over_limit[1].is_none(), "{:?}", d.over_limit[1]);
 }
@@ -141,6 +141,13 @@ pub fn live_below_the_limit() -> [u64; 2] {
     let mut peaks = [0; 2];
     for (i, limited) in [true, false].into_iter().enumerate() {
         reset_peak_rss();
+        // The base share paid for: each phase ends in a `malloc_trim` of some 200 MiB (about 40 ms
+        // of CPU on glibc here) every 3.7 s, 1.1% of a core, and the test's 50 ms polls cost 0.5%
+        // more. At the default 1% the deficit is a debt carried into each next phase, which holds
+        // its action back past the target: actions at 378 MiB in the first phases, 395-404 MiB in
+        // the last (2026-12), one run in three over the limit. The limit's claim is that live data
+        // below it keeps RSS below it when the budget covers the releases; at 2% it does.
+        let reclaimer = || super::reclaim::reclaimer().cpu_share(0.02);
         let r = if limited { reclaimer().limit(MemoryLimit::Bytes(limit)) } else { reclaimer().no_limit() };
         let mut rounds = Driven::new(r);
         let mut longest = Duration::ZERO;
@@ -158,6 +165,16 @@ pub fn live_below_the_limit() -> [u64; 2] {
             run(&mut rounds, &mut churn, Duration::from_secs(1));
         }
         let (reclaimer, _) = rounds.stop();
+        for a in reclaimer.actions() {
+            eprintln!(
+                "DEBUG at {:?} before {} after {} wall {:?} cpu {:?}",
+                a.at,
+                a.rss_before >> 20,
+                a.rss_after >> 20,
+                a.wall,
+                a.cpu
+            );
+        }
         peaks[i] = peak_rss();
         eprintln!("limited {limited}: peak {} MiB, longest wait {longest:?}; {}", peaks[i] / MIB, reclaimer.totals());
     }
