@@ -27,7 +27,7 @@
 //! with its profiler on but not sampling, and `<variant>` may also be `in-jemalloc`: the bare
 //! backend, sampled inside jemalloc (`frag::sample_in_jemalloc`, at the default mean).
 //!
-//! `FRAG_NO_STACKS=1` in the environment turns stack capture off (`frag::set_stacks(false)`).
+//! `FRAG_NO_STACKS=1` in the environment turns stack capture off (`frag::sites::set_stacks(false)`).
 //!
 //! Run under `cargo bench` (no workload named) it prints where the counting script is and exits.
 
@@ -264,7 +264,7 @@ fn poll_n<F: std::future::Future>(future: F, iters: u64) {
 fn main() {
     // The sampled variants without their stacks, to count what the unwinder adds to a sample.
     if std::env::var_os("FRAG_NO_STACKS").is_some() {
-        frag::set_stacks(false);
+        frag::sites::set_stacks(false);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");

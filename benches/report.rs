@@ -48,9 +48,9 @@ fn main() {
     for n in [10, 100, 1000] {
         let (done, handles) = live_threads(n);
         group.bench_with_input(BenchmarkId::new("report", n), &n, |b, _| b.iter(|| black_box(frag::report())));
-        group.bench_with_input(BenchmarkId::new("totals", n), &n, |b, _| b.iter(|| black_box(frag::totals())));
+        group.bench_with_input(BenchmarkId::new("totals", n), &n, |b, _| b.iter(|| black_box(frag::report::totals())));
         group.bench_with_input(BenchmarkId::new("process_stats", n), &n, |b, _| {
-            b.iter(|| black_box(frag::ProcessStats::read()))
+            b.iter(|| black_box(frag::process::ProcessStats::read()))
         });
         #[cfg(feature = "jemalloc")]
         {

@@ -168,7 +168,7 @@ fn main() {
          share (MiB, at most) |"
     );
     println!("|---|---|---|---|---|---|");
-    for &backend in frag::Backend::ALL {
+    for &backend in frag::backend::Backend::ALL {
         let mut rss: Vec<Vec<f64>> = vec![Vec::new(); TIERS.len()];
         let mut live = 0.0;
         let mut marks: Vec<Vec<f64>> = vec![Vec::new(); TIERS.len()];

@@ -6,7 +6,7 @@
 //! sees the requested depth plus the few frames of a thread's start.
 //!
 //! Also prints what `Sites::symbolize` costs: reading the debug information each time (the default:
-//! the symbolizer's cache is released after use), and with the cache kept (`frag::keep_symbol_cache`),
+//! the symbolizer's cache is released after use), and with the cache kept (`frag::sites::keep_symbol_cache`),
 //! in time, in resident memory and in frag's own memory as the report shows it.
 
 use std::hint::black_box;
@@ -54,7 +54,7 @@ fn rss_kib() -> u64 {
 }
 
 fn main() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(300))
@@ -84,16 +84,16 @@ fn main() {
     let before = rss_kib();
     let (released, report) = symbolize();
     let after_release = rss_kib();
-    frag::keep_symbol_cache(true);
+    frag::sites::keep_symbol_cache(true);
     let (first_kept, _) = symbolize();
     let kept_rss = rss_kib();
     let (warm, _) = symbolize();
     let kept = frag::report().frag_itself;
-    frag::keep_symbol_cache(false);
+    frag::sites::keep_symbol_cache(false);
     let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
         "Sites::symbolize: {released:.0} ms reading the debug information (default: released after, resident \
-         +{:.1} MiB after); with frag::keep_symbol_cache(true): {first_kept:.0} ms the first time, {warm:.1} ms \
+         +{:.1} MiB after); with frag::sites::keep_symbol_cache(true): {first_kept:.0} ms the first time, {warm:.1} ms \
          after, the cache {:.1} MiB (frag itself, usable; resident +{:.1} MiB); deepest stack captured: {} frames",
         mib(after_release.saturating_sub(before)),
         kept.usable_bytes as f64 / (1 << 20) as f64,

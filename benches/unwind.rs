@@ -1,5 +1,5 @@
 //! What one stack costs, by method, at 8, 32 and 64 frames, warm and cold:
-//! - `frag`: this build's unwinder (`frag::unwinder()`: the unwind tables in a plain build, the
+//! - `frag`: this build's unwinder (`frag::sites::unwinder()`: the unwind tables in a plain build, the
 //!   frame-pointer walk in a build with `RUSTFLAGS="-C force-frame-pointers=yes"`), exactly as a
 //!   sampled allocation captures its stack;
 //! - `backtrace`: the `backtrace` crate's `trace_unsynchronized` (libgcc's `_Unwind_Backtrace` over
@@ -108,7 +108,7 @@ levels! {
 
 #[inline(never)]
 fn frag_stack(out: &mut [usize; 64]) -> usize {
-    frag::capture_for_bench(out)
+    frag::sites::capture_for_bench(out)
 }
 
 #[inline(never)]
@@ -195,7 +195,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    let frag_name = format!("frag_{}", frag::unwinder().name().replace(' ', "_"));
+    let frag_name = format!("frag_{}", frag::sites::unwinder().name().replace(' ', "_"));
     let methods: [(&str, Method); 2] = [(&frag_name, frag_stack), ("backtrace", libgcc_stack)];
     let mut group = c.benchmark_group("unwind_warm");
     for (name, method) in methods {
@@ -221,7 +221,7 @@ fn main() {
             println!("unwind_cold/{name}/{frames}: median {:.2} µs ({got} frames)", median.as_secs_f64() * 1e6);
         }
     }
-    if let Some(t) = frag::unwind_tables() {
+    if let Some(t) = frag::sites::unwind_tables() {
         println!("unwind tables: {t:?}");
     }
 }

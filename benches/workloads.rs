@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
-use frag::{Backend, Select, Tracked};
+use frag::backend::Backend;
+use frag::{Select, Tracked};
 
 /// The environment variable that picks bare (`bare`) or tracked (anything else) for a child.
 const MODE_ENV: &str = "FRAG_BENCH_MODE";

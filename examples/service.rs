@@ -20,7 +20,7 @@
 //! (binds free loopback ports, sends the requests, saves the heap profile taken half-way through to
 //! `target/service-heap.pb.gz`, prints the report and the `frag_` scrape, exits).
 //! Other backends: `--no-default-features` (glibc), `--no-default-features --features mimalloc`.
-//! `--no-stacks` turns stack capture off (`frag::set_stacks(false)`); `--sampling-mean-kib N` samples
+//! `--no-stacks` turns stack capture off (`frag::sites::set_stacks(false)`); `--sampling-mean-kib N` samples
 //! one allocation per N KiB on average (`frag::set_sampling`; default 512, at least 64 in this tier).
 //! `--scoped` runs each `/echo` request in the scope of one of three tenants (`frag::Scope`, by the
 //! body's length): the report then splits the memory by tenant, and heap profiles label it.
@@ -83,7 +83,7 @@ fn options() -> Result<Options, String> {
             "--concurrency" => o.concurrency = (number(value()?)? as usize).max(1),
             // Sampled allocations without their stacks: what the unwinder costs, measured on the
             // same build (`scripts/instructions.py`).
-            "--no-stacks" => frag::set_stacks(false),
+            "--no-stacks" => frag::sites::set_stacks(false),
             "--scoped" => {
                 let tenants =
                     ["tenant-a", "tenant-b", "tenant-c"].map(|t| frag::Scope::new(t).map_err(|e| e.to_string()));

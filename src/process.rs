@@ -283,14 +283,14 @@ fn stat_field(stat: &str, name: &str) -> Option<u64> {
 /// RSS and anonymous bytes come from `/proc/self/statm` (the kernel's running counters: cheap at any
 /// size). PSS needs `/proc/self/smaps_rollup`, a walk of every page table entry of the process
 /// (measured: 0.5 ms with 10 threads, 7 ms with 1,000), so it is read only after
-/// [`set_pss`](crate::set_pss)`(true)`. `None` where the platform has no `/proc`.
+/// [`set_pss`]`(true)`. `None` where the platform has no `/proc`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct ProcessStats {
     /// Resident set size (`/proc/self/statm`).
     pub rss_bytes: Option<u64>,
-    /// Proportional set size (`/proc/self/smaps_rollup`); `None` unless [`set_pss`](crate::set_pss)
+    /// Proportional set size (`/proc/self/smaps_rollup`); `None` unless [`set_pss`]
     /// turned it on.
     pub pss_bytes: Option<u64>,
     /// Anonymous resident bytes: heap, stacks, anonymous mappings (`/proc/self/statm`: resident minus
@@ -309,7 +309,7 @@ static PSS: AtomicBool = AtomicBool::new(false);
 /// ```no_run
 /// # #[global_allocator]
 /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
-/// frag::set_pss(true);
+/// frag::process::set_pss(true);
 /// assert!(frag::report().process.pss_bytes.is_some());
 /// ```
 pub fn set_pss(on: bool) -> bool {
@@ -317,7 +317,7 @@ pub fn set_pss(on: bool) -> bool {
 }
 
 impl ProcessStats {
-    /// Reads the current figures (PSS only after [`set_pss`](crate::set_pss)`(true)`). Allocates
+    /// Reads the current figures (PSS only after [`set_pss`]`(true)`). Allocates
     /// (file reads); never call it from an allocator.
     #[must_use]
     pub fn read() -> Self {

@@ -116,18 +116,19 @@ pub(crate) fn home_of(e: &SampledBlock, home: Home) -> Home {
     }
 }
 
-/// Publishes the owner's live figure once `moved` bytes went through its shard since the last time.
+/// Folds the owner's live figure into the process's once `moved` bytes went through its shard since
+/// the last time.
 #[inline]
-pub(crate) fn publish_if_due(s: &Shard, moved: u64) {
-    if moved >= live::PUBLISH_BYTES {
-        publish(s);
+pub(crate) fn fold_live_if_due(s: &Shard, moved: u64) {
+    if moved >= live::FOLD_BYTES {
+        fold_live(s);
     }
 }
 
-/// Publishes the owner's live figure ([`publish_if_due`]'s work, out of line: once in many samples).
+/// Folds the owner's live figure in ([`fold_live_if_due`]'s work, out of line: once in many samples).
 #[cold]
 #[inline(never)]
-fn publish(s: &Shard) {
-    s.publish_all();
-    s.hot.clock.published();
+fn fold_live(s: &Shard) {
+    s.fold_live();
+    s.hot.clock.folded();
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use frag::diagnosis::{FindingKind, Severity};
+use frag::report::diagnosis::{FindingKind, Severity};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);

@@ -7,8 +7,8 @@ mod common;
 
 use std::sync::Mutex;
 
-use frag::diagnosis::Part;
-use frag::diagnosis::{Finding, FindingKind, Severity};
+use frag::report::diagnosis::Part;
+use frag::report::diagnosis::{Finding, FindingKind, Severity};
 
 #[global_allocator]
 static A: frag::Tracked<tikv_jemallocator::Jemalloc, frag::Exact> = frag::Tracked::new(tikv_jemallocator::Jemalloc);
@@ -87,7 +87,8 @@ fn rounding_is_what_nallocx_says() {
     let n = 40_000;
     // The class's own figures (allocation-free reads): other threads of the harness may allocate
     // meanwhile, but not 1,025-byte blocks.
-    let internal = || frag::size_classes().iter().find(|c| c.contains(SIZE as u64)).map(|c| c.internal_bytes).unwrap();
+    let internal =
+        || frag::report::size_classes().iter().find(|c| c.contains(SIZE as u64)).map(|c| c.internal_bytes).unwrap();
     // Unsampled, so that every block gets the class nallocx names: a sampled block carries the mark
     // (4 KiB alignment), and its usable size is what jemalloc gives that (`tests/sampler_mark.rs`).
     frag::set_sampling(frag::Sampling::Off).unwrap();
@@ -140,7 +141,7 @@ fn a_mapping_outside_the_heap_is_outside_heap() {
         b.outside_heap_bytes
     );
     assert!(grew < len as u64 + 4 * MIB, "{grew}");
-    assert_eq!(b.source(Part::OutsideHeap), frag::diagnosis::Source::Measured);
+    assert_eq!(b.source(Part::OutsideHeap), frag::report::diagnosis::Source::Measured);
     let f = finding(&r, FindingKind::OutsideHeap).expect("an outside_heap finding");
     assert_eq!(f.severity, Severity::Warn);
     // SAFETY: unmapping the mapping made above.

@@ -15,7 +15,7 @@ static A: frag::Tracked<Counting<System>, frag::Exact> =
 /// Sizes no test harness or report allocates: each lands in a class of its own above 64 KiB.
 const SIZES: [usize; 3] = [70_001, 100_003, 200_005];
 
-fn class_row(report: &frag::Report, size: usize) -> Option<&frag::SizeClassRow> {
+fn class_row(report: &frag::Report, size: usize) -> Option<&frag::report::SizeClassRow> {
     report.size_classes.iter().find(|c| c.min_size as usize <= size && c.max_size.is_none_or(|m| m as usize >= size))
 }
 
@@ -24,6 +24,7 @@ fn known_sequence_on_one_thread() {
     // The model: 30 allocations (10 per size), 5 of them zeroed, 4 reallocations, 12 frees.
     let seen = on_named_thread(
         "seq-one",
+        // SAFETY: each block is freed or reallocated once, with the layout it was allocated with.
         || unsafe {
             let mut blocks = Vec::with_capacity(64);
             for i in 0..30 {

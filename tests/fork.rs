@@ -132,7 +132,7 @@ fn children_of_a_process_walking_the_loaders_list_do_not_hang() {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    frag::refresh_unwind_tables();
+                    frag::sites::refresh_unwind_tables();
                 }
             })
         })
@@ -143,9 +143,9 @@ fn children_of_a_process_walking_the_loaders_list_do_not_hang() {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            frag::refresh_unwind_tables();
+            frag::sites::refresh_unwind_tables();
             // Whatever it could list, the child keeps unwind tables (those it inherited at least).
-            let kept = frag::unwind_tables().is_none_or(|t| t.modules > 0);
+            let kept = frag::sites::unwind_tables().is_none_or(|t| t.modules > 0);
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(if kept { 0 } else { 1 }) };
         }

@@ -123,7 +123,7 @@ fn every_child_of_a_busy_process_reports_allocates_and_exits() {
     // The debug information kept once read: a symbolization of sites not seen before takes seconds
     // in a debug build (more than a fork waits for one at work, 2 s), milliseconds once the cache
     // holds their code's. The forks start once the reporter's symbolizations are of that kind.
-    frag::keep_symbol_cache(true);
+    frag::sites::keep_symbol_cache(true);
     static SYMBOLIZED: AtomicUsize = AtomicUsize::new(0);
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = vec![

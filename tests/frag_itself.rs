@@ -30,7 +30,7 @@ fn beyond_the_program() -> (u64, u64) {
     let mut last = (0, 0);
     for _ in 0..200 {
         let before = truth();
-        let (program, own) = (frag::totals(), frag::own_totals());
+        let (program, own) = (frag::report::totals(), frag::report::own_totals());
         if truth() == before {
             let beyond = before.live_bytes - program.allocated_bytes;
             if own.allocated_bytes == beyond {
@@ -58,7 +58,7 @@ fn symbolizing_in_a_loop_is_frags_own_memory() {
     assert!(served - program > MIB, "{program} of the {served} bytes served before the test are the program's");
     drop(start);
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
-    frag::keep_symbol_cache(true);
+    frag::sites::keep_symbol_cache(true);
     let data = program_data();
     let data_bytes: u64 = data.iter().map(|b| b.len() as u64).sum::<u64>() + (data.capacity() * 16) as u64;
     let (_, program_before) = beyond_the_program();
@@ -104,7 +104,7 @@ fn symbolizing_in_a_loop_is_frags_own_memory() {
     drop(report);
 
     // Released: the allocator gives back what the report called frag's own.
-    frag::keep_symbol_cache(false);
+    frag::sites::keep_symbol_cache(false);
     let (left, program_end) = beyond_the_program();
     assert!(left < MIB / 2, "frag still holds {left} bytes after releasing its cache");
     assert!(program_end.abs_diff(program_before) < 64 << 10, "{program_before} -> {program_end}");

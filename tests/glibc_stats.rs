@@ -41,20 +41,20 @@ fn glibc_ground_truth() {
     //    usable bytes plus 8 bytes of header per block.
     const N: u64 = 20_000;
     let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(N as usize);
-    let (m0, u0) = (in_use(), frag::totals().usable_bytes);
+    let (m0, u0) = (in_use(), frag::report::totals().usable_bytes);
     for i in 0..N {
         blocks.push(vec![1u8; 16 + (i as usize * 7919) % 16_000]);
     }
-    let (m1, u1) = (in_use(), frag::totals().usable_bytes);
+    let (m1, u1) = (in_use(), frag::report::totals().usable_bytes);
     let expected = (u1 - u0) + 8 * N;
     println!("mallinfo2 in-use grew {} B, tracked usable + headers {expected} B", m1 - m0);
     assert!((m1 - m0).abs_diff(expected) <= expected / 1000, "{} vs {expected}", m1 - m0);
 
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::System)));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::System)));
     let g = r.allocator.expect("mallinfo2");
     assert!(g.allocated.is_some() && g.arena.is_some() && g.free.is_some() && g.mmap.is_some());
-    assert_eq!(r.fragmentation.ratio_inputs, frag::RatioInputs::Process);
+    assert_eq!(r.fragmentation.ratio_inputs, frag::report::RatioInputs::Process);
     drop(blocks);
 }
 
@@ -68,7 +68,7 @@ fn statistics_only_from_glibcs_own_malloc() {
     let warned = report
         .warnings
         .iter()
-        .any(|w| w.kind == frag::WarningKind::AllocatorStats && w.message.contains("not glibc's"));
+        .any(|w| w.kind == frag::report::WarningKind::AllocatorStats && w.message.contains("not glibc's"));
     if common::under_memcheck() {
         assert!(report.allocator.is_none() && warned, "{:?} {:?}", report.allocator, report.warnings);
     } else {

@@ -19,7 +19,7 @@ include!("common/stack_cases.rs");
 /// it, and the samples were counted as taken on switched stacks.
 #[test]
 fn samples_on_switched_stacks_add_up() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     // Room for every block kept, so that only the blocks themselves are allocated at `allocate_here`.
     let (mut kept, mut seed) = (Vec::with_capacity(100_000), 29);
     let mut truth = 0;

@@ -26,7 +26,7 @@ fn at_allocate_here(report: &frag::Report) -> u64 {
 /// own site, to the byte: the walk found the allocating function there, and no sample went missing.
 #[test]
 fn every_block_on_switched_stacks_is_at_its_site() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     // Room for every block kept, so that only the blocks themselves are allocated at `allocate_here`.
     let (mut kept, mut seed) = (Vec::with_capacity(10_000), 31);
     let mut truth = 0;

@@ -48,7 +48,7 @@ fn the_mean_is_jemallocs_and_set_sampling_says_where_to_change_it() {
 }
 
 /// The site rows whose leaf frame is `function`.
-fn rows<'a>(report: &'a frag::Report, function: &str) -> Vec<&'a frag::SiteRow> {
+fn rows<'a>(report: &'a frag::Report, function: &str) -> Vec<&'a frag::report::SiteRow> {
     let sites = report.sites.as_ref().expect("a sites section");
     sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function))).collect()
 }

@@ -1,4 +1,4 @@
-//! jemalloc's own counts of its size classes (`frag::allocator_classes`) against the exact tier's
+//! jemalloc's own counts of its size classes (`frag::report::allocator_classes`) against the exact tier's
 //! counts of the same blocks: two independent counts of one workload, sizes from 1 B to 64 KiB.
 //! jemalloc's requests lag behind while thread caches hold them, and its held blocks include what
 //! those caches park; once the thread flushes its cache, both equal the exact tier's figures.
@@ -21,14 +21,14 @@ fn jemalloc_class(size: usize) -> u64 {
 /// Both counts at one moment: jemalloc's list first (it allocates, then reads), then the exact
 /// tier's (allocation-free), so both include the list.
 struct Counts {
-    jemalloc: Vec<frag::AllocatorClass>,
-    classes: [frag::SizeClassRow; frag::NUM_CLASSES],
-    totals: frag::TrackedStats,
+    jemalloc: Vec<frag::backend::AllocatorClass>,
+    classes: [frag::report::SizeClassRow; frag::report::NUM_CLASSES],
+    totals: frag::report::TrackedStats,
 }
 
 fn counts() -> Counts {
-    let jemalloc = frag::allocator_classes();
-    Counts { jemalloc, classes: frag::size_classes(), totals: frag::totals() }
+    let jemalloc = frag::report::allocator_classes();
+    Counts { jemalloc, classes: frag::report::size_classes(), totals: frag::report::totals() }
 }
 
 /// `(requests, held)` changes per jemalloc class size.

@@ -44,7 +44,7 @@ fn jemalloc_ground_truth() {
     // 2. A mixed workload: the growth of tracked usable bytes equals the growth of stats.allocated.
     let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(20_000);
     let a0 = settle();
-    let u0 = frag::totals().usable_bytes;
+    let u0 = frag::report::totals().usable_bytes;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..20_000 {
         rng ^= rng << 13;
@@ -53,7 +53,7 @@ fn jemalloc_ground_truth() {
         blocks.push(vec![1u8; 16 + (rng % 16_384) as usize]);
     }
     let a1 = settle();
-    let u1 = frag::totals().usable_bytes;
+    let u1 = frag::report::totals().usable_bytes;
     let (grown_je, grown_tracked) = (a1 - a0, u1 - u0);
     println!("jemalloc stats.allocated grew {grown_je} B, tracked usable {grown_tracked} B");
     // Tolerance: blocks other threads hold in their tcaches (none here) and jemalloc's 4 KiB-granular
@@ -61,10 +61,10 @@ fn jemalloc_ground_truth() {
     assert!(grown_je.abs_diff(grown_tracked) <= grown_je / 1000, "{grown_je} vs {grown_tracked}");
 
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::Jemalloc)));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::Jemalloc)));
     let je = r.allocator.expect("jemalloc statistics");
     assert!(je.resident.unwrap() >= je.allocated.unwrap());
-    assert_eq!(r.fragmentation.ratio_inputs, frag::RatioInputs::Allocator);
+    assert_eq!(r.fragmentation.ratio_inputs, frag::report::RatioInputs::Allocator);
     // Absolute: everything the process allocated went through Tracked, so the figures agree up to
     // the blocks sitting in the (unflushed) tcaches of the test harness's threads.
     let (je_alloc, tracked) = (je.allocated.unwrap(), r.tracked.usable_bytes);

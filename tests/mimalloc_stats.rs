@@ -21,7 +21,7 @@ fn mimalloc_ground_truth() {
     );
 
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::Mimalloc)));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::Mimalloc)));
     let m = r.allocator.expect("mimalloc statistics");
     assert!(m.committed.unwrap() > 0 && m.peak_committed.unwrap() >= m.committed.unwrap());
 }

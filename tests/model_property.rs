@@ -76,13 +76,13 @@ fn class_index(size: usize) -> usize {
             4 + 4 * (k - 5) + (size - (1 << k)).div_ceil(step) - 1
         }
     };
-    assert_eq!(frag::NUM_CLASSES, 4 + 4 * (26 - 5) + 1, "the rule's class count");
+    assert_eq!(frag::report::NUM_CLASSES, 4 + 4 * (26 - 5) + 1, "the rule's class count");
     index
 }
 
 #[test]
 fn the_class_rule_matches_the_documented_bounds() {
-    let classes = frag::size_classes();
+    let classes = frag::report::size_classes();
     for size in [0, 1, 8, 9, 16, 17, 32, 33, 40, 41, 64, 65, 80, 81, 1000, 1024, 1025, 4096, 32 << 10, (32 << 10) + 1]
         .into_iter()
         .chain([(64 << 20) - 1, 64 << 20, (64 << 20) + 1, usize::MAX])
@@ -204,11 +204,11 @@ fn execute(plan: &Plan, thread_count: usize) -> Observed {
             .collect();
         gates[0].wait();
         let before_report = frag::report();
-        let before = (frag::totals(), frag::size_classes());
+        let before = (frag::report::totals(), frag::report::size_classes());
         gates[1].wait();
         // The window: nothing but the workers' steps happens between the two readings.
         gates[2].wait();
-        let after = (frag::totals(), frag::size_classes());
+        let after = (frag::report::totals(), frag::report::size_classes());
         let after_report = frag::report();
         let rows = tids
             .iter()
@@ -231,9 +231,9 @@ fn execute(plan: &Plan, thread_count: usize) -> Observed {
 }
 
 struct Observed {
-    before: (frag::TrackedStats, [frag::SizeClassRow; frag::NUM_CLASSES]),
-    after: (frag::TrackedStats, [frag::SizeClassRow; frag::NUM_CLASSES]),
-    rows: Vec<(frag::ThreadRow, frag::ThreadRow)>,
+    before: (frag::report::TrackedStats, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
+    after: (frag::report::TrackedStats, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
+    rows: Vec<(frag::report::ThreadRow, frag::report::ThreadRow)>,
     blocks: Vec<usize>,
 }
 

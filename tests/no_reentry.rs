@@ -23,26 +23,32 @@ fn leave() {
     let _ = INSIDE.try_with(|i| i.set(false));
 }
 
+// SAFETY: every call goes to `A` with the caller's arguments and returns its result; the sentinel
+// around it touches only a thread-local flag.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Sentinel<A> {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         enter();
+        // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.alloc(l) };
         leave();
         p
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         enter();
+        // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.alloc_zeroed(l) };
         leave();
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         enter();
+        // SAFETY: the caller's guarantees, passed on.
         unsafe { self.0.dealloc(p, l) };
         leave();
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         enter();
+        // SAFETY: the caller's guarantees, passed on.
         let q = unsafe { self.0.realloc(p, l, n) };
         leave();
         q
@@ -93,6 +99,6 @@ fn claims_exits_reallocs_and_reports_never_reenter() {
         }
     }
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::System)));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::System)));
     println!("{r}");
 }

@@ -27,6 +27,6 @@ fn every_answer_says_no_tracked_allocator_is_installed() {
     let r = frag::report();
     assert_eq!(r.backend, None);
     assert_eq!(r.tracked.allocations, 0, "nothing went through a Tracked allocator");
-    assert!(r.warnings.iter().any(|w| w.kind == frag::WarningKind::NotInstalled));
+    assert!(r.warnings.iter().any(|w| w.kind == frag::report::WarningKind::NotInstalled));
     assert!(r.to_string().starts_with("frag report: no Tracked allocator is installed"), "{r}");
 }

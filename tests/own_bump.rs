@@ -93,8 +93,8 @@ impl frag::Probe for BumpProbe {
         Some(layout.size())
     }
 
-    fn stats(&self) -> Option<frag::AllocatorStats> {
-        let mut s = frag::AllocatorStats::default();
+    fn stats(&self) -> Option<frag::backend::AllocatorStats> {
+        let mut s = frag::backend::AllocatorStats::default();
         s.allocated = Some(LIVE_BYTES.load(Relaxed));
         // Every carved byte stays in use by the arena until a reset: all of it is "active".
         s.active = Some(OFFSET.load(Relaxed) as u64);
@@ -116,7 +116,9 @@ fn frees_keep_their_memory_and_the_report_says_where() {
     // Exact counts against the arena's own, read while nothing else allocated.
     let (blocks, bytes, t) = loop {
         let before = (LIVE_BLOCKS.load(Relaxed), LIVE_BYTES.load(Relaxed), OFFSET.load(Relaxed));
-        let t = frag::totals();
+        // Everything `Tracked` counted: the program's and frag's own (its unwind tables, built
+        // before `main`).
+        let t = common::all_totals();
         if (LIVE_BLOCKS.load(Relaxed), LIVE_BYTES.load(Relaxed), OFFSET.load(Relaxed)) == before {
             break (before.0, before.1, t);
         }
@@ -140,7 +142,7 @@ fn frees_keep_their_memory_and_the_report_says_where() {
     let grew = holes(&after) - holes(&before);
     assert!(grew.abs_diff(freed) <= MIB, "holes grew {grew}, freed {freed}");
     let d = after.diagnosis.as_ref().unwrap();
-    let f = d.findings.iter().find(|f| f.kind == frag::diagnosis::FindingKind::Holes).expect("a holes finding");
-    assert_eq!(f.severity, frag::diagnosis::Severity::Warn, "{after}");
-    assert_eq!(d.breakdown.source(frag::diagnosis::Part::Holes), frag::diagnosis::Source::Measured);
+    let f = d.findings.iter().find(|f| f.kind == frag::report::diagnosis::FindingKind::Holes).expect("a holes finding");
+    assert_eq!(f.severity, frag::report::diagnosis::Severity::Warn, "{after}");
+    assert_eq!(d.breakdown.source(frag::report::diagnosis::Part::Holes), frag::report::diagnosis::Source::Measured);
 }

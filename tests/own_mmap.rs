@@ -15,11 +15,12 @@ static A: frag::Tracked<MmapPerBlock, frag::Exact> = frag::Tracked::with_probe(M
 const MIB: u64 = 1 << 20;
 
 /// `(allocator's live blocks, its mapped bytes, frag's totals)` read while nothing else allocated.
-fn quiescent() -> ((u64, u64), frag::TrackedStats) {
+fn quiescent() -> ((u64, u64), frag::report::TrackedStats) {
     for _ in 0..10_000 {
         let before = MmapPerBlock::live();
         let served = MmapPerBlock::served();
-        let t = frag::totals();
+        // The program's and frag's own (its unwind tables, built before `main`).
+        let t = common::all_totals();
         if MmapPerBlock::live() == before && MmapPerBlock::served() == served {
             return (before, t);
         }
@@ -36,12 +37,12 @@ fn counts_usable_sizes_and_rss_follow_the_allocator() {
     assert_eq!(t.usable_bytes, mapped);
 
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Other("mmap-per-block")));
-    assert_eq!(r.usable_source, Some(frag::UsableSource::Probe));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Other("mmap-per-block")));
+    assert_eq!(r.usable_source, Some(frag::backend::UsableSource::Probe));
     let a = r.allocator.expect("the probe's statistics");
     assert!(a.mapped.is_some_and(|m| m > 0));
     let b = &r.diagnosis.as_ref().expect("diagnosis").breakdown;
-    assert_eq!(b.source(frag::diagnosis::Part::Holes), frag::diagnosis::Source::Measured);
+    assert_eq!(b.source(frag::report::diagnosis::Part::Holes), frag::report::diagnosis::Source::Measured);
 
     // Each free unmaps its block: RSS falls by it at once, and so do the tracked usable bytes.
     let size = (MIB as usize) - 100;

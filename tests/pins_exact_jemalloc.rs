@@ -63,7 +63,7 @@ fn each_block_is_charged_its_own_slabs_free_space() {
         pinned.holes_bytes, pinned.no_stack_bytes, pinned.unattributed_bytes
     );
     // By slab (or both, if a block sampled at the default mean before `Off` is still live).
-    assert!(matches!(pinned.method, frag::PinMethod::Slabs | frag::PinMethod::Both), "{report}");
+    assert!(matches!(pinned.method, frag::report::PinMethod::Slabs | frag::report::PinMethod::Both), "{report}");
     // What class shares would give A with every block seen: its part of the class's live blocks.
     let blocks = |function: &str| blocks(&report, function);
     let class_share = |x: u64| x as f64 / (blocks("site_kept") + blocks("site_packed")) as f64;

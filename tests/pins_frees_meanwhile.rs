@@ -56,7 +56,7 @@ fn reports_survive_frees_of_the_blocks_they_ask_about() {
     for _ in 0..reports() {
         let r = frag::report();
         let method = r.sites.as_ref().and_then(|s| s.pinned.as_ref()).map(|p| p.method);
-        if matches!(method, Some(frag::PinMethod::Slabs | frag::PinMethod::Both)) {
+        if matches!(method, Some(frag::report::PinMethod::Slabs | frag::report::PinMethod::Both)) {
             asked += 1;
         }
     }

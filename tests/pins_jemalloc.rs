@@ -53,7 +53,7 @@ struct Scenario {
 }
 
 fn scenario() -> Scenario {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)).unwrap();
     drop(symbolized_report()); // the unwind tables and the symbolizer's caches, before the workload
     let n = 200_000;
@@ -129,7 +129,7 @@ fn the_site_that_keeps_blocks_pins_the_holes() {
     let row_a = sites.top.iter().position(|r| r.frames.first().is_some_and(|f| common::frame_is(f, "site_kept")));
     let named = format!("the sites pinning the most are the sites section's rows #{}", row_a.expect("A's row") + 1);
     let findings = &report.diagnosis.as_ref().expect("a diagnosis").findings;
-    if let Some(f) = findings.iter().find(|f| f.kind == frag::diagnosis::FindingKind::Holes) {
+    if let Some(f) = findings.iter().find(|f| f.kind == frag::report::diagnosis::FindingKind::Holes) {
         assert!(f.remedy.contains(&named), "{named}\n{}", f.remedy);
     }
     std::hint::black_box((kept, dense));

@@ -64,7 +64,7 @@ fn check(rows: &[Row], truth: &[(&str, f64)]) {
 fn setup() -> (Vec<Blocks>, Vec<(&'static str, f64)>) {
     let mib = 1 << 20;
     let held = vec![pprof_site_big(512 * mib), pprof_site_pages(256 * mib), pprof_site_chunks(256 * mib)];
-    let live = frag::totals().allocated_bytes as f64;
+    let live = frag::report::totals().allocated_bytes as f64;
     let share = |v: &Vec<Box<[u8]>>| {
         (v.iter().map(|b| b.len()).sum::<usize>() + v.capacity() * size_of::<Box<[u8]>>()) as f64 / live * 100.0
     };
@@ -79,7 +79,7 @@ fn setup() -> (Vec<Blocks>, Vec<(&'static str, f64)>) {
 #[test]
 #[ignore = "needs go (golang-go); run by .ci/run"]
 fn go_tool_pprof_reads_the_symbolized_profile() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None);
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None);
     let (held, truth) = setup();
     check(&top(&frag::profile::heap_pprof()), &truth);
     drop(held);

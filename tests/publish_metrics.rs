@@ -48,7 +48,7 @@ fn get(series: &Series, name: &str, labels: &[(&str, &str)]) -> (MetricKind, Opt
 fn published_series_equal_the_report() {
     let keep: Vec<Vec<u8>> = (0..1000).map(|_| vec![0u8; 60]).collect();
     let report = frag::report();
-    let series = record(|| frag::publish(&report));
+    let series = record(|| frag::publish::once(&report));
 
     let t = &report.tracked;
     assert_eq!(
@@ -80,8 +80,9 @@ fn published_series_equal_the_report() {
     let parts: f64 = series.iter().filter(|((n, _), _)| n == "frag_resident_bytes").map(|(_, v)| v.2).sum();
     assert_eq!(parts, get(&series, "frag_process_rss_bytes", &[]).2);
     assert_eq!(get(&series, "frag_resident_bytes", &[("part", "live")]).2, t.allocated_bytes as f64);
-    let with_bytes =
-        frag::diagnosis::FindingKind::ALL.iter().filter(|k| **k != frag::diagnosis::FindingKind::ConfigTrap);
+    let with_bytes = frag::report::diagnosis::FindingKind::ALL
+        .iter()
+        .filter(|k| **k != frag::report::diagnosis::FindingKind::ConfigTrap);
     assert_eq!(series.keys().filter(|(n, _)| n == "frag_finding_bytes").count(), with_bytes.count());
 
     // The 1000 blocks of 60 B are in the class whose upper bound is 64.
@@ -115,7 +116,7 @@ fn published_series_equal_the_report() {
 fn series_appear_with_their_first_value_and_are_nan_when_it_goes() {
     let keep: Vec<Vec<u8>> = (0..2000).map(|_| vec![0u8; 200]).collect();
     let report = frag::report();
-    let series = record(|| frag::publish(&report));
+    let series = record(|| frag::publish::once(&report));
     for ((name, labels), (_, _, value)) in &series {
         assert!(!value.is_nan(), "{name} {labels:?} is NaN in its first round");
     }
@@ -224,7 +225,7 @@ fn a_stair_step_is_warned_with_its_figures() {
     });
     assert_eq!(log.matches("frag publishing heap metrics").count(), 1, "{log}");
     assert!(log.contains("backend=system"), "{log}");
-    assert!(log.contains(&format!("unwinder={}", frag::unwinder())), "{log}");
+    assert!(log.contains(&format!("unwinder={}", frag::sites::unwinder())), "{log}");
     assert_eq!(log.matches("stepped up").count(), 1, "{log}");
     assert!(log.contains("rss_from=104857600 rss_to=167772160"), "{log}");
 }
@@ -328,7 +329,7 @@ fn scope_series_are_the_published_scopes_and_the_rest() {
         }
     }
     let report = frag::report();
-    let series = record(|| frag::publish(&report));
+    let series = record(|| frag::publish::once(&report));
     let live = |scope: &str| get(&series, "frag_scope_live_bytes", &[("scope", scope)]).2;
     assert_eq!(live("metrics-a"), 4000.0);
     assert_eq!(live("metrics-b"), 8000.0);

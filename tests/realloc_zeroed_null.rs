@@ -19,6 +19,8 @@ static A: frag::Tracked<Refusing, frag::Exact> = frag::Tracked::new(common::Refu
 fn realloc_grow_shrink_and_zeroed_are_counted() {
     let delta = on_named_thread(
         "realloc",
+        // SAFETY: each block is reallocated and freed with the layout it has; the zeroed block is
+        // read within its size.
         || unsafe {
             let l = Layout::from_size_align(100, 8).unwrap();
             let p = alloc(l);
@@ -41,6 +43,7 @@ fn realloc_grow_shrink_and_zeroed_are_counted() {
 fn null_results_pass_through_uncounted() {
     let delta = on_named_thread(
         "refused",
+        // SAFETY: null results are only compared; each block served is freed with its layout.
         || unsafe {
             let big = Layout::from_size_align(REFUSED, 8).unwrap();
             assert!(alloc(big).is_null());
@@ -62,9 +65,9 @@ fn null_results_pass_through_uncounted() {
 fn unknown_backend_is_named_and_counted() {
     let v = vec![0u8; 1000];
     let r = frag::report();
-    let name = r.backend.map(frag::WrappedBackend::name);
-    assert!(matches!(r.backend, Some(frag::WrappedBackend::Other(n)) if n.contains("Refusing")), "{name:?}");
-    assert_eq!(r.usable_source, Some(frag::UsableSource::Requested));
+    let name = r.backend.map(frag::backend::WrappedBackend::name);
+    assert!(matches!(r.backend, Some(frag::backend::WrappedBackend::Other(n)) if n.contains("Refusing")), "{name:?}");
+    assert_eq!(r.usable_source, Some(frag::backend::UsableSource::Requested));
     assert!(r.allocator.is_none());
     // Without usable sizes, usable equals requested.
     assert_eq!(r.tracked.usable_bytes, r.tracked.allocated_bytes);

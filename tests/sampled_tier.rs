@@ -139,7 +139,7 @@ fn live_bytes_and_a_classs_figures_are_unbiased() {
 /// and stops saying so once sampling is on again.
 #[test]
 fn sampling_off_in_the_sampled_tier_is_reported() {
-    let warned = || frag::report().warnings.iter().any(|w| w.kind == frag::WarningKind::UnsampledTier);
+    let warned = || frag::report().warnings.iter().any(|w| w.kind == frag::report::WarningKind::UnsampledTier);
     frag::set_sampling(frag::Sampling::DEFAULT).unwrap();
     assert!(!warned());
     frag::set_sampling(frag::Sampling::Off).unwrap();
@@ -161,7 +161,7 @@ fn unmarked_sampling_needs_the_exact_tier() {
     );
     assert_eq!(frag::sampling(), frag::Sampling::DEFAULT, "a refused setting changed the sampling");
     assert_eq!(frag::set_sampling(frag::Sampling::MeanBytes(64 << 10)), Ok(frag::Sampling::MeanBytes(64 << 10)));
-    let live = |o: &frag::Origin| o.sampled_blocks - o.sampled_frees;
+    let live = |o: &frag::report::Origin| o.sampled_blocks - o.sampled_frees;
     let before = frag::report().origin.expect("origin");
     let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 16 + (i * 37) % 3000]).collect();
     drop(blocks);
@@ -181,9 +181,9 @@ fn live_bytes_are_labelled_estimated_everywhere() {
     let held: Vec<Vec<u8>> = (0..scaled(4096)).map(|i| vec![i as u8 | 1; 16 << 10]).collect();
     let r = frag::report();
     let d = r.diagnosis.as_ref().expect("a diagnosis on glibc");
-    assert_eq!(d.breakdown.sources.live, frag::diagnosis::Source::Estimated);
-    assert_eq!(d.breakdown.sources.rounding, frag::diagnosis::Source::Estimated);
-    let live = d.findings.iter().find(|f| f.kind == frag::diagnosis::FindingKind::LiveData);
+    assert_eq!(d.breakdown.sources.live, frag::report::diagnosis::Source::Estimated);
+    assert_eq!(d.breakdown.sources.rounding, frag::report::diagnosis::Source::Estimated);
+    let live = d.findings.iter().find(|f| f.kind == frag::report::diagnosis::FindingKind::LiveData);
     if let Some(f) = live {
         assert!(f.estimated, "{f:?}");
     }

@@ -8,12 +8,12 @@ static A: frag::Tracked<std::alloc::System> =
 
 #[test]
 fn every_block_in_the_static_falls_back_to_the_default_with_a_warning() {
-    let live = |o: &frag::Origin| o.sampled_blocks - o.sampled_frees;
+    let live = |o: &frag::report::Origin| o.sampled_blocks - o.sampled_frees;
     let start = frag::report().origin.expect("origin");
     let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 16 + (i * 37) % 3000]).collect();
     assert_eq!(frag::sampling(), frag::Sampling::DEFAULT);
     let report = frag::report();
-    let w = report.warnings.iter().find(|w| w.kind == frag::WarningKind::InvalidSampling).expect("a warning");
+    let w = report.warnings.iter().find(|w| w.kind == frag::report::WarningKind::InvalidSampling).expect("a warning");
     assert!(w.message.contains("frag::Exact"), "{}", w.message);
     let held = report.origin.expect("origin");
     drop(blocks);

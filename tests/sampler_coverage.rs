@@ -27,7 +27,7 @@ const BATCH: usize = 500;
 fn coverage_child() {
     common::child_only("intervals_cover_the_truth_across_processes");
     let before = frag::report();
-    let t0 = frag::totals();
+    let t0 = frag::report::totals();
     let (tx, rx) = sync_channel::<Vec<(usize, usize)>>(4);
     let consumer = std::thread::Builder::new()
         .name("cov-consumer".into())
@@ -65,7 +65,7 @@ fn coverage_child() {
     });
     let (handed, handed_bytes) = producer.unwrap().join().unwrap();
     let batches = consumer.join().unwrap();
-    let t1 = frag::totals();
+    let t1 = frag::report::totals();
     let after = frag::report();
     let (o0, o1) = (before.origin.expect("origin"), after.origin.expect("origin"));
     assert!(o1.frees_exact, "the exact tier's frees are its count");

@@ -16,7 +16,7 @@ fn real_size(p: *mut u8) -> usize {
 }
 
 fn class_usable() -> u64 {
-    frag::size_classes().iter().find(|c| c.contains(SIZE as u64)).map_or(0, |c| c.usable_bytes)
+    frag::report::size_classes().iter().find(|c| c.contains(SIZE as u64)).map_or(0, |c| c.usable_bytes)
 }
 
 /// Allocates `n` blocks of `SIZE` on this thread; returns them with jemalloc's size for each.

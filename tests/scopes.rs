@@ -14,7 +14,8 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use frag::{Scope, ScopeError, ScopeExt};
+use frag::scope::ScopeError;
+use frag::{Scope, ScopeExt};
 
 #[global_allocator]
 static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
@@ -108,7 +109,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// The report's row of the scope named `name`, if it has a sample.
-fn row<'a>(report: &'a frag::Report, name: &str) -> Option<&'a frag::ScopeRow> {
+fn row<'a>(report: &'a frag::Report, name: &str) -> Option<&'a frag::report::ScopeRow> {
     let scopes = report.scopes.as_ref().expect("a scopes section once a scope is made");
     scopes.rows.iter().find(|r| r.name.as_deref() == Some(name))
 }
@@ -169,7 +170,7 @@ fn bad_names_are_refused_and_a_full_table_overflows_to_other() {
     let report = frag::report();
     let scopes = report.scopes.as_ref().unwrap();
     assert_eq!((scopes.named, scopes.capacity, scopes.refused_names), (1022, 1022, 78));
-    assert!(report.warnings.iter().any(|w| w.kind == frag::WarningKind::ScopesFull), "{:?}", report.warnings);
+    assert!(report.warnings.iter().any(|w| w.kind == frag::report::WarningKind::ScopesFull), "{:?}", report.warnings);
 }
 
 /// `go tool pprof -tags` on the heap profile gives each tenant's share of the labelled bytes, and

@@ -8,7 +8,8 @@ mod common;
 
 use std::alloc::Layout;
 
-use frag::{Backend, Select};
+use frag::Select;
+use frag::backend::Backend;
 
 #[global_allocator]
 static A: frag::Tracked<Select, frag::Exact> = frag::Tracked::new(Select::new());
@@ -54,11 +55,11 @@ fn chosen_backend_child() {
     usable_matches_backend(expected);
 
     let report = frag::report();
-    assert_eq!(report.backend, Some(frag::WrappedBackend::Known(expected)));
+    assert_eq!(report.backend, Some(frag::backend::WrappedBackend::Known(expected)));
     let warned = report
         .warnings
         .iter()
-        .any(|w| w.kind == frag::WarningKind::SelectFallback && w.message.contains(frag::Select::ENV));
+        .any(|w| w.kind == frag::report::WarningKind::SelectFallback && w.message.contains(frag::Select::ENV));
     assert_eq!(warned, std::env::var("WARNED").as_deref() == Ok("yes"), "{:?}", report.warnings);
     // An unknown name is answered with the allocators this build has, and no other.
     let unknown = report.warnings.iter().find(|w| w.message.contains("names no allocator"));
@@ -119,7 +120,7 @@ fn usable_matches_backend(expected: Backend) {
 
 /// Runs the chain; `false` if another thread's activity showed in the readings.
 fn realloc_chain_alone(expected: Backend) -> bool {
-    let start = frag::totals();
+    let start = frag::report::totals();
     let mut layout = Layout::from_size_align(24, 8).unwrap();
     // SAFETY: valid layout; reallocated and freed below with the layout it has then.
     let mut p = unsafe { std::alloc::alloc(layout) };
@@ -130,7 +131,7 @@ fn realloc_chain_alone(expected: Backend) -> bool {
         p = unsafe { std::alloc::realloc(p, layout, size) };
         assert!(!p.is_null());
         layout = Layout::from_size_align(size, 8).unwrap();
-        let now = frag::totals();
+        let now = frag::report::totals();
         alone &= (now.allocations, now.deallocations, now.reallocations, now.live_blocks, now.allocated_bytes)
             == (
                 start.allocations + 1,
@@ -150,7 +151,7 @@ fn realloc_chain_alone(expected: Backend) -> bool {
     }
     // SAFETY: `p` is live with `layout`.
     unsafe { std::alloc::dealloc(p, layout) };
-    let end = frag::totals();
+    let end = frag::report::totals();
     if alone && (end.allocations, end.deallocations) == (start.allocations + 1, start.deallocations + 1) {
         assert_eq!(end.usable_bytes, start.usable_bytes, "{expected}: the chain's usable bytes did not come back");
     }

@@ -36,7 +36,7 @@ fn in_use(report: &frag::Report, function: &str) -> (u64, u64) {
 
 #[test]
 fn every_block_mode_is_exact_per_site() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let (na, sa) = (2_000, 1_000);
     let (nb, sb) = (600, 3_000);
@@ -64,5 +64,5 @@ fn the_unwinder_is_the_one_the_build_asked_for() {
         "none"
     };
     let expected = std::env::var("FRAG_EXPECT_UNWINDER").unwrap_or_else(|_| default.to_owned());
-    assert_eq!(frag::unwinder().name(), expected);
+    assert_eq!(frag::sites::unwinder().name(), expected);
 }

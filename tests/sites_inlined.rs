@@ -36,7 +36,7 @@ fn from_beta() -> Vec<Vec<u8>> {
 
 #[test]
 fn an_inlined_function_is_a_frame_under_each_caller() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     let (alpha, beta) = (from_alpha(), from_beta());
 

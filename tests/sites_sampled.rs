@@ -33,7 +33,7 @@ fn site_local(n: usize, size: usize) -> Vec<Box<[u8]>> {
 }
 
 /// The report's rows whose leaf frame is `function`, as (bytes in use, rows).
-fn rows<'a>(report: &'a frag::Report, function: &str) -> Vec<&'a frag::SiteRow> {
+fn rows<'a>(report: &'a frag::Report, function: &str) -> Vec<&'a frag::report::SiteRow> {
     let sites = report.sites.as_ref().expect("a sites section");
     sites.top.iter().filter(|r| r.frames.first().is_some_and(|f| common::frame_is(f, function))).collect()
 }

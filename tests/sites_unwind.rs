@@ -42,7 +42,7 @@ fn holds(names: &[String], function: &str) -> bool {
 fn named_rows() -> Vec<(Vec<String>, u64, u64)> {
     let report = frag::report();
     let sites = report.sites.expect("a sites section");
-    assert_eq!(sites.unwinder, frag::unwinder());
+    assert_eq!(sites.unwinder, frag::sites::unwinder());
     let rows = sites.top.iter().map(|r| (names(&r.stack), r.inuse_bytes, r.inuse_blocks)).collect();
     backtrace::clear_symbol_cache();
     rows
@@ -78,7 +78,7 @@ fn path_two(n: usize) -> Box<[u8]> {
 #[test]
 fn stacks_cross_the_standard_library_and_dependencies() {
     let _serial = serial();
-    assert_ne!(frag::unwinder(), frag::Unwinder::None);
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None);
     frag::set_sampling(frag::Sampling::EveryBlock).unwrap();
     // A file of 3 MiB read by `std::fs::read`: one block, allocated inside `std`.
     let dir = std::env::temp_dir().join(format!("frag-sites-unwind-{}", std::process::id()));

@@ -16,7 +16,7 @@ fn snmalloc_ground_truth() {
     common::assert_usable_exact("snmalloc", &[100_000, (1 << 20) + 1, 5 << 20, 33 << 20, (64 << 20) + 1], real_usable);
 
     let r = frag::report();
-    assert_eq!(r.backend, Some(frag::WrappedBackend::Known(frag::Backend::Snmalloc)));
+    assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::Snmalloc)));
     let s = r.allocator.expect("snmalloc statistics");
     assert!(s.mapped.unwrap() > 0);
 }

@@ -127,6 +127,6 @@ fn reports_and_publishing_under_load() {
         end_rss.saturating_sub(warm_rss) >> 10
     );
     assert_conserved();
-    let t = frag::totals();
+    let t = frag::report::totals();
     assert!(t.allocated_bytes < 1 << 20, "the workload's blocks are all freed: {} B live", t.allocated_bytes);
 }

@@ -44,7 +44,7 @@ fn allocations_during_teardown_are_counted() {
     assert_eq!(unsafe { libc::pthread_key_create(&mut key, Some(key_destructor)) }, 0);
 
     let overflow_before =
-        frag::report().threads.iter().find(|t| t.kind == frag::RowKind::Overflow).unwrap().allocations;
+        frag::report().threads.iter().find(|t| t.kind == frag::report::RowKind::Overflow).unwrap().allocations;
     let (before, _) = quiescent_totals();
     let handles: Vec<_> = (0..4)
         .map(|_| {
@@ -61,6 +61,7 @@ fn allocations_during_teardown_are_counted() {
     let (after, _) = quiescent_totals();
     assert!(after.allocations - before.allocations >= 4 * 51, "teardown allocations reached the backend");
     assert_conserved();
-    let overflow_after = frag::report().threads.iter().find(|t| t.kind == frag::RowKind::Overflow).unwrap().allocations;
+    let overflow_after =
+        frag::report().threads.iter().find(|t| t.kind == frag::report::RowKind::Overflow).unwrap().allocations;
     assert!(overflow_after - overflow_before >= 4, "key-destructor allocations land in the overflow shard");
 }

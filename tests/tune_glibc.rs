@@ -82,7 +82,13 @@ proptest! {
 fn a_purge_delay_is_not_a_glibc_knob() {
     let e = frag::tune::set_purge_delay(frag::tune::Decay::Immediate).unwrap_err();
     assert!(
-        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::System), .. }),
+        matches!(
+            e,
+            TuneError::Unsupported {
+                backend: frag::backend::WrappedBackend::Known(frag::backend::Backend::System),
+                ..
+            }
+        ),
         "{e}"
     );
 }
@@ -97,8 +103,8 @@ fn jemalloc_knobs_fail_without_starting_jemalloc() {
     };
     let before = vm_size();
     let wrong = TuneError::WrongBackend {
-        wanted: frag::Backend::Jemalloc,
-        installed: frag::WrappedBackend::Known(frag::Backend::System),
+        wanted: frag::backend::Backend::Jemalloc,
+        installed: frag::backend::WrappedBackend::Known(frag::backend::Backend::System),
     };
     assert_eq!(jemalloc::purge_all().unwrap_err(), wrong);
     assert_eq!(jemalloc::set_thread_tcache_max(4096).unwrap_err(), wrong);

@@ -258,8 +258,8 @@ fn bad_input_gets_typed_errors() {
         assert_eq!(
             e,
             TuneError::WrongBackend {
-                wanted: frag::Backend::System,
-                installed: frag::WrappedBackend::Known(frag::Backend::Jemalloc)
+                wanted: frag::backend::Backend::System,
+                installed: frag::backend::WrappedBackend::Known(frag::backend::Backend::Jemalloc)
             }
         );
         assert!(frag::tune::glibc::trim().is_err());
@@ -270,8 +270,8 @@ fn bad_input_gets_typed_errors() {
         assert_eq!(
             e,
             TuneError::WrongBackend {
-                wanted: frag::Backend::Mimalloc,
-                installed: frag::WrappedBackend::Known(frag::Backend::Jemalloc)
+                wanted: frag::backend::Backend::Mimalloc,
+                installed: frag::backend::WrappedBackend::Known(frag::backend::Backend::Jemalloc)
             }
         );
     }
@@ -360,9 +360,11 @@ fn conf_traps_child() {
     assert_eq!(tikv_jemalloc_ctl::opt::tcache_max::read().unwrap(), 32768);
     let findings = &reports.0.diagnosis.as_ref().expect("diagnosis").findings;
     let trap_findings: Vec<_> =
-        findings.iter().filter(|f| f.kind == frag::diagnosis::FindingKind::ConfigTrap).collect();
+        findings.iter().filter(|f| f.kind == frag::report::diagnosis::FindingKind::ConfigTrap).collect();
     assert_eq!(trap_findings.len(), traps, "{findings:#?}");
-    assert!(trap_findings.iter().all(|f| f.severity == frag::diagnosis::Severity::Warn && !f.remedy.is_empty()));
+    assert!(
+        trap_findings.iter().all(|f| f.severity == frag::report::diagnosis::Severity::Warn && !f.remedy.is_empty())
+    );
     let ignored = trap_findings.iter().find(|f| f.summary.starts_with("MALLOC_CONF is set")).expect("MALLOC_CONF");
     assert!(ignored.remedy.contains("_RJEM_MALLOC_CONF"), "{}", ignored.remedy);
     let misspelt = trap_findings.iter().find(|f| f.summary.contains("\"dirty_decay\"")).expect("dirty_decay");

@@ -108,8 +108,8 @@ fn bad_and_misbehaving_values_are_refused() {
     assert_eq!(
         frag::tune::jemalloc::purge_all().unwrap_err(),
         TuneError::WrongBackend {
-            wanted: frag::Backend::Jemalloc,
-            installed: frag::WrappedBackend::Known(frag::Backend::Mimalloc)
+            wanted: frag::backend::Backend::Jemalloc,
+            installed: frag::backend::WrappedBackend::Known(frag::backend::Backend::Mimalloc)
         }
     );
 }

@@ -11,20 +11,32 @@ fn every_call_is_unsupported_or_for_another_backend() {
     drop(vec![0u8; 100]);
     let e = frag::tune::release_free_memory().unwrap_err();
     assert!(
-        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc), .. }),
+        matches!(
+            e,
+            TuneError::Unsupported {
+                backend: frag::backend::WrappedBackend::Known(frag::backend::Backend::Snmalloc),
+                ..
+            }
+        ),
         "{e}"
     );
     let e = frag::tune::set_purge_delay(Decay::Immediate).unwrap_err();
     assert!(
-        matches!(e, TuneError::Unsupported { backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc), .. }),
+        matches!(
+            e,
+            TuneError::Unsupported {
+                backend: frag::backend::WrappedBackend::Known(frag::backend::Backend::Snmalloc),
+                ..
+            }
+        ),
         "{e}"
     );
     #[cfg(feature = "jemalloc")]
     assert_eq!(
         frag::tune::jemalloc::set_decay(frag::tune::jemalloc::DecayKind::Dirty, Decay::Immediate).unwrap_err(),
         TuneError::WrongBackend {
-            wanted: frag::Backend::Jemalloc,
-            installed: frag::WrappedBackend::Known(frag::Backend::Snmalloc)
+            wanted: frag::backend::Backend::Jemalloc,
+            installed: frag::backend::WrappedBackend::Known(frag::backend::Backend::Snmalloc)
         }
     );
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -40,7 +52,7 @@ fn the_reclaimer_is_refused() {
         matches!(
             e,
             frag::reclaim::ReclaimError::Backend(TuneError::Unsupported {
-                backend: frag::WrappedBackend::Known(frag::Backend::Snmalloc),
+                backend: frag::backend::WrappedBackend::Known(frag::backend::Backend::Snmalloc),
                 ..
             })
         ),

@@ -273,7 +273,7 @@ fn through_the_library(path: &std::ffi::CStr) {
     unsafe {
         let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         assert!(!handle.is_null(), "dlopen failed");
-        frag::refresh_unwind_tables();
+        frag::sites::refresh_unwind_tables();
         let call = libc::dlsym(handle, c"frag_test_call".as_ptr());
         assert!(!call.is_null());
         let call: extern "C" fn(extern "C" fn(std::ffi::c_ulong), std::ffi::c_ulong) = core::mem::transmute(call);
@@ -323,9 +323,9 @@ fn a_library_opened_and_closed_in_a_loop_while_others_allocate() {
         stop.store(true, Ordering::Relaxed);
     });
     // The closed library's tables are gone after the next refresh.
-    frag::refresh_unwind_tables();
+    frag::sites::refresh_unwind_tables();
     let name = library.to_str().unwrap();
-    assert!(frag::unwind_tables().is_some());
+    assert!(frag::sites::unwind_tables().is_some());
     assert!(some_stack_holds(&["library_callback", "through_the_library"]), "{:#?} ({name})", named_stacks());
     FROM_LIBRARY.lock().unwrap().clear();
     std::fs::remove_dir_all(&dir).unwrap();

@@ -35,7 +35,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use frag::{Backend, Select};
+use frag::Select;
+use frag::backend::Backend;
 use serde_json::{Value, json};
 use workloads::Scale;
 

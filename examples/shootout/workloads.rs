@@ -53,7 +53,7 @@ fn allocator_mib(r: &frag::Report) -> f64 {
 }
 
 fn tracked_mib() -> f64 {
-    frag::totals().allocated_bytes as f64 / MIB
+    frag::report::totals().allocated_bytes as f64 / MIB
 }
 
 fn touch(mut v: Vec<u8>) -> Vec<u8> {
@@ -378,7 +378,7 @@ fn thread_usage() -> (f64, f64) {
 fn metadata_mib() -> f64 {
     let r = frag::report();
     r.diagnosis
-        .filter(|d| d.breakdown.sources.metadata != frag::diagnosis::Source::NotSplit)
+        .filter(|d| d.breakdown.sources.metadata != frag::report::diagnosis::Source::NotSplit)
         .map_or(0.0, |d| d.breakdown.metadata_bytes as f64 / MIB)
 }
 

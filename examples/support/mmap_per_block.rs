@@ -90,8 +90,8 @@ impl frag::Probe for MmapProbe {
         Some(block_len(layout.size()))
     }
 
-    fn stats(&self) -> Option<frag::AllocatorStats> {
-        let mut s = frag::AllocatorStats::default();
+    fn stats(&self) -> Option<frag::backend::AllocatorStats> {
+        let mut s = frag::backend::AllocatorStats::default();
         let (_, mapped) = MmapPerBlock::live();
         s.allocated = Some(mapped);
         s.active = Some(mapped); // pages holding blocks: every mapped page

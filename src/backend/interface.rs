@@ -25,7 +25,7 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
 
     /// The largest request whose marked samples get a twin (0: none): a block of the request's own
     /// layout, allocated and freed with the marked block, in the place the block itself would have
-    /// had, so that [`slab_use`](Self::slab_use) can say how full that slab is. Only a backend that
+    /// had, so that [`slab_use`](super::introspect::Introspect::slab_use) can say how full that slab is. Only a backend that
     /// answers `slab_use` sets it; the limit keeps twins under 1% of live bytes at the default mean.
     const TWIN_MAX: usize = 0;
 

@@ -41,10 +41,10 @@ macro_rules! define_backend {
         ///
         /// ```no_run
         /// // Which allocators this build can compare, by the names `FRAG_ALLOCATOR` takes.
-        /// for backend in frag::Backend::ALL {
+        /// for backend in frag::backend::Backend::ALL {
         ///     println!("FRAG_ALLOCATOR={backend}");
         /// }
-        /// assert!(frag::Backend::ALL.contains(&frag::Backend::DEFAULT));
+        /// assert!(frag::backend::Backend::ALL.contains(&frag::backend::Backend::DEFAULT));
         /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]

@@ -1,14 +1,16 @@
-//! The allocators this crate wraps: what each can tell us (usable sizes on the allocation path, its
-//! own statistics and heap split at report time) and what each lets us change (its knobs).
-//!
-//! Every known backend implements three traits once, in its own file (`system/`, `jemalloc/`,
-//! `mimalloc/`, `snmalloc.rs`): what the allocation path needs
-//! ([`KnownAllocator`](interface::KnownAllocator)), what the report asks
-//! ([`Introspect`](introspect::Introspect)) and what tuning changes
-//! ([`Knobs`](knob::actions::Knobs)); and is named once, in `list.rs`, which
-//! generates the [`Backend`] enum and the static dispatch to it (`with_backend!`). A user's allocator
-//! answers the same questions through a [`Probe`]. Backends know nothing of reports: the report, the
-//! diagnosis and `frag::tune` ask them.
+//! The allocators frag knows, and what they tell it: [`Backend`] names one, [`Select`] picks one at
+//! start-up, [`Probe`] lets a custom allocator answer frag's questions; [`AllocatorStats`] and
+//! [`AllocatorClass`] are the allocator's own figures in a [`Report`](crate::Report),
+//! [`WrappedBackend`] and [`UsableSource`] say which backend and which usable sizes it read.
+
+// Every known backend implements three traits once, in its own file (`system/`, `jemalloc/`,
+// `mimalloc/`, `snmalloc.rs`): what the allocation path needs
+// (`interface::KnownAllocator`), what the report asks
+// (`introspect::Introspect`) and what tuning changes
+// (`knob::actions::Knobs`); and is named once, in `list.rs`, which
+// generates the `Backend` enum and the static dispatch to it (`with_backend!`). A user's allocator
+// answers the same questions through a `Probe`. Backends know nothing of reports: the report, the
+// diagnosis and `frag::tune` ask them.
 
 pub(crate) mod assist;
 pub(crate) mod classes;
@@ -33,12 +35,13 @@ pub(crate) use classes::SlabUse;
 pub use introspect::UsableSource;
 pub use list::Backend;
 pub use probe::Probe;
+pub use select::Select;
 pub use stats::AllocatorStats;
 pub use wrapped::WrappedBackend;
 
 /// The known backend whose allocator type is `A` (`None`: a user's allocator). A compile-time
 /// constant after monomorphisation, which costs nothing on the allocation path; for
-/// [`Select`](select::Select) the backend the process chose: one relaxed load.
+/// [`Select`] the backend the process chose: one relaxed load.
 #[inline(always)]
 pub(crate) fn backend_of<A: 'static>() -> Option<Backend> {
     if core::any::TypeId::of::<A>() == core::any::TypeId::of::<select::Select>() {
@@ -47,7 +50,7 @@ pub(crate) fn backend_of<A: 'static>() -> Option<Backend> {
     Backend::of_type::<A>()
 }
 
-/// [`backend_of`] for the allocator value `a`: for [`Select`](select::Select) the backend it chooses,
+/// [`backend_of`] for the allocator value `a`: for [`Select`] the backend it chooses,
 /// deciding it now if this is the process's first allocation (the allocation path needs the backend
 /// before the inner call). A constant for every other type.
 #[inline(always)]

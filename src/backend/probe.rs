@@ -44,7 +44,7 @@ use super::stats::AllocatorStats;
 ///
 /// fn main() {
 ///     let v = vec![0u8; 100];
-///     assert_eq!(frag::report().backend, Some(frag::WrappedBackend::Other("rounding")));
+///     assert_eq!(frag::report().backend, Some(frag::backend::WrappedBackend::Other("rounding")));
 ///     drop(v);
 /// }
 /// ```

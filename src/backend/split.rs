@@ -1,6 +1,6 @@
 //! The vocabulary of the diagnosis's heap split, which each backend fills from its own figures
-//! ([`KnownAllocator::split_heap`](super::interface::KnownAllocator::split_heap)): the buckets, how a
-//! figure was obtained, and why a bucket is not split. Public as `frag::diagnosis::*`.
+//! ([`Introspect::split_heap`](super::introspect::Introspect::split_heap)): the buckets, how a
+//! figure was obtained, and why a bucket is not split. Public as `frag::report::diagnosis::*`.
 
 use core::fmt;
 
@@ -18,11 +18,11 @@ pub enum Source {
     /// space, resident or not): right in order of magnitude, not to the page.
     Estimated,
     /// The backend cannot tell this bucket apart: its bytes are in another bucket (see
-    /// [`Breakdown::not_split`](crate::diagnosis::Breakdown::not_split)) or in `unexplained`.
+    /// [`Breakdown::not_split`](crate::report::diagnosis::Breakdown::not_split)) or in `unexplained`.
     NotSplit,
 }
 
-/// One bucket of the [`Breakdown`](crate::diagnosis::Breakdown).
+/// One bucket of the [`Breakdown`](crate::report::diagnosis::Breakdown).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

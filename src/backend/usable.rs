@@ -18,7 +18,7 @@
 //!   over-aligned) and the report sums what was recorded.
 //! - **Explicit** usable sizes for the exceptions elsewhere: over-aligned requests, requests beyond
 //!   the range where a backend's classes are uniform, and backends whose classes are not (mimalloc,
-//!   above; a user's allocator through its [`Probe`](super::Probe)), each recorded with a count of
+//!   above; a user's allocator through its [`Probe`]), each recorded with a count of
 //!   such blocks. The size is computed the same way when the block is allocated and when it is freed,
 //!   so per-class live usable bytes never drift.
 //! - **Requested**: an allocator that says nothing about usable sizes; usable equals requested.
@@ -119,13 +119,14 @@ impl Rule {
         ptr: *mut u8,
         size: usize,
     ) -> Usable {
-        // SAFETY (the layout below): the request's own size and alignment, which formed a valid `Layout`.
         match self {
             Self::Uniform => Usable::Uniform,
             Self::Recorded(u) => Usable::Recorded(u),
             // `of` consults `probe` for a user's allocator only, which is what `Probe` rules are.
             Self::PerBlock(align) | Self::Probe(align) => {
-                of(backend, probe, ptr, unsafe { Layout::from_size_align_unchecked(size, align) })
+                // SAFETY: the request's own size and alignment, which formed a valid `Layout`.
+                let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+                of(backend, probe, ptr, layout)
             }
         }
     }

@@ -16,7 +16,7 @@ use super::list::Backend;
 /// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 ///
 /// match frag::report().backend {
-///     Some(frag::WrappedBackend::Known(frag::Backend::System)) => println!("glibc malloc"),
+///     Some(frag::backend::WrappedBackend::Known(frag::backend::Backend::System)) => println!("glibc malloc"),
 ///     Some(other) => println!("wrapping {other}"),
 ///     None => println!("no Tracked allocator is installed"),
 /// }

@@ -15,7 +15,7 @@ use core::ffi::{c_uint, c_void};
 use super::entry;
 use super::error::InJemallocError;
 use crate::backend::{Backend, usable};
-use crate::sample::{self, publish_if_due};
+use crate::sample::{self, fold_live_if_due};
 use crate::sampler::{self, table::SampledBlock};
 use crate::sites::{self, unwind::ColdFrame};
 use crate::stats::class::Class;
@@ -119,7 +119,7 @@ fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
     pool::with_writer!(home, |s, W| s.count_weighted::<W>(entering, class, size, usable, e.weight, random));
     if let Home::Owned(s) = home {
         catch_up(s);
-        publish_if_due(s, s.hot.clock.moved((e.weight * size as f64) as u64));
+        fold_live_if_due(s, s.hot.clock.moved((e.weight * size as f64) as u64));
     }
 }
 

@@ -1,6 +1,6 @@
 //! Go's `/debug/pprof/heap` and `/debug/pprof/allocs`, independent of any HTTP stack: the query
 //! parameters Go's `net/http/pprof` takes, and the answer it gives (status, content type, file name,
-//! body). [`super::http`] puts it on the `http` crate's types.
+//! body). `profile::http` (feature `http`) puts it on the `http` crate's types.
 
 use core::fmt;
 use std::collections::HashMap;

@@ -117,7 +117,7 @@ fn route(method: &Method, path: &str) -> Route {
 /// [`handle`] for tokio (feature `tokio`): a delta profile's wait holds no thread and ends as soon
 /// as the future is dropped (hyper and axum drop it when the client goes), freeing its place among
 /// [`Serving::delta_waits`](super::Serving::delta_waits); a `/debug/pprof/symbol` body is read up
-/// to what [`Serving::symbol_addresses`](super::Serving::symbol_addresses) addresses take, and a
+/// to what [`Serving::symbol_addresses`](super::serving::Serving::symbol_addresses)(super::Serving::symbol_addresses) addresses take, and a
 /// longer one is refused (413) without reading the rest. Snapshots, profile builds and the
 /// symbolizer run on tokio's blocking threads, one symbolizer at a time.
 ///
@@ -254,7 +254,7 @@ mod on_tokio {
         }
     }
 
-    /// A `/debug/pprof/symbol` body, read up to the bytes [`Serving::symbol_addresses`] addresses
+    /// A `/debug/pprof/symbol` body, read up to the bytes [`Serving::symbol_addresses`](crate::profile::serving::Serving::symbol_addresses) addresses
     /// take: 413 for a longer one, 400 for one that breaks off.
     pub(super) async fn read_symbol_body<B>(body: B) -> Result<Vec<u8>, GoAnswer>
     where

@@ -6,7 +6,7 @@
 //! default), every value an estimate weighted by the inverse sampling probability (the profile's
 //! comments say so, with the sampling mean). Where the allocator splits its free space by size class
 //! (jemalloc), a fifth type follows them, `pinned_space/bytes`: the free bytes in slabs that each
-//! site's live blocks keep resident (see [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes));
+//! site's live blocks keep resident (see [`SiteRow::pinned_bytes`](crate::report::SiteRow::pinned_bytes));
 //! `go tool pprof -sample_index=pinned_space` shows which code pins the pages. Its stacks are
 //! symbolized in process; mappings carry the loaded objects' paths and GNU build IDs, so [`heap_pprof_unsymbolized`] (no names, no debug
 //! information read) can be symbolized offline against the same binaries.
@@ -36,7 +36,7 @@ use crate::own;
 ///
 /// Serve it as `GET /debug/pprof/heap` (the Go convention) and read it with
 /// `go tool pprof -top http://host/debug/pprof/heap`. Reads the debug information of the loaded
-/// objects (its cost is in `docs/PERFORMANCE.md`; see [`keep_symbol_cache`](crate::keep_symbol_cache));
+/// objects (its cost is in `docs/PERFORMANCE.md`; see [`keep_symbol_cache`](crate::sites::keep_symbol_cache));
 /// use [`heap_pprof_unsymbolized`] to avoid that and symbolize elsewhere.
 ///
 /// # Example

@@ -15,7 +15,8 @@ use self::names::{MetricKind, Names, Series};
 use self::worker::Worker;
 use crate::backend::WrappedBackend;
 use crate::own;
-use crate::report::{Report, report};
+use crate::report::Report;
+use crate::report::collect::report;
 use crate::watch::{Alert, Watch, WatchConfig};
 
 /// The metrics the publisher emits (the reclaimer emits the others).
@@ -43,7 +44,7 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
 ///
 /// **Series without a value.** A series appears with its first value. A figure this process cannot
 /// have is therefore never published: the allocator figures of the other backends (below), PSS
-/// until `frag::set_pss(true)`, the cgroup figures outside a memory cgroup and its limit when none is
+/// until `frag::process::set_pss(true)`, the cgroup figures outside a memory cgroup and its limit when none is
 /// set. A series that had a value and has none this round (a ratio over too little live data, a
 /// figure the allocator failed to give) is set to NaN, so that no gauge keeps showing a value that
 /// no longer holds.
@@ -68,9 +69,9 @@ fn emit(names: &Names, base: &[Label], report: &Report, threads: Option<usize>) 
 /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 /// // with any exporter installed, e.g. metrics-exporter-prometheus:
 /// let report = frag::report();
-/// frag::publish(&report);
+/// frag::publish::once(&report);
 /// ```
-pub fn publish(report: &Report) {
+pub fn once(report: &Report) {
     // Built once and kept; not a `OnceLock`, whose initialisation a child of `fork` could find
     // running for good. Two first callers at once both build it; one is kept.
     static NAMES: AtomicPtr<Names> = AtomicPtr::new(core::ptr::null_mut());
@@ -96,7 +97,7 @@ pub fn publish(report: &Report) {
 /// Periodic publishing with alerts: a builder, then [`spawn`](Self::spawn) for a background thread
 /// or [`publish_once`](Self::publish_once) from a task you already run.
 ///
-/// Each round takes a [`report()`], publishes it like [`publish`], feeds resident and allocated bytes
+/// Each round takes a [`report()`], publishes it like [`once`], feeds resident and allocated bytes
 /// to a [`Watch`] and turns its alerts into `tracing` warnings (target `frag`), each with its
 /// figures as fields. The first round also emits one `info` event with the backend, the allocator's
 /// effective configuration and the origin sample rate.
@@ -205,7 +206,7 @@ impl Publisher {
     }
 
     /// Every metric name this publisher can emit, with its prefix. Which ones appear depends on the
-    /// backend (the table in [`publish`](crate::publish)), on what the process has (PSS, a memory
+    /// backend (the table in [`once`]), on what the process has (PSS, a memory
     /// cgroup) and on [`per_thread`](Self::per_thread).
     #[must_use]
     pub fn metric_names(&self) -> Vec<String> {
@@ -225,7 +226,7 @@ impl Publisher {
     }
 
     /// Publishes an existing report, feeds it to the watch and returns the alerts it raised (each
-    /// also logged). Named apart from the free function [`publish`](crate::publish), which only
+    /// also logged). Named apart from the free function [`once`], which only
     /// publishes.
     pub fn observe(&mut self, report: &Report) -> Vec<Alert> {
         own::handed_over(|| self.observe_now(report))

@@ -45,7 +45,7 @@ fn breakdown_now() -> Option<diagnosis::Breakdown> {
 
 /// The allocator's own size classes, with its own counts of them, without the rest of a report:
 /// exact figures where the allocator keeps them (jemalloc's bin and large-extent statistics; empty
-/// on other backends and when no `Tracked` is installed). See [`AllocatorClass`](crate::AllocatorClass)
+/// on other backends and when no `Tracked` is installed). See [`AllocatorClass`]
 /// for what they include. Allocates its list before it reads, so the counts include it.
 ///
 /// # Example
@@ -55,7 +55,7 @@ fn breakdown_now() -> Option<diagnosis::Breakdown> {
 /// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 ///
 /// // Live blocks of the process, at most: every block it holds, parked ones included.
-/// let held: u64 = frag::allocator_classes().iter().map(|c| c.held).sum();
+/// let held: u64 = frag::report::allocator_classes().iter().map(|c| c.held).sum();
 /// println!("{held} blocks held by the allocator");
 /// ```
 #[must_use]
@@ -170,7 +170,7 @@ fn report_now() -> Report {
     }
 }
 
-/// Each site id's estimated pinned bytes (see [`SiteRow::pinned_bytes`](crate::SiteRow)), from the
+/// Each site id's estimated pinned bytes (see [`SiteRow::pinned_bytes`](crate::report::SiteRow)), from the
 /// allocator's classes now; `None` where the allocator gives no free space by class.
 pub(crate) fn pinned_by_site() -> Option<std::collections::HashMap<u32, f64>> {
     super::pins::current(&allocator_classes(), registered()).map(|s| s.by_site)

@@ -27,7 +27,7 @@ pub struct Report {
     /// The allocator's own figures, where it has any.
     pub allocator: Option<AllocatorStats>,
     /// The allocator's own size classes that hold or have served a block, with its own counts
-    /// (jemalloc; empty on other backends): see [`AllocatorClass`](crate::AllocatorClass) for what
+    /// (jemalloc; empty on other backends): see [`AllocatorClass`](crate::backend::AllocatorClass) for what
     /// they include.
     pub allocator_classes: Vec<crate::backend::AllocatorClass>,
     /// The kernel's view of the process.

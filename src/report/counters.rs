@@ -27,9 +27,9 @@ use crate::sync::Ordering;
 /// #[global_allocator]
 /// static A: frag::Tracked<std::alloc::System, frag::Exact> = frag::Tracked::new(std::alloc::System);
 ///
-/// let before = frag::totals();
+/// let before = frag::report::totals();
 /// let v: Vec<u64> = Vec::with_capacity(16);
-/// assert_eq!(frag::totals().allocations - before.allocations, 1);
+/// assert_eq!(frag::report::totals().allocations - before.allocations, 1);
 /// # drop(v);
 /// ```
 #[must_use]
@@ -43,7 +43,7 @@ pub fn totals() -> TrackedStats {
     tracked_stats(totals, &classes, registered())
 }
 
-/// frag's own counters (see [`FragItself`](crate::FragItself)), as [`totals()`] gives the
+/// frag's own counters (see [`FragItself`]), as [`totals()`] gives the
 /// program's: what frag allocated for its own work, which no other figure includes. The two add up
 /// to everything the wrapped allocator served. Allocation- and lock-free; `peak_allocated_bytes` is
 /// 0.
@@ -51,7 +51,7 @@ pub fn totals() -> TrackedStats {
 /// ```no_run
 /// # #[global_allocator]
 /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
-/// let (program, frag) = (frag::totals(), frag::own_totals());
+/// let (program, frag) = (frag::report::totals(), frag::report::own_totals());
 /// println!("{} B live, of which frag's own {} B", program.allocated_bytes + frag.allocated_bytes, frag.allocated_bytes);
 /// ```
 #[must_use]
@@ -260,7 +260,7 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
 }
 
 /// Every size class's counters without building a report: allocation-free and lock-free, like
-/// [`totals()`]. Index `i` is class `i` of [`NUM_CLASSES`](crate::NUM_CLASSES), empty classes
+/// [`totals()`]. Index `i` is class `i` of [`NUM_CLASSES`], empty classes
 /// included; [`SizeClassRow::contains`] finds the class of a request size.
 ///
 /// Made for places where allocating is not an option: an out-of-memory or signal handler that wants
@@ -274,7 +274,7 @@ fn class_row(i: usize, c: &ClassSums, reg: Option<Registration>) -> SizeClassRow
 /// #[global_allocator]
 /// static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 ///
-/// let classes = frag::size_classes();
+/// let classes = frag::report::size_classes();
 /// let biggest = classes.iter().max_by_key(|c| c.live_bytes).expect("89 classes");
 /// eprintln!("most live bytes: {}..={:?} B, {} blocks", biggest.min_size, biggest.max_size, biggest.live_blocks);
 /// ```

@@ -66,7 +66,7 @@ fn write_diagnosis(f: &mut Formatter<'_>, d: &Diagnosis) -> fmt::Result {
 /// frag's own memory, on a line of its own.
 fn write_frag_itself(f: &mut Formatter<'_>, m: &FragItself) -> fmt::Result {
     let e = if m.estimated { ESTIMATED } else { "" };
-    let cache = if m.symbol_cache_kept { "kept (frag::keep_symbol_cache)" } else { "released after use" };
+    let cache = if m.symbol_cache_kept { "kept (frag::sites::keep_symbol_cache)" } else { "released after use" };
     writeln!(
         f,
         "frag itself live {e}{}, usable {e}{}, {} allocated since start; not in the figures above (symbol cache {cache})",

@@ -4,11 +4,11 @@
 /// frag's own memory: what it allocated for its own work (reports, symbolizing, profiles, the
 /// publisher's ticks, the reclaimer's rounds). None of it is in the program's figures
 /// ([`Report::tracked`](crate::Report::tracked), `threads`, `size_classes`, `sites`); the breakdown has it as its own bucket
-/// ([`Part::Frag`](crate::diagnosis::Part::Frag)). What frag hands to the program (a `Report`, a
+/// ([`Part::Frag`](crate::report::diagnosis::Part::Frag)). What frag hands to the program (a `Report`, a
 /// profile's bytes, named frames) is a copy allocated as the program's.
 ///
 /// The symbolizer's cache (the debug information `symbolize` and the profiles read) is released
-/// once no symbolizer is at work, unless [`keep_symbol_cache`](crate::keep_symbol_cache) says to
+/// once no symbolizer is at work, unless [`keep_symbol_cache`](crate::sites::keep_symbol_cache) says to
 /// keep it; while kept, it is here.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -23,7 +23,7 @@ pub struct FragItself {
     pub usable_bytes: u64,
     /// Bytes frag allocated since the process started (exact).
     pub allocated_total_bytes: u64,
-    /// Whether the symbolizer's cache is kept between uses ([`keep_symbol_cache`](crate::keep_symbol_cache)).
+    /// Whether the symbolizer's cache is kept between uses ([`keep_symbol_cache`](crate::sites::keep_symbol_cache)).
     pub symbol_cache_kept: bool,
 }
 
@@ -167,7 +167,7 @@ pub struct SizeClassRow {
     /// 95% intervals of `allocations`, `live_blocks` and `live_bytes` where they are estimates
     /// (`estimated`, the sampled tier; `None` in the exact tier). Each rests on the class's sampled
     /// blocks: all of them for `allocations`, those still live for the others; see
-    /// [`Origin::frees_interval`](crate::Origin::frees_interval) for how they are built. JSON: `est_*_interval`.
+    /// [`Origin::frees_interval`](crate::report::Origin::frees_interval) for how they are built. JSON: `est_*_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_allocations_interval"))]
     pub allocations_interval: Option<(u64, u64)>,
     /// See `allocations_interval`.
@@ -184,7 +184,7 @@ impl SizeClassRow {
     /// ```no_run
     /// # #[global_allocator]
     /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
-    /// let classes = frag::size_classes();
+    /// let classes = frag::report::size_classes();
     /// let row = classes.iter().find(|c| c.contains(4096)).expect("every size has a class");
     /// println!("4 KiB requests: {} live blocks", row.live_blocks);
     /// ```

@@ -2,7 +2,7 @@
 //!
 //! Field names are part of the API: tooling reads the JSON form (`serde` feature).
 
-mod collect;
+pub(crate) mod collect;
 mod content;
 mod counters;
 pub mod diagnosis;
@@ -15,9 +15,10 @@ mod scopes;
 pub(crate) mod sites;
 mod warn;
 
+pub use crate::stats::class::NUM_CLASSES;
+pub use collect::allocator_classes;
 pub(crate) use collect::breakdown;
 pub(crate) use collect::pinned_by_site;
-pub use collect::{allocator_classes, report};
 pub(crate) use counters::allocated_bytes_total;
 pub use counters::{own_totals, size_classes, totals};
 pub use pins::PinMethod;

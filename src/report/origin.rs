@@ -13,7 +13,7 @@ use crate::sync::Ordering;
 /// Where blocks are freed relative to where they were allocated, estimated from sampled blocks.
 ///
 /// Counts and bytes are estimates: each sampled block stands for the inverse of its sampling
-/// probability. With [`Sampling::EveryBlock`](crate::Sampling::EveryBlock) they are exact (for blocks
+/// probability. With [`Sampling::EveryBlock`] they are exact (for blocks
 /// allocated and freed while it was on).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]

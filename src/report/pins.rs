@@ -40,7 +40,7 @@ use crate::backend::{AllocatorClass, SlabUse};
 use crate::sampler;
 use crate::sampler::gate::Query;
 
-/// How [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes) matches blocks to slabs.
+/// How [`SiteRow::pinned_bytes`](crate::report::SiteRow::pinned_bytes) matches blocks to slabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

@@ -26,7 +26,7 @@ pub struct Fragmentation {
     pub internal_bytes: u64,
 }
 
-/// The figures [`Fragmentation::ratio`](crate::Fragmentation::ratio) was computed from.
+/// The figures [`Fragmentation::ratio`](crate::report::Fragmentation::ratio) was computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

@@ -35,7 +35,7 @@ pub struct Scopes {
 }
 
 impl Scopes {
-    /// Names the frames of each scope's top sites, as [`Sites::symbolize`](crate::Sites::symbolize)
+    /// Names the frames of each scope's top sites, as [`Sites::symbolize`](crate::report::Sites::symbolize)
     /// does (with its cost, and its memory kept out of the program's).
     pub fn symbolize(&mut self) {
         let stacks: Vec<Vec<usize>> = self
@@ -105,7 +105,7 @@ pub struct ScopeRow {
     #[cfg_attr(feature = "serde", serde(rename = "est_median_lifetime_ns"))]
     pub median_lifetime_ns: Option<u64>,
     /// Estimated free bytes in the allocator's slabs that the scope's live blocks keep resident, as
-    /// [`SiteRow::pinned_bytes`](crate::SiteRow::pinned_bytes) charges them (blocks sampled without a
+    /// [`SiteRow::pinned_bytes`](crate::report::SiteRow::pinned_bytes) charges them (blocks sampled without a
     /// stack are charged to no scope). `None` where the backend does not split its holes by class.
     #[cfg_attr(feature = "serde", serde(rename = "est_pinned_bytes"))]
     pub pinned_bytes: Option<u64>,

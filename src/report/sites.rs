@@ -23,7 +23,7 @@ const MAX_NAMED: usize = 16;
 pub struct Sites {
     /// The sampling in effect; serialises as `{"mean_bytes": n}`, `"every_block"` or `"off"`.
     pub sampling: Sampling,
-    /// How this build captures stacks (see [`unwinder`](crate::unwinder)).
+    /// How this build captures stacks (see [`unwinder`](crate::sites::unwinder)).
     pub unwinder: Unwinder,
     /// What the unwind tables hold, with [`Unwinder::UnwindTables`]; `None` otherwise, or when they
     /// are not built.
@@ -70,8 +70,8 @@ impl Sites {
     /// crate), inlined functions included where the binary has line tables. `report()` does not do
     /// this itself: it reads the debug information of the program (its cost is in
     /// `docs/PERFORMANCE.md`), which a report published every few seconds should not impose. That
-    /// memory is frag's own ([`FragItself`](crate::FragItself)), released when done unless
-    /// [`keep_symbol_cache`](crate::keep_symbol_cache) keeps it; the names written here are the
+    /// memory is frag's own ([`FragItself`](crate::report::FragItself)), released when done unless
+    /// [`keep_symbol_cache`](crate::sites::keep_symbol_cache) keeps it; the names written here are the
     /// program's, as the rest of the report is. Does nothing in a process forked while another
     /// thread was symbolizing (the symbolizer's lock may be held forever there).
     ///
@@ -168,7 +168,7 @@ pub struct SiteRow {
     #[cfg_attr(feature = "serde", serde(rename = "est_alloc_bytes"))]
     pub alloc_bytes: u64,
     /// 95% intervals of `inuse_bytes` and `alloc_bytes`: each sample of `s` bytes and weight `w`
-    /// adds `w(w − 1)s²` to an estimate's variance (see [`Origin::frees_interval`](crate::Origin)).
+    /// adds `w(w − 1)s²` to an estimate's variance (see [`Origin::frees_interval`](crate::report::Origin)).
     /// Exact (a single point) with every block sampled. JSON: `est_inuse_bytes_interval`,
     /// `est_alloc_bytes_interval`.
     #[cfg_attr(feature = "serde", serde(rename = "est_inuse_bytes_interval"))]

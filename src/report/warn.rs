@@ -17,7 +17,7 @@ use crate::tune::Trap;
 
 /// Something the reader should know to interpret a report: what is missing from it, or why a figure
 /// is not shown. Configuration traps appear here and as
-/// [`FindingKind::ConfigTrap`](crate::diagnosis::FindingKind::ConfigTrap) findings.
+/// [`FindingKind::ConfigTrap`](crate::report::diagnosis::FindingKind::ConfigTrap) findings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -63,7 +63,7 @@ pub enum WarningKind {
     /// The `Tracked` was configured with an invalid sampling rate and uses the default.
     InvalidSampling,
     /// Allocation sites are sampled but have no stacks: this target has no unwinder
-    /// ([`Unwinder::None`](crate::sites::Unwinder::None)), the unwind tables are not built, or the
+    /// ([`Unwinder::None`]), the unwind tables are not built, or the
     /// system refused the call that proves stack memory readable before a walk reads it.
     NoStacks,
     /// Stacks were lost because the site table was full.

@@ -45,7 +45,7 @@ impl<F: Future> Future for Scoped<F> {
 /// let request = handle().in_scope(tenant);
 /// // tokio::spawn(request), or .await it: every poll runs in `tenant-42`.
 /// # drop(request);
-/// # Ok::<(), frag::ScopeError>(())
+/// # Ok::<(), frag::scope::ScopeError>(())
 /// ```
 pub trait ScopeExt: Future + Sized {
     /// This future, polled in `scope`.

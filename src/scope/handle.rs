@@ -44,7 +44,7 @@ use crate::tally::Figures;
 /// let live = cache.live_bytes();
 /// assert!(live.interval.0 <= live.estimate && live.estimate <= live.interval.1);
 /// # drop(data);
-/// # Ok::<(), frag::ScopeError>(())
+/// # Ok::<(), frag::scope::ScopeError>(())
 /// ```
 ///
 /// A small `Copy` handle: make it once (per tenant, per component) and keep it, or make it again

@@ -1,10 +1,10 @@
-//! Scopes: memory by request kind, tenant, component or task, on every sample (user docs on
-//! [`Scope`]).
-//!
-//! The scope table ([`table`]: names and tallies), the thread's current scope ([`current`]), the
-//! handle ([`handle`]) and the future that polls in one ([`future`]); the report reads the table
-//! through [`read`]. The sample's life (`sample`) calls [`current_slot`], [`arrived`] and
-//! [`departed`]: the only parts on the sampled path.
+//! Scopes: memory by request kind, tenant, component or task, on every sample. [`Scope`] and
+//! [`ScopeExt`] (also at the crate root) are the entry points; the rest are what they return.
+
+// The scope table (`table`: names and tallies), the thread's current scope (`current`), the handle
+// (`handle`) and the future that polls in one (`future`); the report reads the table through
+// `read`. The sample's life (`sample`) calls `current_slot`, `arrived` and `departed`: the only
+// parts on the sampled path.
 
 mod current;
 mod future;

@@ -17,6 +17,7 @@ pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
+pub use symbols::keep_symbol_cache;
 pub(crate) use table::CAPACITY as SITE_CAPACITY;
 pub(crate) use table::NO_SITE;
 pub(crate) use table::SITES;
@@ -27,21 +28,11 @@ pub use unwind::{UnwindTables, Unwinder};
 /// Linux in any build, [`Unwinder::FramePointers`] in a build with `-C force-frame-pointers=yes`.
 ///
 /// ```
-/// assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+/// assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
 /// ```
 #[must_use]
 pub const fn unwinder() -> Unwinder {
     unwind::UNWINDER
-}
-
-/// Whether this build captures stacks.
-#[deprecated(
-    since = "0.1.0",
-    note = "stacks no longer need frame pointers: use `frag::unwinder() != frag::Unwinder::None`"
-)]
-#[must_use]
-pub const fn frame_pointers() -> bool {
-    !matches!(unwind::UNWINDER, Unwinder::None)
 }
 
 /// Whether sampled allocations capture their stack (on unless [`set_stacks`] turned it off).
@@ -52,9 +43,9 @@ static STACKS: AtomicBool = AtomicBool::new(true);
 /// On by default.
 ///
 /// ```
-/// frag::set_stacks(false);
-/// assert!(!frag::stacks());
-/// frag::set_stacks(true);
+/// frag::sites::set_stacks(false);
+/// assert!(!frag::sites::stacks());
+/// frag::sites::set_stacks(true);
 /// ```
 pub fn set_stacks(on: bool) {
     STACKS.store(on, Ordering::Relaxed);
@@ -76,7 +67,7 @@ pub fn stacks() -> bool {
 /// that code from its first sample. Allocates and takes the dynamic loader's lock.
 ///
 /// ```no_run
-/// frag::refresh_unwind_tables();
+/// frag::sites::refresh_unwind_tables();
 /// ```
 pub fn refresh_unwind_tables() {
     let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };

@@ -110,13 +110,13 @@ static KEEP: AtomicBool = AtomicBool::new(false);
 
 /// Keeps the symbolizer's cache (the debug information it parsed) between uses (`true`), or
 /// releases it whenever no symbolizer is at work (`false`, the default). Keeping it makes each later
-/// [`Sites::symbolize`](crate::Sites::symbolize) and symbolized profile faster, at the cost of its
-/// size, which the report shows as frag's own memory ([`FragItself`](crate::FragItself));
+/// [`Sites::symbolize`](crate::report::Sites::symbolize) and symbolized profile faster, at the cost of its
+/// size, which the report shows as frag's own memory ([`FragItself`](crate::report::FragItself));
 /// `docs/PERFORMANCE.md` has both figures.
 ///
 /// ```
 /// // A service that serves symbolized profiles every few seconds.
-/// frag::keep_symbol_cache(true);
+/// frag::sites::keep_symbol_cache(true);
 /// ```
 pub fn keep_symbol_cache(keep: bool) {
     KEEP.store(keep, Ordering::Relaxed);

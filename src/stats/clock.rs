@@ -23,8 +23,8 @@
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
-/// What a clock's countdown restarts from when sampling is off: events still come (they publish live
-/// bytes in the exact tier), just rarely.
+/// What a clock's countdown restarts from when sampling is off: events still come (they fold live
+/// bytes in, in the exact tier), just rarely.
 pub(crate) const OFF_INTERVAL: u64 = 64 << 20;
 
 /// A thread's clock. Written by its owner with plain load + store, or by anyone with atomic
@@ -44,9 +44,9 @@ pub(crate) struct Clock {
     mean: AtomicU64,
     /// State of the pseudo-random sequence (a Weyl counter, hashed on use).
     rng: AtomicU64,
-    /// Bytes allocated since the owner last published its live figure (exact tier, see
+    /// Bytes allocated since the owner last folded its live figure in (exact tier, see
     /// `stats::live`).
-    unpublished: AtomicU64,
+    unfolded: AtomicU64,
 }
 
 /// What an event decided.
@@ -54,9 +54,9 @@ pub(crate) struct Clock {
 pub(crate) struct Event {
     /// `Some(weight)` when the allocation is sampled: the inverse of its sampling probability.
     pub(crate) weight: Option<f64>,
-    /// Bytes allocated since the last publication of live bytes: the caller publishes above a
-    /// threshold and calls [`Clock::published`].
-    pub(crate) unpublished: u64,
+    /// Bytes allocated since live bytes were last folded in: the caller folds above a
+    /// threshold and calls [`Clock::folded`].
+    pub(crate) unfolded: u64,
 }
 
 impl Clock {
@@ -67,7 +67,7 @@ impl Clock {
             finished: AtomicU64::new(0),
             mean: AtomicU64::new(0),
             rng: AtomicU64::new(0),
-            unpublished: AtomicU64::new(0),
+            unfolded: AtomicU64::new(0),
         }
     }
 
@@ -119,9 +119,9 @@ impl Clock {
         let used = self.start.load(Ordering::Relaxed).wrapping_sub(left).max(0) as u64;
         let interval_mean = self.mean.load(Ordering::Relaxed);
         self.finished.fetch_add(used, Ordering::Relaxed);
-        let unpublished = self.unpublished.fetch_add(used, Ordering::Relaxed).wrapping_add(used);
+        let unfolded = self.unfolded.fetch_add(used, Ordering::Relaxed).wrapping_add(used);
         self.restart(mean);
-        Some(Event { weight: weight(size as u64, interval_mean), unpublished })
+        Some(Event { weight: weight(size as u64, interval_mean), unfolded })
     }
 
     /// Ends the current interval now and starts one at `mean` (a new setting, applied at once on the
@@ -130,7 +130,7 @@ impl Clock {
     pub(crate) fn restart_now(&self, mean: u64) {
         let used = self.start.load(Ordering::Relaxed).wrapping_sub(self.left.load(Ordering::Relaxed)).max(0) as u64;
         self.finished.fetch_add(used, Ordering::Relaxed);
-        self.unpublished.fetch_add(used, Ordering::Relaxed);
+        self.unfolded.fetch_add(used, Ordering::Relaxed);
         self.restart(mean);
     }
 
@@ -144,7 +144,7 @@ impl Clock {
         if ended {
             self.finished.fetch_sub(size as u64, Ordering::Relaxed);
             let _ = self
-                .unpublished
+                .unfolded
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(size as u64)));
         } else if shared {
             self.left.fetch_add(size as i64, Ordering::Relaxed);
@@ -157,8 +157,8 @@ impl Clock {
     /// publication of live bytes. Returns the bytes moved since the last one. Owner only.
     #[inline]
     pub(crate) fn moved(&self, bytes: u64) -> u64 {
-        let moved = self.unpublished.load(Ordering::Relaxed).saturating_add(bytes);
-        self.unpublished.store(moved, Ordering::Relaxed);
+        let moved = self.unfolded.load(Ordering::Relaxed).saturating_add(bytes);
+        self.unfolded.store(moved, Ordering::Relaxed);
         moved
     }
 
@@ -169,9 +169,9 @@ impl Clock {
         self.finished.store(self.finished.load(Ordering::Relaxed).wrapping_add(bytes), Ordering::Relaxed);
     }
 
-    /// The owner published its live bytes.
-    pub(crate) fn published(&self) {
-        self.unpublished.store(0, Ordering::Relaxed);
+    /// The owner folded its live bytes in.
+    pub(crate) fn folded(&self) {
+        self.unfolded.store(0, Ordering::Relaxed);
     }
 
     /// Draws a new interval with mean `mean` and starts it.

@@ -69,7 +69,7 @@ macro_rules! declare_countdown {
 
         // SAFETY: the cell is a const-initialised `thread_local!` without `Drop`, private to this
         // implementation, which hands it to frag alone.
-        unsafe impl $crate::Countdown for $name {
+        unsafe impl $crate::countdown::Countdown for $name {
             #[inline(always)]
             fn with<R>(f: impl FnOnce(&::core::cell::Cell<i64>) -> R) -> ::core::option::Option<R> {
                 ::std::thread_local! {

@@ -2,16 +2,16 @@
 //!
 //! Each owning thread counts requested bytes in and out per size class in its shard anyway; at the
 //! events of its sampling clock (`stats::clock`, the cold path) it folds the net of all its classes
-//! into `LIVE` once [`PUBLISH_BYTES`] (16 MiB) were allocated since the last time: never per
-//! allocation. The price is precision: a thread's unpublished net stays below that (plus one
+//! into `LIVE` once [`FOLD_BYTES`] (16 MiB) were allocated since the last time: never per
+//! allocation. The price is precision: a thread's unfolded net stays below that (plus one
 //! sampling interval, 512 KiB on average at the default mean) either way, so `peak_allocated_bytes`
 //! can be off by that much per live thread for a spike that no `report()` saw; every `report()` folds
-//! the exact live figure in. The overflow shard publishes on every operation.
+//! the exact live figure in. The overflow shard folds on every operation.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
-/// A thread publishes its classes once it allocated this many bytes since the last time.
-pub(crate) const PUBLISH_BYTES: u64 = 16 << 20;
+/// A thread folds its classes in once it allocated this many bytes since the last time.
+pub(crate) const FOLD_BYTES: u64 = 16 << 20;
 
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);

@@ -199,7 +199,7 @@ pub(crate) fn slow(register: impl FnOnce(), mean: fn() -> u64) -> &'static Shard
                 ^ generation.rotate_left(32)
                 ^ process_seed();
             shard.hot.clock.start(seed, mean());
-            POOL.publish(shard);
+            POOL.expose(shard);
             exit_hook::install(shard);
             fork_hook::install();
             thread::set_slot(shard as *const Shard as usize);
@@ -236,7 +236,7 @@ fn process_seed() -> u64 {
 
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.
 fn release(shard: &'static Shard) {
-    shard.publish_all();
+    shard.fold_live();
     // Rust names a spawned thread after its first allocations may already have happened; by now the
     // name is final.
     shard.set_name(os::thread_name());
@@ -340,7 +340,7 @@ fn after_fork_in_child() {
         match shard.meta.state.load(Ordering::Relaxed) {
             LIVE => {
                 // Its owner is gone, so this thread may act as the owner one last time.
-                shard.publish_all();
+                shard.fold_live();
                 POOL.release(shard);
             }
             SETTING_UP => {

@@ -36,7 +36,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
     }
 
     /// Finds a slot and marks it `SETTING_UP`: a released one first, else a never-used one. `None` when
-    /// every slot is held. The caller sets the slot up and then calls [`Self::publish`].
+    /// every slot is held. The caller sets the slot up and then calls [`Self::expose`].
     pub(crate) fn claim(&self) -> Option<&T> {
         if let Some(s) = self.reuse_released() {
             return Some(s);
@@ -73,7 +73,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
 
     /// Marks a slot taken with [`Self::claim`] as live; readers that acquire its state see how it was
     /// set up.
-    pub(crate) fn publish(&self, slot: &T) {
+    pub(crate) fn expose(&self, slot: &T) {
         slot.state().store(LIVE, Ordering::Release);
     }
 

@@ -237,8 +237,8 @@ pub(crate) struct Shard {
     pub(crate) hot: CachePadded<OwnerLine>,
     pub(crate) classes: [ClassCounters; NUM_CLASSES],
     /// The classes' `net()` summed, as last folded into the process-wide live counter. Touched only
-    /// by `publish_all`, on events.
-    published: AtomicU64,
+    /// by `fold_live`, on events.
+    folded: AtomicU64,
     /// Origin estimates, written with atomic adds (other threads credit "freed elsewhere" here).
     pub(crate) origin: CachePadded<[AtomicU64; OriginTotals::FIELDS]>,
     pub(crate) meta: CachePadded<Meta>,
@@ -284,7 +284,7 @@ impl Writer for Anyone {
         shared_add(counter, v);
     }
 
-    /// The overflow shard has no single owner to publish its classes, so it keeps the process-wide
+    /// The overflow shard has no single owner to fold its classes in, so it keeps the process-wide
     /// live figure exact directly.
     #[inline]
     fn bytes(row: &ClassCounters, entering: bool, size: u64) {
@@ -313,7 +313,7 @@ impl Shard {
         Self {
             hot: CachePadded(OwnerLine { clock: Clock::new(), reallocs: AtomicU64::new(0) }),
             classes: [const { ClassCounters::new() }; NUM_CLASSES],
-            published: AtomicU64::new(0),
+            folded: AtomicU64::new(0),
             origin: CachePadded([const { AtomicU64::new(0) }; OriginTotals::FIELDS]),
             meta: CachePadded(Meta {
                 state: AtomicU8::new(0),
@@ -408,13 +408,13 @@ impl Shard {
         self.count_in::<W>(Class::of(new.0), new.0, new.1);
     }
 
-    /// Folds the shard's not-yet-published net bytes into the process-wide live counter, in one
+    /// Folds the shard's not-yet-folded net bytes into the process-wide live counter, in one
     /// update (so the peak sees the net of all classes at once): on events once enough bytes moved,
-    /// and at thread exit, so a released shard holds nothing unpublished. Owner only.
-    pub(crate) fn publish_all(&self) {
+    /// and at thread exit, so a released shard holds nothing unfolded. Owner only.
+    pub(crate) fn fold_live(&self) {
         let net = self.classes.iter().fold(0u64, |sum, row| sum.wrapping_add(row.net()));
-        let delta = net.wrapping_sub(self.published.load(Ordering::Relaxed)) as i64;
-        self.published.store(net, Ordering::Relaxed);
+        let delta = net.wrapping_sub(self.folded.load(Ordering::Relaxed)) as i64;
+        self.folded.store(net, Ordering::Relaxed);
         if delta != 0 {
             live::flush(delta);
         }

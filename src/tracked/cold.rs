@@ -15,7 +15,7 @@ use core::alloc::{GlobalAlloc, Layout};
 
 use super::{Tier, Tracked};
 use crate::backend::{self, usable};
-use crate::sample::{self, publish_if_due};
+use crate::sample::{self, fold_live_if_due};
 use crate::sampler::table::SampledBlock;
 use crate::sampler::{self, mark};
 use crate::sites::{self, unwind::ColdFrame as Frame};
@@ -204,7 +204,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     fn charge<W: Writer>(&self, s: &'static Shard, size: usize) -> Option<f64> {
         let event = pool::on_clock(&s.hot.clock, W::SHARED, |c| c.charge(size, sampler::mean(), W::SHARED))?;
         if !W::SHARED {
-            publish_if_due(s, event.unpublished);
+            fold_live_if_due(s, event.unfolded);
         }
         event.weight
     }
@@ -332,10 +332,10 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             let size = layout.size();
             let counted = sampled.as_ref().map_or(here, |e| sample::home_of(e, here));
             with_writer!(counted, |s, W| count::<W, T>(s, false, size, usable, sampled.as_ref()));
-            // Sampled frees move the thread towards publishing its live figure too, so that a thread
+            // Sampled frees move the thread towards folding its live figure in too, so that a thread
             // that only frees (no allocations, no clock events) still does.
             if let (Home::Owned(s), Some(w)) = (counted, weight) {
-                publish_if_due(s, s.hot.clock.moved((w * size as f64) as u64));
+                fold_live_if_due(s, s.hot.clock.moved((w * size as f64) as u64));
             }
         }
         if let Some(e) = sampled {

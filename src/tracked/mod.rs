@@ -77,7 +77,7 @@ use crate::stats::shard::{Owner, Shard};
 ///
 /// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
 /// `snmalloc_rs::SnMalloc`, or your own. The figures are process-wide: read them with
-/// `frag::report()` or [`totals()`](crate::totals).
+/// `frag::report()` or [`totals()`](crate::report::totals).
 ///
 /// The tier is part of the type, so each build has one code path:
 /// - [`Sampled`] (the default), for production: the allocation path holds only the sampler (a
@@ -154,7 +154,7 @@ impl<A, T: Tier, C: Countdown> Tracked<A, T, C> {
     }
 
     /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
-    /// and statistics. For the allocators this crate knows by type (see [`Backend`](crate::Backend))
+    /// and statistics. For the allocators this crate knows by type (see [`Backend`](crate::backend::Backend))
     /// the probe is not consulted: their own interfaces are used.
     #[must_use]
     pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {

@@ -50,10 +50,10 @@ unsafe impl<const SIZE: usize> GlobalAlloc for Refusing<SIZE> {
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's guarantees, passed on.
         if new_size == SIZE {
             std::ptr::null_mut()
         } else {
+            // SAFETY: the caller's guarantees, passed on.
             unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
         }
     }
@@ -92,10 +92,10 @@ pub fn served_bytes() -> u64 {
     BYTES_IN.load(Relaxed)
 }
 
-/// Everything `Tracked` counted: the program's figures (`frag::totals()`) and frag's own
-/// (`frag::own_totals()`), whose sum is what the backend served. Allocation-free.
-pub fn all_totals() -> frag::TrackedStats {
-    let (mut t, own) = (frag::totals(), frag::own_totals());
+/// Everything `Tracked` counted: the program's figures (`frag::report::totals()`) and frag's own
+/// (`frag::report::own_totals()`), whose sum is what the backend served. Allocation-free.
+pub fn all_totals() -> frag::report::TrackedStats {
+    let (mut t, own) = (frag::report::totals(), frag::report::own_totals());
     t.allocations += own.allocations;
     t.deallocations += own.deallocations;
     t.reallocations += own.reallocations;
@@ -107,7 +107,7 @@ pub fn all_totals() -> frag::TrackedStats {
 
 /// Reads [`all_totals`] at a moment when nothing allocates (the truth is the same before and
 /// after), and returns both.
-pub fn quiescent_totals() -> (Truth, frag::TrackedStats) {
+pub fn quiescent_totals() -> (Truth, frag::report::TrackedStats) {
     loop {
         let before = truth();
         let totals = all_totals();
@@ -118,8 +118,11 @@ pub fn quiescent_totals() -> (Truth, frag::TrackedStats) {
     }
 }
 
+// SAFETY: every call goes to `A` with the caller's arguments and returns its result; the counting
+// around it touches only atomics.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.alloc(layout) };
         if !p.is_null() {
             ALLOCS.fetch_add(1, Relaxed);
@@ -128,6 +131,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.alloc_zeroed(layout) };
         if !p.is_null() {
             ALLOCS.fetch_add(1, Relaxed);
@@ -136,11 +140,13 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's guarantees, passed on.
         unsafe { self.0.dealloc(ptr, layout) };
         DEALLOCS.fetch_add(1, Relaxed);
         BYTES_OUT.fetch_add(layout.size() as u64, Relaxed);
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
         let p = unsafe { self.0.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             REALLOCS.fetch_add(1, Relaxed);
@@ -177,8 +183,8 @@ pub fn counted_as_served(counted: (u64, u64, u64), served: (u64, u64, u64)) -> R
 /// [`counted_as_served`] between two quiescent readings (`quiescent_totals`); returns what was
 /// counted: (allocations, deallocations, reallocations).
 pub fn counted_between(
-    (truth0, t0): (Truth, frag::TrackedStats),
-    (truth1, t1): (Truth, frag::TrackedStats),
+    (truth0, t0): (Truth, frag::report::TrackedStats),
+    (truth1, t1): (Truth, frag::report::TrackedStats),
 ) -> Result<(u64, u64, u64), String> {
     let served = (
         truth1.allocations - truth0.allocations,
@@ -206,7 +212,7 @@ pub fn assert_conserved() {
 }
 
 /// The report row of the thread whose OS name is `name`.
-pub fn row<'a>(report: &'a frag::Report, name: &str) -> &'a frag::ThreadRow {
+pub fn row<'a>(report: &'a frag::Report, name: &str) -> &'a frag::report::ThreadRow {
     report
         .threads
         .iter()
@@ -230,11 +236,11 @@ pub fn on_named_thread<T: Send>(
             .spawn_scoped(s, || {
                 // A thread's allocated bytes are exact to other threads as of its last reading of
                 // frag's figures (or sampling event): it reads them before each report is taken.
-                let _ = frag::totals();
+                let _ = frag::report::totals();
                 steps[0].wait();
                 steps[1].wait();
                 work();
-                let _ = frag::totals();
+                let _ = frag::report::totals();
                 steps[2].wait();
                 steps[3].wait();
             })
@@ -282,15 +288,15 @@ pub fn usable_mismatches(layouts: &[Layout], real: impl Fn(*mut u8) -> usize) ->
         // only if exactly our one allocation and our one free happened between the readings.
         let mut tries = 0u32;
         let (grown, shrunk, truth) = loop {
-            let t0 = frag::totals();
+            let t0 = frag::report::totals();
             // SAFETY: non-zero size, valid alignment; freed below with the same layout.
             let p = unsafe { std::alloc::alloc(layout) };
             assert!(!p.is_null());
-            let t1 = frag::totals();
+            let t1 = frag::report::totals();
             let truth = real(p) as u64;
             // SAFETY: allocated above with `layout`.
             unsafe { std::alloc::dealloc(p, layout) };
-            let t2 = frag::totals();
+            let t2 = frag::report::totals();
             // (A reallocation elsewhere changes usable bytes without changing either count.)
             let alone = t1.allocations == t0.allocations + 1
                 && t1.deallocations == t0.deallocations
@@ -355,7 +361,7 @@ pub fn assert_usable_exact(backend: &str, extra: &[usize], real: impl Fn(*mut u8
 }
 
 /// The size-class row holding requests of `size` bytes.
-pub fn class_row(report: &frag::Report, size: u64) -> Option<&frag::SizeClassRow> {
+pub fn class_row(report: &frag::Report, size: u64) -> Option<&frag::report::SizeClassRow> {
     report.size_classes.iter().find(|c| c.min_size <= size && c.max_size.is_none_or(|m| size <= m))
 }
 
@@ -365,7 +371,7 @@ pub fn tid_of(report: &frag::Report, name: &str) -> Option<u64> {
 }
 
 /// The thread row of the thread called `name`.
-pub fn thread_row<'a>(report: &'a frag::Report, name: &str) -> Option<&'a frag::ThreadRow> {
+pub fn thread_row<'a>(report: &'a frag::Report, name: &str) -> Option<&'a frag::report::ThreadRow> {
     report.threads.iter().find(|r| r.name.as_deref() == Some(name))
 }
 

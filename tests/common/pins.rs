@@ -21,9 +21,14 @@ pub fn site_churned() -> Box<[u8; 40]> {
 /// fresh slabs. Returns the filler, to keep until the end.
 #[allow(clippy::vec_box)]
 pub fn fresh_slabs() -> Vec<Box<[u8; 40]>> {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     frag::set_sampling(frag::Sampling::Off).unwrap();
-    drop(super::symbolized_report());
+    // A report's own work before the workload (with sampling off there may be no site to symbolize).
+    let mut report = frag::report();
+    if let Some(sites) = report.sites.as_mut() {
+        sites.symbolize();
+    }
+    drop(report);
     let filler = (0..50_000).map(|_| Box::new([0u8; 40])).collect();
     frag::tune::jemalloc::flush_thread_tcache().unwrap();
     filler

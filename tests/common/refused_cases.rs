@@ -63,7 +63,7 @@ fn at_refused_here(report: &frag::Report) -> (u64, u64, u64) {
 /// countdown skipped the next 5 MB).
 #[test]
 fn refusals_on_sampled_paths_return_null_and_count_nothing() {
-    assert_ne!(frag::unwinder(), frag::Unwinder::None, "no stacks on this target");
+    assert_ne!(frag::sites::unwinder(), frag::sites::Unwinder::None, "no stacks on this target");
     let served = refused_here();
     let bytes: u64 = served.iter().map(|(_, l)| l.size() as u64).sum();
     let report = common::symbolized_report();

@@ -82,7 +82,7 @@ fn run_often(name: &str) {
 /// Ends a child's case: a report (which reads every site), and the line its parent looks for.
 fn done(kept: Vec<Vec<u8>>, on_switched: bool) {
     let report = frag::report();
-    if let Some(sites) = report.sites.as_ref().filter(|_| on_switched && frag::unwinder() != frag::Unwinder::None) {
+    if let Some(sites) = report.sites.as_ref().filter(|_| on_switched && frag::sites::unwinder() != frag::sites::Unwinder::None) {
         // Every sample was walked, and some on the switched stack (each case samples a 4 MiB block
         // there, always sampled).
         assert_eq!(sites.unproven_stacks, 0, "{report}");

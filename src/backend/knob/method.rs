@@ -1,4 +1,4 @@
-//! How a backend returned memory in one reclaimer action: what `KnownAllocator::reclaim` did.
+//! How a backend returned memory in one reclaimer action: what `Knobs::reclaim` did.
 
 use core::fmt;
 

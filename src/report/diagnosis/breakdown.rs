@@ -39,7 +39,7 @@ pub struct Breakdown {
     pub live_bytes: u64,
     /// Usable minus requested bytes over live blocks: internal fragmentation (tracked).
     pub rounding_bytes: u64,
-    /// Usable bytes of frag's own live blocks (see [`FragItself`](crate::FragItself)): counted apart
+    /// Usable bytes of frag's own live blocks (see [`FragItself`](crate::report::FragItself)): counted apart
     /// from `live_bytes` and `rounding_bytes`, which are the program's.
     pub frag_bytes: u64,
     /// Free space inside pages the allocator keeps for live blocks, including free blocks parked in
@@ -116,7 +116,7 @@ pub struct Sources {
 
 /// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not
 /// know) from the tracked counts, frag's own usable bytes (`frag`) and the allocator's statistics:
-/// each known backend splits its heap itself ([`KnownAllocator::split_heap`]); a user's allocator
+/// each known backend splits its heap itself ([`Introspect::split_heap`]); a user's allocator
 /// through its probe's figures.
 pub(crate) fn split(
     rss: u64,

@@ -275,7 +275,7 @@ fn reclaimable_remedy(backend: Option<Backend>) -> String {
         .to_owned()
 }
 
-/// What the wrapped backend adds to the remedy for `topic` ([`KnownAllocator::remedy`]).
+/// What the wrapped backend adds to the remedy for `topic` ([`Introspect::remedy`]).
 fn backend_remedy(backend: Option<Backend>, topic: Remedy) -> Option<&'static str> {
     with_backend!(backend?, A => A::remedy(topic))
 }

@@ -1,6 +1,6 @@
 //! The answer to "where do my resident bytes go, is it fragmentation, and what do I change": a
 //! [`Breakdown`] of RSS into buckets that add up to it, and [`Finding`]s drawn from it, largest
-//! first, each with a remedy for the wrapped backend. Built by [`report()`](crate::report) from
+//! first, each with a remedy for the wrapped backend. Built by [`report()`](fn@crate::report) from
 //! figures it has already read; nothing here reads the process or the allocator itself.
 //!
 //! Thresholds, the evidence per backend and the known blind spots: `docs/DIAGNOSIS.md`.
@@ -27,7 +27,7 @@ pub(crate) use limit::{in_force as limit_in_force, set_in_force as set_limit_in_
 /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
 /// let report = frag::report();
 /// if let Some(d) = &report.diagnosis {
-///     for f in d.findings.iter().filter(|f| f.severity == frag::diagnosis::Severity::Warn) {
+///     for f in d.findings.iter().filter(|f| f.severity == frag::report::diagnosis::Severity::Warn) {
 ///         eprintln!("{}: {} -> {}", f.kind.name(), f.summary, f.remedy);
 ///     }
 /// }

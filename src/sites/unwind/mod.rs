@@ -5,15 +5,15 @@
 //! - **Unwind tables** (x86-64 Linux with glibc, any build): the call-frame information that every
 //!   such build carries (`.eh_frame`, the same information a panic unwinds with) is turned, off the
 //!   allocation path, into compact rows of "where is the caller's frame" ([`rows`], built by [`cfi`]
-//!   for each loaded module, published by [`modules`]); the walk ([`walk`]) looks up the rule of each
+//!   for each loaded module, installed by [`modules`]); the walk ([`walk`]) looks up the rule of each
 //!   return address (in [`recent`] rules first; [`tables`]) and reads at most three words of stack per frame
 //!   (a walk that starts cold first scans the stack's next 4 KiB to prefetch the rules it will
 //!   need). It takes no lock (not even the loader's: the rows are ours) and allocates nothing.
 //! - **Frame pointers** (builds with `-C force-frame-pointers=yes`, x86-64 or AArch64 Linux with
-//!   glibc): the chain of frame records ([`fp`]), about 2-3x faster per frame, but it stops at the
+//!   glibc): the chain of frame records (`fp`), about 2-3x faster per frame, but it stops at the
 //!   first frame built without the flag, in `std` included.
 //!
-//! Elsewhere (AArch64 without frame pointers, other systems) nothing is captured ([`none`]): sampled
+//! Elsewhere (AArch64 without frame pointers, other systems) nothing is captured (`none`): sampled
 //! blocks are still followed, their site is "no stack", and the report says which unwinder is in use.
 //!
 //! Each unwinder is a module exporting the same names (`ColdFrame`, `capture`, `repeats`,
@@ -83,7 +83,7 @@ pub(crate) use stack::{counts as stack_counts, took_switched};
 pub use summary::UnwindTables;
 pub(crate) use trace::Trace;
 
-/// How this build captures the stacks of sampled allocations (see [`unwinder`](crate::unwinder)).
+/// How this build captures the stacks of sampled allocations (see [`unwinder`](crate::sites::unwinder)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "snake_case"))]
 #[non_exhaustive]

@@ -1,5 +1,5 @@
 //! The loaded modules' unwind rows: found with `dl_iterate_phdr`, built off the allocation path,
-//! published for the walker without locks.
+//! installed for the walker without locks.
 //!
 //! **When.** At start-up, before `main` (a constructor in `.init_array`, see [`super`]), for the
 //! executable and the libraries loaded with it; then again by [`refresh`], which `report()` and the
@@ -11,7 +11,7 @@
 //! holding a reference of its own to it (`dlopen` with `RTLD_NOLOAD`, checked against the load
 //! address found), so it cannot be unloaded meanwhile; the executable is never unloaded. The walker
 //! reads only the rows, which are copies, and the stack. A module gone from the loader's list leaves
-//! the published set at the next refresh.
+//! the installed set at the next refresh.
 //!
 //! **Publication.** The whole set is one immutable [`Set`] behind an atomic pointer. A writer (one at
 //! a time, under [`WRITER`]) builds the next set, swaps it in, and frees the old one once every walk
@@ -137,8 +137,8 @@ impl Drop for Writing {
     }
 }
 
-/// Which set is published: a new value for each set replaced since (walks kept in a `trace::Trace`
-/// from an older set are walked again). A set published while a walk was being kept may go unseen
+/// Which set is installed: a new value for each set replaced since (walks kept in a `trace::Trace`
+/// from an older set are walked again). A set installed while a walk was being kept may go unseen
 /// until the next replacement: the kept walk then stands for one taken a moment earlier.
 #[inline]
 pub(crate) fn epoch() -> usize {
@@ -166,10 +166,10 @@ impl Reading {
         }
     }
 
-    /// The published set, if any.
+    /// The installed set, if any.
     #[inline]
     pub(crate) fn set(&self) -> Option<&Set> {
-        // SAFETY: a published set is freed only after the readers of the epoch it was replaced in
+        // SAFETY: a installed set is freed only after the readers of the epoch it was replaced in
         // have drained, and this reading registered before loading it (`enter`), so the set lives at
         // least as long as `self`.
         unsafe { CURRENT.load(SeqCst).as_ref() }
@@ -183,7 +183,7 @@ impl Drop for Reading {
     }
 }
 
-/// The published tables, summarised; `None` before the first build.
+/// The installed tables, summarised; `None` before the first build.
 pub(crate) fn summary() -> Option<UnwindTables> {
     let r = Reading::enter();
     let set = r.set()?;
@@ -205,7 +205,7 @@ pub(crate) fn summary() -> Option<UnwindTables> {
     Some(s)
 }
 
-/// Brings the published set up to date with the loaded modules; builds rows only for modules not
+/// Brings the installed set up to date with the loaded modules; builds rows only for modules not
 /// seen before. Allocates and takes the loader's lock: never call it on the allocation path.
 pub(crate) fn refresh() {
     // A child forked during a walk of the loader's list cannot list modules: it keeps the tables it
@@ -305,7 +305,7 @@ fn retire(old: *mut Set) {
         }
         std::thread::yield_now();
     }
-    // SAFETY: `old` came from `Box::into_raw` in `refresh`, is no longer published, and every reader
+    // SAFETY: `old` came from `Box::into_raw` in `refresh`, is no longer installed, and every reader
     // that could have loaded it registered in the drained slot.
     drop(unsafe { Box::from_raw(old) });
 }
@@ -469,7 +469,7 @@ impl Drop for Pin {
     }
 }
 
-/// For tests: builds every loaded module's rows into a set that is not published.
+/// For tests: builds every loaded module's rows into a set that is not installed.
 #[cfg(test)]
 pub(crate) fn scan_for_test() -> Set {
     build(&loaded(), None)

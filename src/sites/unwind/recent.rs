@@ -1,4 +1,4 @@
-//! Recent rules: a small direct-mapped cache from a return address to its [`Rule`], one per published
+//! Recent rules: a small direct-mapped cache from a return address to its [`Rule`], one per installed
 //! set of tables (so it never outlives the rows it copies).
 //!
 //! A sampled allocation's stack mostly repeats one seen before, and a look-up in the rows (the

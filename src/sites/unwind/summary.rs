@@ -1,7 +1,7 @@
 //! What the unwind tables hold, as the report shows it.
 
 /// What the unwind tables hold, as the report shows it (an allocation-site concern: see
-/// [`unwinder`](crate::unwinder)).
+/// [`unwinder`](crate::sites::unwinder)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]

@@ -77,7 +77,7 @@ pub(crate) fn refresh() {
     modules::refresh();
 }
 
-/// What the published tables hold; `None` before the first build.
+/// What the installed tables hold; `None` before the first build.
 pub(crate) fn summary() -> Option<UnwindTables> {
     modules::summary()
 }
@@ -103,7 +103,7 @@ fn cycles() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
-/// Above this many cycles from the capture's start to the published set (the thread's stack top
+/// Above this many cycles from the capture's start to the installed set (the thread's stack top
 /// and three shared words: a few cycles when they are in cache, one miss to memory about 500 on
 /// this machine's counter), the walk's words are taken to be out of cache: it scans the stack
 /// first ([`prefetch_rules`]).
@@ -186,7 +186,7 @@ mod tests {
     use super::*;
     use core::hint::black_box;
 
-    /// Walks from `entry` twice on the published set, without and with the scan.
+    /// Walks from `entry` twice on the installed set, without and with the scan.
     #[inline(never)]
     fn walk_twice(entry: ColdFrame) -> (Vec<usize>, Vec<usize>) {
         let reading = Reading::enter();

@@ -76,7 +76,7 @@ fn walk<S: Stack>(
     walk_by(|pc, regs| step(stack, regs, rules(pc)), regs, anchor, out)
 }
 
-/// [`walk`] with the step given: `next(pc, regs)` is [`step`] from `regs` by the rule of `pc` (the
+/// `walk` (the tests') with the step given: `next(pc, regs)` is [`step`] from `regs` by the rule of `pc` (the
 /// address looked up: the instruction itself in the first frame, the call before the return
 /// address in the others). A caller with rules from two sources steps by each separately, so that
 /// neither rule is built in memory for the other's sake.

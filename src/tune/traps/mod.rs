@@ -2,7 +2,7 @@
 //! allocator never reads, a misspelt one, a jemalloc option it rejected or silently adjusted) and
 //! system settings known to hurt fragmented heaps. What a trap is, and which allocator reads which
 //! variable, is the backends' vocabulary (`backend::knob::trap`); the wrapped backend checks its own
-//! variables (`KnownAllocator::env_traps`); how the environment is read is `env`; the once-per-text
+//! variables (`Introspect::env_traps`); how the environment is read is `env`; the once-per-text
 //! log warning is `warned`.
 
 mod env;

@@ -41,7 +41,7 @@ fn thread_life<const N: usize>(registry: &Registry<Slot, N>, no_slot: &AtomicUsi
             // Setting up: read the previous owner's figures as a base (a plain read).
             // SAFETY: this thread owns the slot (the property under test; loom checks it).
             let base = slot.count.with(|c| unsafe { *c });
-            registry.publish(slot);
+            registry.expose(slot);
             // SAFETY: as above.
             slot.count.with_mut(|c| unsafe { *c = base + 1 });
             registry.release(slot);

@@ -107,7 +107,7 @@ pub struct JemallocConfig {
     /// `tcache_max`: largest size class the thread cache holds, in bytes. jemalloc clips it to 8
     /// pages (32 KiB on 4 KiB pages) without saying so, so on x86-64 a larger value is rejected by
     /// [`render`](Self::render) (a compile error in [`jemalloc_conf!`](crate::jemalloc_conf)); each
-    /// thread cache rounds it up to a size class (5000 becomes 5120); [`effective`](super::effective)
+    /// thread cache rounds it up to a size class (5000 becomes 5120); [`effective`](fn@super::effective)
     /// shows both.
     pub tcache_max: Option<usize>,
     /// `narenas`: number of arenas (jemalloc's default is 4 per CPU).

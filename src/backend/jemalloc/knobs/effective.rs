@@ -23,7 +23,7 @@ pub struct ArenaDecay {
 pub struct Effective {
     /// jemalloc's version string.
     pub version: &'static str,
-    /// The environment variable this jemalloc reads (see [`conf_env_var`](super::conf_env_var)).
+    /// The environment variable this jemalloc reads (see [`conf_env_var`]).
     pub conf_env_var: &'static str,
     /// The start-up options (`opt.*`) as jemalloc resolved them from every source; every field is
     /// `Some`. Compare with what you configured: jemalloc clips and rounds some values silently.
