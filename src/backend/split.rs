@@ -18,11 +18,11 @@ pub enum Source {
     /// space, resident or not): right in order of magnitude, not to the page.
     Estimated,
     /// The backend cannot tell this bucket apart: its bytes are in another bucket (see
-    /// [`Breakdown::not_split`](crate::report::diagnosis::Breakdown::not_split)) or in `unexplained`.
+    /// `report::diagnosis::Breakdown::not_split`) or in `unexplained`.
     NotSplit,
 }
 
-/// One bucket of the [`Breakdown`](crate::report::diagnosis::Breakdown).
+/// One bucket of the `report::diagnosis::Breakdown`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

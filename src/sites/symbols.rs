@@ -110,8 +110,8 @@ static KEEP: AtomicBool = AtomicBool::new(false);
 
 /// Keeps the symbolizer's cache (the debug information it parsed) between uses (`true`), or
 /// releases it whenever no symbolizer is at work (`false`, the default). Keeping it makes each later
-/// [`Sites::symbolize`](crate::report::Sites::symbolize) and symbolized profile faster, at the cost of its
-/// size, which the report shows as frag's own memory ([`FragItself`](crate::report::FragItself));
+/// `frag::report::Sites::symbolize` and symbolized profile faster, at the cost of its
+/// size, which the report shows as frag's own memory (`frag::report::FragItself`);
 /// `docs/PERFORMANCE.md` has both figures.
 ///
 /// ```

@@ -77,7 +77,7 @@ use crate::stats::shard::{Owner, Shard};
 ///
 /// Works with any allocator: `System`, `tikv_jemallocator::Jemalloc`, `mimalloc::MiMalloc`,
 /// `snmalloc_rs::SnMalloc`, or your own. The figures are process-wide: read them with
-/// `frag::report()` or [`totals()`](crate::report::totals).
+/// `frag::report()` or `frag::report::totals()`.
 ///
 /// The tier is part of the type, so each build has one code path:
 /// - [`Sampled`] (the default), for production: the allocation path holds only the sampler (a
