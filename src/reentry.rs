@@ -19,9 +19,9 @@ std::thread_local! {
 
 /// Marks the current thread as inside `report()` (or anything else that allocates on our behalf) for
 /// as long as it lives. A nested entry gets `None` and must take its allocation-free fallback.
-pub(crate) struct ReportGuard(());
+pub(crate) struct Guard(());
 
-impl ReportGuard {
+impl Guard {
     pub(crate) fn enter() -> Option<Self> {
         match IN_REPORT.try_with(|f| f.replace(true)) {
             Ok(false) => Some(Self(())),
@@ -31,7 +31,7 @@ impl ReportGuard {
     }
 }
 
-impl Drop for ReportGuard {
+impl Drop for Guard {
     fn drop(&mut self) {
         let _ = IN_REPORT.try_with(|f| f.set(false));
     }

@@ -15,7 +15,7 @@ use crate::backend::registry::registered;
 use crate::backend::stats::AllocatorStats;
 use crate::own;
 use crate::process::{self, ProcessStats};
-use crate::reentry::ReportGuard;
+use crate::reentry::Guard;
 use crate::report::diagnosis::{self, Diagnosis};
 use crate::sites::unwind;
 use crate::stats::shard::Totals;
@@ -30,7 +30,7 @@ pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
 
 fn breakdown_now() -> Option<diagnosis::Breakdown> {
     // No refresh of the unwind tables here: the reclaimer's rounds are paid from its CPU budget.
-    let guard = ReportGuard::enter();
+    let guard = Guard::enter();
     let tracked = counters::totals();
     let reg = registered();
     let allocator = match (reg, &guard) {
@@ -60,7 +60,7 @@ fn breakdown_now() -> Option<diagnosis::Breakdown> {
 /// ```
 #[must_use]
 pub fn allocator_classes() -> Vec<crate::backend::AllocatorClass> {
-    let guard = ReportGuard::enter();
+    let guard = Guard::enter();
     match (registered(), guard) {
         (Some(r), Some(_)) => r.classes().unwrap_or_default(),
         _ => Vec::new(),
@@ -92,7 +92,7 @@ pub fn report() -> Report {
 }
 
 fn report_now() -> Report {
-    let guard = ReportGuard::enter();
+    let guard = Guard::enter();
     if guard.is_some() {
         unwind::refresh();
     }

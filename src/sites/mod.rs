@@ -70,7 +70,7 @@ pub fn stacks() -> bool {
 /// frag::sites::refresh_unwind_tables();
 /// ```
 pub fn refresh_unwind_tables() {
-    let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };
+    let Some(_guard) = crate::reentry::Guard::enter() else { return };
     crate::own::run(unwind::refresh);
 }
 

@@ -13,7 +13,7 @@
 //!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
 //! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`reentry`);
 //! - anything that may allocate (`frag::report()`, formatting, symbolization) runs outside
-//!   these methods, under the reentrancy guard (`reentry::ReportGuard`).
+//!   these methods, under the reentrancy guard (`reentry::Guard`).
 //!
 //! **The fast path of the sampled tier** ([`Sampled`], the default), taken by every request on a
 //! thread with its own shard whose clock does not run out:

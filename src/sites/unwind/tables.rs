@@ -90,7 +90,7 @@ pub(crate) fn summary() -> Option<UnwindTables> {
 #[unsafe(link_section = ".init_array")]
 static PREPARE_AT_START: extern "C" fn() = {
     extern "C" fn prepare() {
-        let Some(_guard) = crate::reentry::ReportGuard::enter() else { return };
+        let Some(_guard) = crate::reentry::Guard::enter() else { return };
         crate::own::run(modules::refresh);
     }
     prepare
