@@ -158,8 +158,8 @@ impl Engine {
         let now = self.last_round.map_or(now, |last| now.max(last));
         let cpu = heap.cpu();
         // One reading of RSS for the round's decisions (`/proc/self/statm`): the limit's watch,
-        // the refault window, the target.
-        let rss = heap.rss();
+        // the refault window, the target; none when neither a limit nor a window needs it.
+        let rss = if self.pressure.limit.is_some() || self.pending.is_some() { heap.rss() } else { None };
         let since_last = self.last_round.replace(now).map(|then| now.saturating_duration_since(then));
         if let Some(dt) = since_last {
             self.budget.earn(dt);
