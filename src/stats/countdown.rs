@@ -5,8 +5,8 @@
 //! inlined into the allocating function. A thread-local defined in another crate (frag's) is
 //! reached there through its offset, loaded first; one defined in the program's own crate is at an
 //! offset the linker fixes in the instruction (the local-exec model). So a countdown declared with
-//! the macro saves one instruction on every allocation (`docs/PERFORMANCE.md`, "Allocation-heavy
-//! loops"). Nothing else changes: frag moves the countdown to the home a `Tracked`'s cold path
+//! the macro saves one instruction on every allocation (`docs/PERFORMANCE.md`, "The
+//! countdown, and why it lives in the program's crate"). Nothing else changes: frag moves the countdown to the home a `Tracked`'s cold path
 //! names (`stats::thread::settle`).
 
 use core::cell::Cell;

@@ -9,7 +9,7 @@
 //! These entries are generic, so they are compiled in the program's crate, where a non-generic
 //! function of frag's is a call unless it is `#[inline]`: the small helpers they call (the clock's,
 //! the usable size's, the calling thread's) are, so that a sample's bookkeeping is not a string of
-//! calls (docs/PERFORMANCE.md, 2026-11-29).
+//! calls (`git log` of docs/PERFORMANCE.md has the measurement).
 
 use core::alloc::{GlobalAlloc, Layout};
 
