@@ -1,4 +1,4 @@
-//! One reclaimer round, over a [`Heap`] it reads and acts on (the live process, or a model in the
+//! One reclaimer round, over a [`Host`] it reads and acts on (the live process, or a model in the
 //! tests): the pacing rules of `docs/RECLAIM.md`, in the order they are checked.
 
 use std::time::{Duration, Instant};
@@ -17,8 +17,8 @@ pub(crate) const MAX_BACKOFF: u32 = 8;
 /// long: a heap held at the target by the controller crosses it at every round.
 pub(crate) const RESTORE_AFTER: Duration = Duration::from_secs(30);
 
-/// What a round reads and does.
-pub(crate) trait Heap {
+/// The reclaimer's host: what a round reads of the process and its allocator, and does to them.
+pub(crate) trait Host {
     /// Requested bytes handed out since start.
     fn allocated_total(&mut self) -> u64;
     /// Process RSS.
@@ -153,30 +153,30 @@ impl Engine {
     }
 
     /// One round at `now`.
-    pub(crate) fn round(&mut self, now: Instant, heap: &mut impl Heap) -> Step {
+    pub(crate) fn round(&mut self, now: Instant, host: &mut impl Host) -> Step {
         // Time never goes back: an earlier `now` (a caller's clock) is the previous round's time.
         let now = self.last_round.map_or(now, |last| now.max(last));
-        let cpu = heap.cpu();
+        let cpu = host.cpu();
         // One reading of RSS for the round's decisions (`/proc/self/statm`): the limit's watch,
         // the refault window, the target; none when neither a limit nor a window needs it.
-        let rss = if self.pressure.limit.is_some() || self.pending.is_some() { heap.rss() } else { None };
+        let rss = if self.pressure.limit.is_some() || self.pending.is_some() { host.rss() } else { None };
         let since_last = self.last_round.replace(now).map(|then| now.saturating_duration_since(then));
         if let Some(dt) = since_last {
             self.budget.earn(dt);
         }
         if self.pressure.limit.is_some() {
-            self.watch(now, since_last, rss, heap);
+            self.watch(now, since_last, rss, host);
         } else {
-            self.shorten(false, heap);
-            self.pace(self.settings.cpu_share, false, heap);
+            self.shorten(false, host);
+            self.pace(self.settings.cpu_share, false, host);
         }
-        let refault = self.follow(now, rss, heap);
-        let round = self.decide(now, rss, heap);
-        let spent = heap.cpu().saturating_sub(cpu);
+        let refault = self.follow(now, rss, host);
+        let round = self.decide(now, rss, host);
+        let spent = host.cpu().saturating_sub(cpu);
         self.budget.spend(spent, matches!(round, Round::Acted(_)));
         // The allocating threads' assists are spent from the same budget, not as the round's own
         // cost (which paces the polls).
-        let assists = heap.assist_cpu();
+        let assists = host.assist_cpu();
         self.budget.charge(assists.saturating_sub(core::mem::replace(&mut self.assist_cpu, assists)));
         let t = &mut self.totals;
         t.elapsed = now.saturating_duration_since(self.started);
@@ -197,7 +197,7 @@ impl Engine {
     /// Follows the open refault window: RSS at every round, the verdict when it closes. A release
     /// that at least half came back within the window doubles the quiet window (up to
     /// [`MAX_BACKOFF`] times); one that did not halves it back.
-    fn follow(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Option<Refault> {
+    fn follow(&mut self, now: Instant, rss: Option<u64>, host: &mut impl Host) -> Option<Refault> {
         let p = self.pending.as_mut()?;
         if let Some(rss) = rss {
             p.max_rss = p.max_rss.max(rss);
@@ -207,7 +207,7 @@ impl Engine {
         }
         let p = self.pending.take()?;
         let regained = p.max_rss.saturating_sub(p.rss_after).min(p.released);
-        let minor_faults = heap.minor_faults().saturating_sub(p.faults);
+        let minor_faults = host.minor_faults().saturating_sub(p.faults);
         let backoff = &mut self.totals.backoff;
         *backoff = if p.released > 0 && regained.saturating_mul(2) >= p.released {
             (*backoff * 2).min(MAX_BACKOFF)
@@ -219,27 +219,27 @@ impl Engine {
         Some(Refault { window: self.settings.refault_window, regained_bytes: regained, minor_faults })
     }
 
-    fn decide(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Round {
+    fn decide(&mut self, now: Instant, rss: Option<u64>, host: &mut impl Host) -> Round {
         let s = &self.settings;
         let window = s.quiet * self.totals.backoff;
-        let activity = self.quiet.observe(now, heap.allocated_total(), s.quiet_share);
+        let activity = self.quiet.observe(now, host.allocated_total(), s.quiet_share);
         // Idle threads are asked from the first quiet round after a busy one (they go idle as the
         // burst ends, before the quiet window has passed) until the heap is busy again.
         match activity {
             Activity::Busy { .. } => {
                 self.busy_since_asked = true;
                 if core::mem::take(&mut self.asking) {
-                    heap.ask_threads(false);
+                    host.ask_threads(false);
                 }
             }
             Activity::Quiet(_) if self.busy_since_asked && !self.asking => {
                 (self.asking, self.busy_since_asked) = (true, false);
-                heap.ask_threads(true);
+                host.ask_threads(true);
             }
             _ => {}
         }
         if self.pressure.limit.is_some() {
-            if let Some(round) = self.over_target(now, rss, heap) {
+            if let Some(round) = self.over_target(now, rss, host) {
                 return round;
             }
         }
@@ -260,7 +260,7 @@ impl Engine {
                 return Round::Skipped(Skip::Interval { since, min: s.min_interval });
             }
         }
-        let Some((available, from, rss)) = heap.breakdown().as_ref().and_then(reclaimable) else {
+        let Some((available, from, rss)) = host.breakdown().as_ref().and_then(reclaimable) else {
             return Round::Skipped(Skip::NotSplit);
         };
         let predicted = available.saturating_sub(s.keep);
@@ -271,12 +271,12 @@ impl Engine {
         if let Some(short_by) = self.budget.owed() {
             return Round::Skipped(Skip::Budget { short_by });
         }
-        self.act(now, heap, predicted, from)
+        self.act(now, host, predicted, from)
     }
 
     /// Follows RSS against the limit: time over the target, the time-to-limit warning, the purge
     /// delay shortened while over and restored after.
-    fn watch(&mut self, now: Instant, since_last: Option<Duration>, rss: Option<u64>, heap: &mut impl Heap) {
+    fn watch(&mut self, now: Instant, since_last: Option<Duration>, rss: Option<u64>, host: &mut impl Host) {
         let Some(rss) = rss else { return };
         let (over, near) = self.pressure.observe(now, rss);
         if over {
@@ -284,25 +284,25 @@ impl Engine {
         }
         if near {
             self.under_since = None;
-            self.shorten(true, heap);
+            self.shorten(true, host);
         } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
-            self.shorten(false, heap);
+            self.shorten(false, host);
         }
         if let (Some(eta), Some(limit)) = (self.pressure.warn_eta(now, self.settings.eta_horizon), self.pressure.limit)
         {
-            heap.warn_eta(eta, self.pressure.slope(), limit.bytes);
+            host.warn_eta(eta, self.pressure.slope(), limit.bytes);
         }
     }
 
     /// Shortens the purge delay on the way near the target, restores it on the way back (`over`
     /// false, once RSS has been below [`Limit::near`] for [`RESTORE_AFTER`]).
-    fn shorten(&mut self, over: bool, heap: &mut impl Heap) {
+    fn shorten(&mut self, over: bool, host: &mut impl Host) {
         match (over, self.shortened) {
-            (true, None) => self.shortened = Some(heap.shorten_decay()),
+            (true, None) => self.shortened = Some(host.shorten_decay()),
             (false, Some(previous)) => {
                 self.shortened = None;
                 if let Some(previous) = previous {
-                    heap.restore_decay(previous);
+                    host.restore_decay(previous);
                 }
             }
             _ => {}
@@ -315,69 +315,69 @@ impl Engine {
     /// the threshold is [`OVER_MIN_BYTES`], and allocating threads are asked to help. The CPU share
     /// rises with RSS from below the target (see [`Pressure::share`]), so that credit is earned for
     /// the first action over it.
-    fn over_target(&mut self, now: Instant, rss: Option<u64>, heap: &mut impl Heap) -> Option<Round> {
+    fn over_target(&mut self, now: Instant, rss: Option<u64>, host: &mut impl Host) -> Option<Round> {
         let s = &self.settings;
         let (cpu_share, max_share) = (s.cpu_share, s.max_cpu_share);
         let limit = self.pressure.limit?;
         let rss = rss?;
         if rss <= limit.target {
             // Near the target, threads help already: what only they can release takes rounds.
-            self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), heap);
+            self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), host);
             return None;
         }
-        let breakdown = heap.breakdown();
+        let breakdown = host.breakdown();
         let Some((available, from, rss)) = breakdown.as_ref().and_then(reclaimable) else {
-            self.pace(cpu_share, false, heap);
+            self.pace(cpu_share, false, host);
             return Some(Round::Skipped(Skip::NotSplit));
         };
         let predicted = available.saturating_sub(s.keep);
         match self.pressure.standing(rss, predicted, cpu_share, max_share) {
             Standing::Under => {
-                self.pace(cpu_share, false, heap);
+                self.pace(cpu_share, false, host);
                 None
             }
             Standing::Exhausted => {
-                self.pace(cpu_share, false, heap);
+                self.pace(cpu_share, false, host);
                 if self.pressure.warn_exhausted() {
                     let live = breakdown.as_ref().map_or(0, |b| b.live_bytes);
-                    heap.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
+                    host.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
                 }
                 self.totals.exhausted_rounds += 1;
                 None
             }
             Standing::Over { share } => {
-                self.pace(share, true, heap);
+                self.pace(share, true, host);
                 if predicted < OVER_MIN_BYTES {
                     return Some(Round::Skipped(Skip::Small { predicted, threshold: OVER_MIN_BYTES }));
                 }
                 if let Some(short_by) = self.budget.owed() {
                     return Some(Round::Skipped(Skip::Budget { short_by }));
                 }
-                Some(self.act(now, heap, predicted, from))
+                Some(self.act(now, host, predicted, from))
             }
         }
     }
 
     /// Sets the CPU share, and asks allocating threads for help (`help`: RSS over the target, and
     /// releasing would help) while the budget is not in debt.
-    fn pace(&mut self, share: f64, help: bool, heap: &mut impl Heap) {
+    fn pace(&mut self, share: f64, help: bool, host: &mut impl Host) {
         self.budget.set_share(share);
         let help = help && !self.budget.in_debt();
         // A new request every round while help is wanted: each thread helps once per round.
         if help || self.assisting {
             self.assisting = help;
-            heap.want_assists(help);
+            host.want_assists(help);
         }
         self.totals.share = share;
     }
 
-    fn act(&mut self, now: Instant, heap: &mut impl Heap, predicted: u64, from: Part) -> Round {
-        let faults = heap.minor_faults();
-        let rss_before = heap.rss().unwrap_or(0);
-        let (wall, cpu) = (Instant::now(), heap.cpu());
-        let method = heap.reclaim(self.settings.keep, self.budget.credit());
-        let (wall, cpu) = (wall.elapsed(), heap.cpu().saturating_sub(cpu));
-        let rss_after = heap.rss().unwrap_or(rss_before);
+    fn act(&mut self, now: Instant, host: &mut impl Host, predicted: u64, from: Part) -> Round {
+        let faults = host.minor_faults();
+        let rss_before = host.rss().unwrap_or(0);
+        let (wall, cpu) = (Instant::now(), host.cpu());
+        let method = host.reclaim(self.settings.keep, self.budget.credit());
+        let (wall, cpu) = (wall.elapsed(), host.cpu().saturating_sub(cpu));
+        let rss_after = host.rss().unwrap_or(rss_before);
         self.last_action = Some(now);
         let method = match method {
             Ok(m) => m,

@@ -31,7 +31,6 @@
 
 mod engine;
 mod limit;
-mod live;
 #[cfg(test)]
 mod model;
 mod pacing;
@@ -39,6 +38,7 @@ mod pressure;
 mod published;
 mod quiet;
 mod record;
+mod this_process;
 mod threads;
 
 use std::collections::VecDeque;
@@ -50,8 +50,8 @@ use metrics::Label;
 
 use self::engine::{Engine, Settings};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
-use self::live::Live;
 pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
+use self::this_process::ThisProcess;
 pub use self::threads::{ThreadReleases, idle, thread_releases};
 use crate::backend::knob::TuneError;
 pub use crate::backend::knob::{Method, ThreadMethod};
@@ -430,7 +430,7 @@ impl Reclaimer {
     pub fn check(&self) -> Result<(), ReclaimError> {
         check(&self.settings)?;
         self.limit.resolve()?;
-        Live::new().map(drop).map_err(ReclaimError::Backend)
+        ThisProcess::new().map(drop).map_err(ReclaimError::Backend)
     }
 
     /// Runs one round now and returns what it did. For a task of your own (it reads `/proc` and
@@ -474,7 +474,7 @@ impl Reclaimer {
 
     /// [`round_at`](Self::round_at), as frag's own work.
     fn round_now(&mut self, now: Instant) -> Result<Round, ReclaimError> {
-        let mut live = Live::new().map_err(ReclaimError::Backend)?;
+        let mut live = ThisProcess::new().map_err(ReclaimError::Backend)?;
         if self.engine.is_none() {
             check(&self.settings)?;
             let bytes = self.limit.resolve()?;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::engine::{Heap, Settings};
+use super::engine::{Host, Settings};
 use super::pressure::Exhausted;
 use crate::backend::knob::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Source, Sources};
@@ -31,7 +31,7 @@ pub(crate) struct Model {
     pub(crate) eta_warnings: Vec<Duration>,
 }
 
-impl Heap for Model {
+impl Host for Model {
     fn allocated_total(&mut self) -> u64 {
         self.allocated
     }

@@ -1,9 +1,9 @@
-//! The live process as the reclaimer's [`Heap`]: the counters, `/proc`, the diagnosis and the
+//! The live process as the reclaimer's [`Host`]: the counters, `/proc`, the diagnosis and the
 //! wrapped backend's action.
 
 use std::time::Duration;
 
-use super::engine::Heap;
+use super::engine::Host;
 use super::pressure::Exhausted;
 use crate::backend::Backend;
 use crate::backend::knob::actions::Knobs;
@@ -14,12 +14,12 @@ use crate::format::Bytes;
 use crate::process;
 use crate::report::{self, diagnosis::Breakdown};
 
-/// The wrapped backend, which can return memory on request.
-pub(crate) struct Live {
+/// This process, through its wrapped backend, which can return memory on request.
+pub(crate) struct ThisProcess {
     backend: Backend,
 }
 
-impl Live {
+impl ThisProcess {
     /// The wrapped backend, if it can return memory on request.
     pub(crate) fn new() -> Result<Self, TuneError> {
         const KNOB: &str = "reclaim";
@@ -43,7 +43,7 @@ impl Live {
     }
 }
 
-impl Heap for Live {
+impl Host for ThisProcess {
     fn allocated_total(&mut self) -> u64 {
         report::allocated_bytes_total()
     }
