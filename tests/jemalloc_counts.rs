@@ -23,7 +23,7 @@ fn jemalloc_class(size: usize) -> u64 {
 struct Counts {
     jemalloc: Vec<frag::backend::AllocatorClass>,
     classes: [frag::report::SizeClassRow; frag::report::NUM_CLASSES],
-    totals: frag::report::TrackedStats,
+    totals: frag::report::HeapCounts,
 }
 
 fn counts() -> Counts {

@@ -231,8 +231,8 @@ fn execute(plan: &Plan, thread_count: usize) -> Observed {
 }
 
 struct Observed {
-    before: (frag::report::TrackedStats, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
-    after: (frag::report::TrackedStats, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
+    before: (frag::report::HeapCounts, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
+    after: (frag::report::HeapCounts, [frag::report::SizeClassRow; frag::report::NUM_CLASSES]),
     rows: Vec<(frag::report::ThreadRow, frag::report::ThreadRow)>,
     blocks: Vec<usize>,
 }

@@ -15,7 +15,7 @@ static A: frag::Tracked<MmapPerBlock, frag::Exact> = frag::Tracked::with_probe(M
 const MIB: u64 = 1 << 20;
 
 /// `(allocator's live blocks, its mapped bytes, frag's totals)` read while nothing else allocated.
-fn quiescent() -> ((u64, u64), frag::report::TrackedStats) {
+fn quiescent() -> ((u64, u64), frag::report::HeapCounts) {
     for _ in 0..10_000 {
         let before = MmapPerBlock::live();
         let served = MmapPerBlock::served();

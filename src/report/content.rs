@@ -2,7 +2,7 @@
 //! with its JSON form.
 
 use super::diagnosis::Diagnosis;
-use super::figures::{FragItself, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
+use super::figures::{FragItself, HeapCounts, ShardPool, SizeClassRow, ThreadRow};
 use super::origin::Origin;
 use super::ratio::Fragmentation;
 use super::scopes::Scopes;
@@ -23,7 +23,7 @@ pub struct Report {
     /// allocator.
     pub usable_source: Option<UsableSource>,
     /// Totals over every thread.
-    pub tracked: TrackedStats,
+    pub tracked: HeapCounts,
     /// The allocator's own figures, where it has any.
     pub allocator: Option<AllocatorStats>,
     /// The allocator's own size classes that hold or have served a block, with its own counts

@@ -1,7 +1,7 @@
 //! Reading the counters into report rows: [`totals()`] and [`size_classes()`], which allocate
 //! nothing and take no lock, and the report's thread and class rows.
 
-use super::figures::{FragItself, RowKind, SizeClassRow, ThreadRow, TrackedStats};
+use super::figures::{FragItself, HeapCounts, RowKind, SizeClassRow, ThreadRow};
 use super::origin as origin_section;
 use crate::backend::registry::{Registration, registered};
 use crate::estimate::{self, effective_samples, units};
@@ -16,7 +16,7 @@ use crate::sync::Ordering;
 
 /// Process-wide counters without building a report: allocation-free, lock-free, O(threads × classes).
 /// Exact in the [`Exact`](crate::Exact) tier, estimates in the sampled one
-/// ([`TrackedStats::estimated`]).
+/// ([`HeapCounts::estimated`]).
 ///
 /// Cheap enough to poll for a gauge, and usable where allocating is not allowed.
 ///
@@ -33,7 +33,7 @@ use crate::sync::Ordering;
 /// # drop(v);
 /// ```
 #[must_use]
-pub fn totals() -> TrackedStats {
+pub fn totals() -> HeapCounts {
     let mut totals = Totals::default();
     let mut classes = [ClassSums::default(); NUM_CLASSES];
     for shard in all_shards() {
@@ -55,7 +55,7 @@ pub fn totals() -> TrackedStats {
 /// println!("{} B live, of which frag's own {} B", program.allocated_bytes + frag.allocated_bytes, frag.allocated_bytes);
 /// ```
 #[must_use]
-pub fn own_totals() -> TrackedStats {
+pub fn own_totals() -> HeapCounts {
     let shard = pool::frag();
     let mut classes = [ClassSums::default(); NUM_CLASSES];
     add_classes(&mut classes, shard);
@@ -86,13 +86,13 @@ fn all_shards() -> impl Iterator<Item = &'static Shard> {
     pool::used_slots().iter().chain(core::iter::once(pool::overflow()))
 }
 
-pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
+pub(super) fn tracked_stats(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> HeapCounts {
     let stats = stats_of(t, classes, reg);
-    TrackedStats { peak_allocated_bytes: live::observe_exact(stats.allocated_bytes), ..stats }
+    HeapCounts { peak_allocated_bytes: live::observe_exact(stats.allocated_bytes), ..stats }
 }
 
 /// [`tracked_stats`] without the peak (0).
-fn stats_of(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> TrackedStats {
+fn stats_of(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registration>) -> HeapCounts {
     let mut usable_bytes = 0;
     // Live blocks and bytes are the nets of all classes together, clamped once: a class may hold
     // more frees than allocations of its counters' own (a block of frag's own freed by the program
@@ -110,7 +110,7 @@ fn stats_of(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registrat
     let estimated = crate::stats::sampled();
     let [allocs, frees, live] = if estimated { count_spreads(classes) } else { Default::default() };
     let freed = t.deallocations.saturating_add(t.reallocations);
-    TrackedStats {
+    HeapCounts {
         estimated,
         sampled_in_jemalloc: crate::sampler::reported(),
         allocations: t.allocations,
@@ -133,7 +133,7 @@ fn stats_of(t: Totals, classes: &[ClassSums; NUM_CLASSES], reg: Option<Registrat
 /// Bounds the sampled tier's live-block interval by the allocator's own count of the blocks it
 /// holds (`classes`: every live block of the process is one of them), where it has one: on tiny
 /// blocks that exact bound is far below what the samples can rule out.
-pub(super) fn bound_by_allocator(tracked: &mut TrackedStats, classes: &[crate::backend::AllocatorClass]) {
+pub(super) fn bound_by_allocator(tracked: &mut HeapCounts, classes: &[crate::backend::AllocatorClass]) {
     if classes.is_empty() {
         return;
     }
@@ -302,7 +302,7 @@ mod tests {
     fn held_blocks_bound_the_live_interval() {
         let class = |held| crate::backend::AllocatorClass { size: 8, requests: held, held, slabs: None };
         let mut t =
-            TrackedStats { live_blocks: 1_000, live_blocks_interval: Some((700, 2_000_000)), ..Default::default() };
+            HeapCounts { live_blocks: 1_000, live_blocks_interval: Some((700, 2_000_000)), ..Default::default() };
         bound_by_allocator(&mut t, &[class(900), class(400)]);
         assert_eq!(t.live_blocks_interval, Some((700, 1_300)));
         // An estimate above what the allocator holds keeps its own value as the upper end.

@@ -3,7 +3,7 @@
 use core::fmt::{self, Display, Formatter};
 
 use super::content::Report;
-use super::figures::{FragItself, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
+use super::figures::{FragItself, HeapCounts, RowKind, ShardPool, SizeClassRow, ThreadRow};
 use super::origin::Origin;
 use super::pins::PinMethod;
 use super::ratio::Fragmentation;
@@ -372,7 +372,7 @@ fn write_allocator_classes(f: &mut Formatter<'_>, classes: &[crate::backend::All
 }
 
 /// The program's figures: live bytes and blocks, the counts, and their intervals in the sampled tier.
-fn write_tracked(f: &mut Formatter<'_>, t: &TrackedStats, internal_bytes: u64) -> fmt::Result {
+fn write_tracked(f: &mut Formatter<'_>, t: &HeapCounts, internal_bytes: u64) -> fmt::Result {
     let e = if t.estimated { ESTIMATED } else { "" };
     writeln!(
         f,

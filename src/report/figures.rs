@@ -32,7 +32,7 @@ pub struct FragItself {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
-pub struct TrackedStats {
+pub struct HeapCounts {
     /// Whether the figures below are estimates from the samples (the sampled tier), each sampled
     /// block standing for the inverse of its sampling probability; else they are exact counts.
     pub estimated: bool,

@@ -30,6 +30,6 @@ pub use warn::{Warning, WarningKind};
 pub use content::Report;
 #[cfg(not(feature = "serde"))]
 pub use content::needs_serde;
-pub use figures::{FragItself, RowKind, ShardPool, SizeClassRow, ThreadRow, TrackedStats};
+pub use figures::{FragItself, HeapCounts, RowKind, ShardPool, SizeClassRow, ThreadRow};
 pub use origin::{LifetimeRow, Origin, OriginPair};
 pub use ratio::Fragmentation;

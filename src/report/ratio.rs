@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use super::figures::TrackedStats;
+use super::figures::HeapCounts;
 use crate::backend::AllocatorStats;
 use crate::process::ProcessStats;
 
@@ -58,7 +58,7 @@ fn ratio(resident: u64, allocated: u64) -> Option<f64> {
 /// The ratios, `None` below [`MEANINGFUL_LIVE_BYTES`] of live data: over a near-empty heap they
 /// measure the allocator's and the process's fixed overhead (a ratio of 30,000 after everything was
 /// freed), not fragmentation.
-pub(super) fn fragmentation(t: &TrackedStats, a: Option<&AllocatorStats>, p: &ProcessStats) -> Fragmentation {
+pub(super) fn fragmentation(t: &HeapCounts, a: Option<&AllocatorStats>, p: &ProcessStats) -> Fragmentation {
     let meaningful = t.usable_bytes >= MEANINGFUL_LIVE_BYTES;
     let process_ratio = p.rss_bytes.and_then(|rss| ratio(rss, t.usable_bytes)).filter(|_| meaningful);
     let (ratio, ratio_inputs) = match a.and_then(|a| a.resident.zip(a.allocated)) {
@@ -81,10 +81,10 @@ mod tests {
     #[test]
     fn ratios_need_a_floor_of_live_data() {
         let p = ProcessStats { rss_bytes: Some(40 << 20), ..ProcessStats::default() };
-        let small = TrackedStats { usable_bytes: 1 << 10, allocated_bytes: 1 << 10, ..TrackedStats::default() };
+        let small = HeapCounts { usable_bytes: 1 << 10, allocated_bytes: 1 << 10, ..HeapCounts::default() };
         let f = fragmentation(&small, None, &p);
         assert_eq!((f.ratio, f.process_ratio), (None, None));
-        let big = TrackedStats { usable_bytes: 16 << 20, allocated_bytes: 16 << 20, ..TrackedStats::default() };
+        let big = HeapCounts { usable_bytes: 16 << 20, allocated_bytes: 16 << 20, ..HeapCounts::default() };
         let f = fragmentation(&big, None, &p);
         assert_eq!(f.process_ratio, Some(1.5));
         let a = AllocatorStats { resident: Some(20 << 20), allocated: Some(16 << 20), ..AllocatorStats::default() };

@@ -94,7 +94,7 @@ pub fn served_bytes() -> u64 {
 
 /// Everything `Tracked` counted: the program's figures (`frag::report::totals()`) and frag's own
 /// (`frag::report::own_totals()`), whose sum is what the backend served. Allocation-free.
-pub fn all_totals() -> frag::report::TrackedStats {
+pub fn all_totals() -> frag::report::HeapCounts {
     let (mut t, own) = (frag::report::totals(), frag::report::own_totals());
     t.allocations += own.allocations;
     t.deallocations += own.deallocations;
@@ -107,7 +107,7 @@ pub fn all_totals() -> frag::report::TrackedStats {
 
 /// Reads [`all_totals`] at a moment when nothing allocates (the truth is the same before and
 /// after), and returns both.
-pub fn quiescent_totals() -> (Truth, frag::report::TrackedStats) {
+pub fn quiescent_totals() -> (Truth, frag::report::HeapCounts) {
     loop {
         let before = truth();
         let totals = all_totals();
@@ -183,8 +183,8 @@ pub fn counted_as_served(counted: (u64, u64, u64), served: (u64, u64, u64)) -> R
 /// [`counted_as_served`] between two quiescent readings (`quiescent_totals`); returns what was
 /// counted: (allocations, deallocations, reallocations).
 pub fn counted_between(
-    (truth0, t0): (Truth, frag::report::TrackedStats),
-    (truth1, t1): (Truth, frag::report::TrackedStats),
+    (truth0, t0): (Truth, frag::report::HeapCounts),
+    (truth1, t1): (Truth, frag::report::HeapCounts),
 ) -> Result<(u64, u64, u64), String> {
     let served = (
         truth1.allocations - truth0.allocations,

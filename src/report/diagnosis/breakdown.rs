@@ -16,7 +16,7 @@ use crate::backend::introspect::Introspect;
 use crate::backend::list::with_backend;
 use crate::backend::split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::{AllocatorStats, Backend};
-use crate::report::figures::TrackedStats;
+use crate::report::figures::HeapCounts;
 
 /// Resident memory split into buckets that sum to [`rss_bytes`](Breakdown::rss_bytes) exactly:
 /// `live + rounding + frag + holes + reclaimable + metadata + outside_heap + unexplained = rss`.
@@ -122,7 +122,7 @@ pub(crate) fn split(
     rss: u64,
     anon: Option<u64>,
     backend: Option<Backend>,
-    tracked: &TrackedStats,
+    tracked: &HeapCounts,
     frag: u64,
     allocator: Option<&AllocatorStats>,
 ) -> Breakdown {
@@ -189,8 +189,8 @@ fn probe_split(a: &AllocatorStats, usable: u64) -> Option<HeapSplit> {
 mod tests {
     use super::*;
 
-    fn tracked(live: u64, usable: u64) -> TrackedStats {
-        TrackedStats { allocated_bytes: live, usable_bytes: usable, ..TrackedStats::default() }
+    fn tracked(live: u64, usable: u64) -> HeapCounts {
+        HeapCounts { allocated_bytes: live, usable_bytes: usable, ..HeapCounts::default() }
     }
 
     /// jemalloc figures: 120 active, 10 metadata, 160 resident, 25 dirty.
