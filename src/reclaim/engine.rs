@@ -3,53 +3,15 @@
 
 use std::time::{Duration, Instant};
 
+use super::host::{Host, Reading};
+use super::limit::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standing, Warning};
 use super::pacing::Budget;
-use super::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standing};
 use super::quiet::{Activity, Quiet};
 use super::record::{Action, Refault, Round, Skip, Totals};
-use crate::backend::knob::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Part, Source};
 
 /// The quiet window grows at most to this multiple of the configured one after refaults.
 pub(crate) const MAX_BACKOFF: u32 = 8;
-
-/// The purge delay shortened near the limit's target is restored once RSS has stayed below that this
-/// long: a heap held at the target by the controller crosses it at every round.
-pub(crate) const RESTORE_AFTER: Duration = Duration::from_secs(30);
-
-/// The reclaimer's host: what a round reads of the process and its allocator, and does to them.
-pub(crate) trait Host {
-    /// Requested bytes handed out since start.
-    fn allocated_total(&mut self) -> u64;
-    /// Process RSS.
-    fn rss(&mut self) -> Option<u64>;
-    /// Minor faults of the process so far.
-    fn minor_faults(&mut self) -> u64;
-    /// The diagnosis's breakdown now.
-    fn breakdown(&mut self) -> Option<Breakdown>;
-    /// The backend's action, keeping `keep` bytes, stopping between steps once it has used
-    /// `cpu_limit` of CPU time.
-    fn reclaim(&mut self, keep: u64, cpu_limit: Duration) -> Result<Method, TuneError>;
-    /// CPU time of the calling thread so far.
-    fn cpu(&mut self) -> Duration;
-    /// Asks idle threads to return what only they can (`open`), or stops asking.
-    fn ask_threads(&mut self, open: bool);
-    /// Shortens the backend's purge delay for the time RSS is over the limit's target; returns the
-    /// delay it replaced (`None`: nothing changed, the backend has none or it is as short already).
-    fn shorten_decay(&mut self) -> Option<Decay>;
-    /// Sets the purge delay back to `previous`, unless the one in force is no longer the one
-    /// [`shorten_decay`](Self::shorten_decay) set (somebody set another meanwhile: theirs stays).
-    fn restore_decay(&mut self, previous: Decay);
-    /// Asks allocating threads to help return memory at their next sampled allocation, once each
-    /// (`true`), or stops asking.
-    fn want_assists(&mut self, on: bool);
-    /// CPU time the allocating threads' assists have taken so far, process-wide.
-    fn assist_cpu(&mut self) -> Duration;
-    /// Says that live data and the allocator's floor exceed the limit (once per stretch over it).
-    fn warn_exhausted(&mut self, e: Exhausted);
-    /// Says that RSS will reach the limit in `eta` at `slope` bytes per second.
-    fn warn_eta(&mut self, eta: Duration, slope: f64, limit: u64);
-}
 
 /// The settings, checked by `Reclaimer::check`.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,11 +43,13 @@ struct Pending {
     max_rss: u64,
 }
 
-/// A round's outcome, and the refault figures of the last action if its window closed in it.
+/// A round's outcome, the refault figures of the last action if its window closed in it, and what
+/// the controller has to say.
 #[derive(Debug)]
 pub(crate) struct Step {
     pub(crate) round: Round,
     pub(crate) refault: Option<Refault>,
+    pub(crate) warnings: Vec<Warning>,
 }
 
 /// The reclaimer's state across rounds.
@@ -103,10 +67,6 @@ pub(crate) struct Engine {
     asking: bool,
     busy_since_asked: bool,
     pressure: Pressure,
-    /// Since the purge delay was shortened: the delay it replaced, if any.
-    shortened: Option<Option<Decay>>,
-    /// Since when RSS has been at or under the target.
-    under_since: Option<Instant>,
     /// The assists' CPU time as of the last round, and whether they are asked for now.
     assist_cpu: Duration,
     assisting: bool,
@@ -127,8 +87,6 @@ impl Engine {
             asking: false,
             busy_since_asked: false,
             pressure: Pressure::default(),
-            shortened: None,
-            under_since: None,
             assist_cpu: Duration::ZERO,
             assisting: false,
         }
@@ -144,6 +102,11 @@ impl Engine {
         self.pressure.limit.map(|l| (l.bytes, l.target))
     }
 
+    /// The limit in force, in bytes.
+    pub(crate) fn limit_bytes(&self) -> Option<u64> {
+        self.pressure.limit.map(|l| l.bytes)
+    }
+
     /// How long to wait before the next round: the poll, or longer while polls would use more than
     /// their part of the budget, or while it is in debt (without a limit in force).
     pub(crate) fn wait(&self) -> Duration {
@@ -157,21 +120,32 @@ impl Engine {
         // Time never goes back: an earlier `now` (a caller's clock) is the previous round's time.
         let now = self.last_round.map_or(now, |last| now.max(last));
         let cpu = host.cpu();
-        // One reading of RSS for the round's decisions (`/proc/self/statm`): the limit's watch,
-        // the refault window, the target; none when neither a limit nor a window needs it.
-        let rss = if self.pressure.limit.is_some() || self.pending.is_some() { host.rss() } else { None };
+        // One reading of the process for the round's decisions, taken when first needed: RSS for
+        // the limit's watch, the refault window and the target (none when neither a limit nor a
+        // window needs it), the breakdown from the same reading.
+        let reading = Reading::default();
+        let rss = if self.pressure.limit.is_some() || self.pending.is_some() { reading.rss(host) } else { None };
         let since_last = self.last_round.replace(now).map(|then| now.saturating_duration_since(then));
         if let Some(dt) = since_last {
             self.budget.earn(dt);
         }
-        if self.pressure.limit.is_some() {
-            self.watch(now, since_last, rss, host);
-        } else {
-            self.shorten(false, host);
-            self.pace(self.settings.cpu_share, false, host);
+        let mut warnings = Vec::new();
+        match (self.pressure.limit, rss) {
+            (Some(_), Some(rss)) => {
+                let (over, eta) = self.pressure.watch(now, rss, self.settings.eta_horizon, host);
+                if over {
+                    self.totals.over_target += since_last.unwrap_or_default();
+                }
+                warnings.extend(eta);
+            }
+            (Some(_), None) => {}
+            (None, _) => {
+                self.pressure.restore(host);
+                self.pace(self.settings.cpu_share, false, host);
+            }
         }
         let refault = self.follow(now, rss, host);
-        let round = self.decide(now, rss, host);
+        let round = self.decide(now, &reading, &mut warnings, host);
         let spent = host.cpu().saturating_sub(cpu);
         self.budget.spend(spent, matches!(round, Round::Acted(_)));
         // The allocating threads' assists are spent from the same budget, not as the round's own
@@ -191,7 +165,7 @@ impl Engine {
             }
             Round::Skipped(s) => t.skipped.count(s),
         }
-        Step { round, refault }
+        Step { round, refault, warnings }
     }
 
     /// Follows the open refault window: RSS at every round, the verdict when it closes. A release
@@ -219,7 +193,7 @@ impl Engine {
         Some(Refault { window: self.settings.refault_window, regained_bytes: regained, minor_faults })
     }
 
-    fn decide(&mut self, now: Instant, rss: Option<u64>, host: &mut impl Host) -> Round {
+    fn decide(&mut self, now: Instant, reading: &Reading, warnings: &mut Vec<Warning>, host: &mut impl Host) -> Round {
         let s = &self.settings;
         let window = s.quiet * self.totals.backoff;
         let activity = self.quiet.observe(now, host.allocated_total(), s.quiet_share);
@@ -239,7 +213,7 @@ impl Engine {
             _ => {}
         }
         if self.pressure.limit.is_some() {
-            if let Some(round) = self.over_target(now, rss, host) {
+            if let Some(round) = self.over_target(now, reading, warnings, host) {
                 return round;
             }
         }
@@ -260,7 +234,7 @@ impl Engine {
                 return Round::Skipped(Skip::Interval { since, min: s.min_interval });
             }
         }
-        let Some((available, from, rss)) = host.breakdown().as_ref().and_then(reclaimable) else {
+        let Some((available, from, rss)) = reading.breakdown(host).and_then(reclaimable) else {
             return Round::Skipped(Skip::NotSplit);
         };
         let predicted = available.saturating_sub(s.keep);
@@ -271,42 +245,7 @@ impl Engine {
         if let Some(short_by) = self.budget.owed() {
             return Round::Skipped(Skip::Budget { short_by });
         }
-        self.act(now, host, predicted, from)
-    }
-
-    /// Follows RSS against the limit: time over the target, the time-to-limit warning, the purge
-    /// delay shortened while over and restored after.
-    fn watch(&mut self, now: Instant, since_last: Option<Duration>, rss: Option<u64>, host: &mut impl Host) {
-        let Some(rss) = rss else { return };
-        let (over, near) = self.pressure.observe(now, rss);
-        if over {
-            self.totals.over_target += since_last.unwrap_or_default();
-        }
-        if near {
-            self.under_since = None;
-            self.shorten(true, host);
-        } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
-            self.shorten(false, host);
-        }
-        if let (Some(eta), Some(limit)) = (self.pressure.warn_eta(now, self.settings.eta_horizon), self.pressure.limit)
-        {
-            host.warn_eta(eta, self.pressure.slope(), limit.bytes);
-        }
-    }
-
-    /// Shortens the purge delay on the way near the target, restores it on the way back (`over`
-    /// false, once RSS has been below [`Limit::near`] for [`RESTORE_AFTER`]).
-    fn shorten(&mut self, over: bool, host: &mut impl Host) {
-        match (over, self.shortened) {
-            (true, None) => self.shortened = Some(host.shorten_decay()),
-            (false, Some(previous)) => {
-                self.shortened = None;
-                if let Some(previous) = previous {
-                    host.restore_decay(previous);
-                }
-            }
-            _ => {}
-        }
+        self.act(now, host, predicted, from, rss)
     }
 
     /// The round over the limit's target: `None` under it, or where nothing the reclaimer can release
@@ -315,18 +254,24 @@ impl Engine {
     /// the threshold is [`OVER_MIN_BYTES`], and allocating threads are asked to help. The CPU share
     /// rises with RSS from below the target (see [`Pressure::share`]), so that credit is earned for
     /// the first action over it.
-    fn over_target(&mut self, now: Instant, rss: Option<u64>, host: &mut impl Host) -> Option<Round> {
+    fn over_target(
+        &mut self,
+        now: Instant,
+        reading: &Reading,
+        warnings: &mut Vec<Warning>,
+        host: &mut impl Host,
+    ) -> Option<Round> {
         let s = &self.settings;
         let (cpu_share, max_share) = (s.cpu_share, s.max_cpu_share);
         let limit = self.pressure.limit?;
-        let rss = rss?;
+        let rss = reading.rss(host)?;
         if rss <= limit.target {
             // Near the target, threads help already: what only they can release takes rounds.
             self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), host);
             return None;
         }
-        let breakdown = host.breakdown();
-        let Some((available, from, rss)) = breakdown.as_ref().and_then(reclaimable) else {
+        let breakdown = reading.breakdown(host);
+        let Some((available, from, rss)) = breakdown.and_then(reclaimable) else {
             self.pace(cpu_share, false, host);
             return Some(Round::Skipped(Skip::NotSplit));
         };
@@ -339,8 +284,8 @@ impl Engine {
             Standing::Exhausted => {
                 self.pace(cpu_share, false, host);
                 if self.pressure.warn_exhausted() {
-                    let live = breakdown.as_ref().map_or(0, |b| b.live_bytes);
-                    host.warn_exhausted(Exhausted { rss, live, releasable: predicted, limit });
+                    let live = breakdown.map_or(0, |b| b.live_bytes);
+                    warnings.push(Warning::Exhausted(Exhausted { rss, live, releasable: predicted, limit }));
                 }
                 self.totals.exhausted_rounds += 1;
                 None
@@ -353,7 +298,7 @@ impl Engine {
                 if let Some(short_by) = self.budget.owed() {
                     return Some(Round::Skipped(Skip::Budget { short_by }));
                 }
-                Some(self.act(now, host, predicted, from))
+                Some(self.act(now, host, predicted, from, rss))
             }
         }
     }
@@ -371,13 +316,13 @@ impl Engine {
         self.totals.share = share;
     }
 
-    fn act(&mut self, now: Instant, host: &mut impl Host, predicted: u64, from: Part) -> Round {
+    /// The action, predicted to release `predicted` bytes of `from` at the round's RSS `rss_before`.
+    fn act(&mut self, now: Instant, host: &mut impl Host, predicted: u64, from: Part, rss_before: u64) -> Round {
         let faults = host.minor_faults();
-        let rss_before = host.rss().unwrap_or(0);
         let (wall, cpu) = (Instant::now(), host.cpu());
         let method = host.reclaim(self.settings.keep, self.budget.credit());
         let (wall, cpu) = (wall.elapsed(), host.cpu().saturating_sub(cpu));
-        let rss_after = host.rss().unwrap_or(rss_before);
+        let rss_after = host.statm().map_or(rss_before, |s| s.rss);
         self.last_action = Some(now);
         let method = match method {
             Ok(m) => m,
@@ -529,6 +474,36 @@ mod tests {
         // Quiet after it: the window halves back.
         run(&mut e, &mut m, t0, 10_000, 12_000, false);
         assert_eq!(e.totals.backoff, 1);
+    }
+
+    /// A round reads the process once, whatever its rules ask of it (the limit's watch, the
+    /// refault window, the target, the quiet rules' breakdown), and once more after an action: over
+    /// the target, under it, with nothing to release and with a release, busy and quiet.
+    #[test]
+    fn a_round_reads_the_process_once() {
+        let t0 = Instant::now();
+        for (limit, reclaimable, busy) in [
+            (None, 0, false),
+            (None, 400 * MIB, false),
+            (Some(500 * MIB), 0, true),
+            (Some(500 * MIB), 400 * MIB, true),
+            (Some(500 * MIB), 400 * MIB, false),
+            (Some(2000 * MIB), 400 * MIB, false),
+            (Some(100 * MIB), 0, false),
+        ] {
+            let mut e = Engine::new(settings(), t0);
+            e.set_limit(limit);
+            let mut m = Model::default();
+            for round in 0..40u64 {
+                (m.rss, m.reclaimable) = (800 * MIB, reclaimable);
+                m.allocated += if busy { 512 * MIB } else { MIB / 8 };
+                let (statm, breakdowns) = (m.statm_reads, m.breakdowns);
+                let acted = matches!(e.round(t0 + Duration::from_millis(250 * round), &mut m).round, Round::Acted(_));
+                let case = format!("limit {limit:?}, reclaimable {reclaimable}, busy {busy}, round {round}");
+                assert!(m.statm_reads - statm <= 1 + u32::from(acted), "{case}: {} reads", m.statm_reads - statm);
+                assert!(m.breakdowns - breakdowns <= 1, "{case}: {} breakdowns", m.breakdowns - breakdowns);
+            }
+        }
     }
 
     #[test]

@@ -30,12 +30,12 @@
 //! wraps, so it never starts a second one. A child of `fork` starts without it.
 
 mod engine;
+mod host;
 mod limit;
 #[cfg(test)]
 mod model;
+mod output;
 mod pacing;
-mod pressure;
-mod published;
 mod quiet;
 mod record;
 mod this_process;
@@ -46,9 +46,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrics::Label;
-
 use self::engine::{Engine, Settings};
+use self::limit::follow::{Follow, Setting};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
 pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
 use self::this_process::ThisProcess;
@@ -126,7 +125,7 @@ struct Shared {
     totals: Totals,
     actions: VecDeque<Action>,
     /// A limit set through the handle, for the thread's next round to take.
-    new_limit: Option<Option<MemoryLimit>>,
+    new_limit: Option<Setting>,
 }
 
 /// Reads `Shared` for [`Reclaimer`] and [`ReclaimerHandle`] alike.
@@ -154,34 +153,9 @@ pub struct Reclaimer {
     series: Series,
     engine: Option<Engine>,
     shared: Arc<Mutex<Shared>>,
-    last_skip: Option<&'static str>,
-    /// The threads' releases and assists already published.
-    published: published::Published,
-    /// The limit asked for: `FRAG_MEMORY_LIMIT`'s, or the builder's.
-    limit: LimitSetting,
-    /// When a cgroup share was last read.
-    limit_read: Option<Instant>,
-    /// Whether the last reads of the limit were bad, and warned of (`limit::after_reread`).
-    limit_unreadable: bool,
-}
-
-/// The limit asked for and where it came from.
-#[derive(Clone, Debug)]
-struct LimitSetting {
-    limit: Result<Option<MemoryLimit>, LimitError>,
-    from_env: bool,
-}
-
-impl LimitSetting {
-    /// The limit in bytes now (`None`: no limit).
-    fn resolve(&self) -> Result<Option<u64>, ReclaimError> {
-        let error = |error| ReclaimError::Limit { from_env: self.from_env, error };
-        match &self.limit {
-            Ok(Some(l)) => l.resolve().map(Some).map_err(error),
-            Ok(None) => Ok(None),
-            Err(e) => Err(error(e.clone())),
-        }
-    }
+    output: output::Output,
+    /// The limit asked for (`FRAG_MEMORY_LIMIT`'s, or the builder's), as the rounds follow it.
+    limit: Follow,
 }
 
 impl Default for Reclaimer {
@@ -260,11 +234,8 @@ impl Reclaimer {
             series: Series::new(crate::publish::Publisher::DEFAULT_PREFIX, names::of_reclaimer),
             engine: None,
             shared: Arc::default(),
-            last_skip: None,
-            published: published::Published::default(),
-            limit: LimitSetting { limit: MemoryLimit::from_env(), from_env: true },
-            limit_read: None,
-            limit_unreadable: false,
+            output: output::Output::default(),
+            limit: Follow::new(Setting::from_env()),
         }
     }
 
@@ -287,14 +258,14 @@ impl Reclaimer {
     /// ```
     #[must_use]
     pub fn limit(mut self, limit: MemoryLimit) -> Self {
-        self.limit = LimitSetting { limit: Ok(Some(limit)), from_env: false };
+        self.limit.replace(Setting::given(Some(limit)), None);
         self
     }
 
     /// No memory limit, whatever `FRAG_MEMORY_LIMIT` says.
     #[must_use]
     pub fn no_limit(mut self) -> Self {
-        self.limit = LimitSetting { limit: Ok(None), from_env: false };
+        self.limit.replace(Setting::given(None), None);
         self
     }
 
@@ -319,62 +290,15 @@ impl Reclaimer {
     /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
     /// stays.
     pub fn set_limit(&mut self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
-        let setting = LimitSetting { limit: Ok(limit), from_env: false };
+        let setting = Setting::given(limit);
         let bytes = setting.resolve()?;
-        self.limit = setting;
         if let Some(engine) = &mut self.engine {
             engine.set_limit(bytes);
-            self.limit_read = Some(Instant::now());
+            self.limit.replace(setting, Some(Instant::now()));
+        } else {
+            self.limit.replace(setting, None);
         }
         Ok(bytes)
-    }
-
-    /// Reads the limit again where it is a cgroup share and [`MemoryLimit::CGROUP_REREAD`] has
-    /// passed, and takes one set through the handle.
-    fn follow_limit(&mut self, now: Instant) {
-        let new = self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit.take();
-        if let Some(limit) = new {
-            self.limit = LimitSetting { limit: Ok(limit), from_env: false };
-            self.limit_read = None;
-        }
-        let due = match (&self.limit.limit, self.limit_read) {
-            (_, None) => true,
-            (Ok(Some(MemoryLimit::Cgroup { .. })), Some(t)) => {
-                now.saturating_duration_since(t) >= MemoryLimit::CGROUP_REREAD
-            }
-            _ => false,
-        };
-        if !due {
-            return;
-        }
-        self.limit_read = Some(now);
-        let Some(engine) = &mut self.engine else { return };
-        let read = self.limit.resolve();
-        let in_force = engine.limit().map(|(b, _)| b);
-        let as_read = match &read {
-            Ok(bytes) => Ok(*bytes),
-            Err(ReclaimError::Limit { error, .. }) => Err(error.clone()),
-            Err(_) => Ok(None),
-        };
-        let (bytes, warn) = limit::after_reread(in_force, &as_read, &mut self.limit_unreadable);
-        match (&read, bytes) {
-            (Err(e), Some(kept)) => {
-                if warn {
-                    tracing::warn!(target: "frag", error = %e, limit = kept, "frag reclaimer: the memory limit could not be read again; the last one read stays in force");
-                }
-            }
-            (Err(e), None) => {
-                if in_force.is_some() {
-                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the memory limit is gone; the reclaimer goes on without one");
-                }
-            }
-            (Ok(_), _) => {
-                if in_force != bytes {
-                    tracing::info!(target: "frag", limit = ?bytes, "frag reclaimer: memory limit in force");
-                }
-            }
-        }
-        engine.set_limit(bytes);
     }
 
     settings! {
@@ -429,7 +353,7 @@ impl Reclaimer {
     /// allocator, or on snmalloc or a user's allocator.
     pub fn check(&self) -> Result<(), ReclaimError> {
         check(&self.settings)?;
-        self.limit.resolve()?;
+        self.limit.setting().resolve()?;
         ThisProcess::new().map(drop).map_err(ReclaimError::Backend)
     }
 
@@ -474,24 +398,28 @@ impl Reclaimer {
 
     /// [`round_at`](Self::round_at), as frag's own work.
     fn round_now(&mut self, now: Instant) -> Result<Round, ReclaimError> {
-        let mut live = ThisProcess::new().map_err(ReclaimError::Backend)?;
-        if self.engine.is_none() {
-            check(&self.settings)?;
-            let bytes = self.limit.resolve()?;
-            let mut engine = Engine::new(self.settings.clone(), now);
-            engine.set_limit(bytes);
-            self.engine = Some(engine);
-            self.limit_read = Some(now);
+        let mut process = ThisProcess::new().map_err(ReclaimError::Backend)?;
+        let engine = match &mut self.engine {
+            Some(engine) => engine,
+            None => {
+                check(&self.settings)?;
+                let mut engine = Engine::new(self.settings.clone(), now);
+                engine.set_limit(self.limit.first(now)?);
+                self.engine.insert(engine)
+            }
+        };
+        let from_handle = self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit.take();
+        if let Some(setting) = from_handle {
+            self.limit.replace(setting, None);
         }
-        self.follow_limit(now);
-        let Some(engine) = self.engine.as_mut() else { unreachable!("set above") };
-        let step = engine.round(now, &mut live);
+        engine.set_limit(self.limit.follow(now, engine.limit_bytes()));
+        let step = engine.round(now, &mut process);
         engine.totals.threads = thread_releases();
         (engine.totals.assists, engine.totals.assist_cpu) = crate::backend::assist::made();
         (engine.totals.limit_bytes, engine.totals.target_bytes) = engine.limit().unzip();
         crate::report::diagnosis::set_limit_in_force(engine.limit());
         let totals = engine.totals;
-        self.publish(&step.round, step.refault.as_ref(), &totals);
+        self.output.emit(&mut self.series, &step, &totals);
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         shared.totals = totals;
         if let Some(r) = step.refault {
@@ -556,54 +484,6 @@ impl Reclaimer {
             Err(e) => {
                 RUNNING.store(0, Ordering::Release);
                 Err(ReclaimError::Spawn(e))
-            }
-        }
-    }
-
-    /// Emits the round's metrics and `tracing` events: every action and refault verdict at debug
-    /// level, a skip when its reason differs from the previous round's, a refusal as a warning.
-    fn publish(&mut self, round: &Round, refault: Option<&Refault>, totals: &Totals) {
-        let (names, base) = self.series.names();
-        for w in published::writes(round, refault, totals, &mut self.published) {
-            let mut labels = base.to_vec();
-            labels.extend(w.label.map(|(k, v)| Label::new(k, v)));
-            let name = names.get(w.metric);
-            match w.op {
-                published::Op::Set(v) => metrics::gauge!(name, labels).set(v),
-                published::Op::Increment(v) => metrics::counter!(name, labels).increment(v),
-                published::Op::Record(v) => metrics::histogram!(name, labels).record(v),
-            }
-        }
-        if let Some(r) = refault {
-            tracing::debug!(
-                target: "frag",
-                regained_bytes = r.regained_bytes,
-                minor_faults = r.minor_faults,
-                backoff = totals.backoff,
-                "frag reclaimer: after the last release, {r}"
-            );
-        }
-        match round {
-            Round::Acted(a) => {
-                self.last_skip = None;
-                tracing::debug!(
-                    target: "frag",
-                    method = a.method.name(),
-                    predicted_bytes = a.predicted_bytes,
-                    released_bytes = a.released_bytes(),
-                    rss_after = a.rss_after,
-                    wall_us = a.wall.as_micros() as u64,
-                    cpu_us = a.cpu.as_micros() as u64,
-                    "frag reclaimer: {a}"
-                );
-            }
-            Round::Skipped(s) => {
-                if let Skip::Failed(e) = s {
-                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the backend refused to release memory");
-                } else if self.last_skip != Some(s.name()) {
-                    tracing::debug!(target: "frag", reason = s.name(), "frag reclaimer: no action: {s}");
-                }
-                self.last_skip = Some(s.name());
             }
         }
     }
@@ -676,8 +556,9 @@ impl ReclaimerHandle {
     /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
     /// stays.
     pub fn set_limit(&self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
-        let bytes = LimitSetting { limit: Ok(limit), from_env: false }.resolve()?;
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit = Some(limit);
+        let setting = Setting::given(limit);
+        let bytes = setting.resolve()?;
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit = Some(setting);
         Ok(bytes)
     }
 

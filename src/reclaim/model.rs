@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::engine::{Host, Settings};
-use super::pressure::Exhausted;
+use super::engine::Settings;
+use super::host::{Host, Statm};
 use crate::backend::knob::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Source, Sources};
 
@@ -25,27 +25,30 @@ pub(crate) struct Model {
     pub(crate) asked: Vec<(bool, u64)>,
     /// Each purge delay shortened (`true`) or restored.
     pub(crate) decay_changes: Vec<bool>,
-    pub(crate) exhausted_warnings: Vec<Exhausted>,
     /// Each request for allocating threads' help opened (`true`) or closed.
     pub(crate) assists_wanted: Vec<bool>,
-    pub(crate) eta_warnings: Vec<Duration>,
+    /// How often the process's memory (`statm`) and the breakdown were read.
+    pub(crate) statm_reads: u32,
+    pub(crate) breakdowns: u32,
 }
 
 impl Host for Model {
     fn allocated_total(&mut self) -> u64 {
         self.allocated
     }
-    fn rss(&mut self) -> Option<u64> {
-        Some(self.rss)
+    fn statm(&mut self) -> Option<Statm> {
+        self.statm_reads += 1;
+        Some(Statm { rss: self.rss, anon: self.rss })
     }
     fn minor_faults(&mut self) -> u64 {
         0
     }
-    fn breakdown(&mut self) -> Option<Breakdown> {
+    fn breakdown(&mut self, at: Statm) -> Breakdown {
+        self.breakdowns += 1;
         self.cpu += self.poll_cpu;
-        Some(Breakdown {
-            rss_bytes: self.rss,
-            live_bytes: self.rss - self.reclaimable,
+        Breakdown {
+            rss_bytes: at.rss,
+            live_bytes: at.rss - self.reclaimable,
             rounding_bytes: 0,
             frag_bytes: 0,
             holes_bytes: 0,
@@ -63,7 +66,7 @@ impl Host for Model {
                 outside_heap: Source::Measured,
             },
             not_split: Vec::new(),
-        })
+        }
     }
     fn reclaim(&mut self, _: u64, _: Duration) -> Result<Method, TuneError> {
         self.cpu += Duration::from_nanos(self.reclaimable / MIB * self.action_ns_per_mib);
@@ -91,12 +94,6 @@ impl Host for Model {
     }
     fn assist_cpu(&mut self) -> Duration {
         Duration::ZERO
-    }
-    fn warn_exhausted(&mut self, e: Exhausted) {
-        self.exhausted_warnings.push(e);
-    }
-    fn warn_eta(&mut self, eta: Duration, _: f64, _: u64) {
-        self.eta_warnings.push(eta);
     }
 }
 

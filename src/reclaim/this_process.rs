@@ -3,14 +3,12 @@
 
 use std::time::Duration;
 
-use super::engine::Host;
-use super::pressure::Exhausted;
+use super::host::{Host, Statm};
 use crate::backend::Backend;
 use crate::backend::knob::actions::Knobs;
 use crate::backend::knob::{Decay, Method, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;
-use crate::format::Bytes;
 use crate::process;
 use crate::report::{self, diagnosis::Breakdown};
 
@@ -48,16 +46,16 @@ impl Host for ThisProcess {
         report::allocated_bytes_total()
     }
 
-    fn rss(&mut self) -> Option<u64> {
-        process::rss()
+    fn statm(&mut self) -> Option<Statm> {
+        process::statm().map(|(rss, anon)| Statm { rss, anon })
     }
 
     fn minor_faults(&mut self) -> u64 {
         process::minor_faults()
     }
 
-    fn breakdown(&mut self) -> Option<Breakdown> {
-        report::breakdown()
+    fn breakdown(&mut self, at: Statm) -> Breakdown {
+        report::breakdown(at.rss, at.anon)
     }
 
     fn reclaim(&mut self, keep: u64, cpu_limit: Duration) -> Result<Method, TuneError> {
@@ -113,39 +111,6 @@ impl Host for ThisProcess {
 
     fn assist_cpu(&mut self) -> Duration {
         crate::backend::assist::made().1
-    }
-
-    fn warn_exhausted(&mut self, e: Exhausted) {
-        tracing::warn!(
-            target: "frag",
-            rss = e.rss,
-            live_bytes = e.live,
-            releasable_bytes = e.releasable,
-            limit = e.limit.bytes,
-            target_bytes = e.limit.target,
-            "frag reclaimer: RSS {} is over the memory limit's target {} (limit {}), and releasing all {} the heap \
-             holds free would not bring it under: the program's live data ({}) and the allocator's floor exceed \
-             the limit. This is the program's data, not fragmentation: raise the limit or hold less. The reclaimer \
-             goes on at its base CPU share.",
-            Bytes(e.rss),
-            Bytes(e.limit.target),
-            Bytes(e.limit.bytes),
-            Bytes(e.releasable),
-            Bytes(e.live)
-        );
-    }
-
-    fn warn_eta(&mut self, eta: Duration, slope: f64, limit: u64) {
-        tracing::warn!(
-            target: "frag",
-            eta_secs = eta.as_secs(),
-            bytes_per_sec = slope as u64,
-            limit,
-            "frag reclaimer: memory limit {} in ~{} at +{}/s",
-            Bytes(limit),
-            crate::format::Span(eta),
-            Bytes(slope as u64)
-        );
     }
 }
 

@@ -21,14 +21,15 @@ use crate::sites::unwind;
 use crate::stats::shard::Totals;
 use crate::stats::snapshot;
 
-/// The diagnosis's breakdown of RSS now, without the rest of a report: the counters' totals, the
-/// wrapped allocator's statistics and `/proc/self/statm`, for a caller that polls (the reclaimer).
-/// `None` without `/proc`; allocator statistics that cannot be read leave the heap not split.
-pub(crate) fn breakdown() -> Option<diagnosis::Breakdown> {
-    own::handed_over(breakdown_now)
+/// The diagnosis's breakdown of RSS `rss` (of which `anon` anonymous, as `/proc/self/statm` gave
+/// them) without the rest of a report: the counters' totals and the wrapped allocator's statistics
+/// read now, for a caller that polls (the reclaimer, which reads the process once per round).
+/// Allocator statistics that cannot be read leave the heap not split.
+pub(crate) fn breakdown(rss: u64, anon: u64) -> diagnosis::Breakdown {
+    own::handed_over(|| breakdown_now(rss, anon))
 }
 
-fn breakdown_now() -> Option<diagnosis::Breakdown> {
+fn breakdown_now(rss: u64, anon: u64) -> diagnosis::Breakdown {
     // No refresh of the unwind tables here: the reclaimer's rounds are paid from its CPU budget.
     let guard = Guard::enter();
     let tracked = counters::totals();
@@ -37,10 +38,9 @@ fn breakdown_now() -> Option<diagnosis::Breakdown> {
         (Some(r), Some(_)) => r.stats().ok().flatten(),
         _ => None,
     };
-    let (rss, anon) = process::statm()?;
     let known = reg.map(|r| r.wrapped()).and_then(WrappedBackend::known);
     let frag = counters::frag_itself().usable_bytes;
-    Some(diagnosis::split(rss, Some(anon), known, &tracked, frag, allocator.as_ref()))
+    diagnosis::split(rss, Some(anon), known, &tracked, frag, allocator.as_ref())
 }
 
 /// The allocator's own size classes, with its own counts of them, without the rest of a report:

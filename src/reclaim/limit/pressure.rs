@@ -1,8 +1,12 @@
 //! The soft memory limit's controller state: whether RSS is over the target, how much CPU the
-//! reclaimer may spend because of it, whether anything it can release would help, and how long until
-//! RSS reaches the limit at its present rate. The rules, with their reasons: `docs/RECLAIM.md`.
+//! reclaimer may spend because of it, whether anything it can release would help, the purge delay
+//! shortened near it, and how long until RSS reaches the limit at its present rate. The rules, with
+//! their reasons: `docs/RECLAIM.md`.
 
 use std::time::{Duration, Instant};
+
+use crate::backend::knob::Decay;
+use crate::reclaim::host::Host;
 
 /// Over the target, an action runs only when at least this much is predicted to be released.
 pub(crate) const OVER_MIN_BYTES: u64 = 1 << 20;
@@ -12,6 +16,10 @@ const TREND_WINDOW: Duration = Duration::from_secs(30);
 
 /// Warnings of the same kind are at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(600);
+
+/// The purge delay shortened near the limit's target is restored once RSS has stayed below that this
+/// long: a heap held at the target by the controller crosses it at every round.
+pub(crate) const RESTORE_AFTER: Duration = Duration::from_secs(30);
 
 /// A limit in force, resolved to bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,10 +55,36 @@ pub(crate) enum Standing {
     Exhausted,
 }
 
+/// The backend's purge delay, as the controller left it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Delay {
+    /// As it was set: RSS is not near the target, or has been below it long enough.
+    #[default]
+    AsSet,
+    /// Shortened near the target, in place of this delay, which comes back on the way down.
+    Shortened(Decay),
+    /// Near the target, and nothing shortened: the backend has no purge delay, or it is as short
+    /// as the controller's already.
+    Unchanged,
+}
+
+/// What the controller says to the operator: the engine returns it with the round, and the
+/// reclaimer emits it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Warning {
+    /// Live data and the allocator's floor exceed the limit (once per stretch over the target).
+    Exhausted(Exhausted),
+    /// RSS will reach the limit in `eta` at `slope` bytes per second.
+    Eta { eta: Duration, slope: f64, limit: u64 },
+}
+
 /// The controller's state across rounds.
 #[derive(Debug, Default)]
 pub(crate) struct Pressure {
     pub(crate) limit: Option<Limit>,
+    delay: Delay,
+    /// Since when RSS has been below [`Limit::near`].
+    under_since: Option<Instant>,
     /// Whether the live-data warning was given in this stretch over the target.
     exhausted_warned: bool,
     /// The previous RSS reading, and the smoothed RSS slope in bytes per second.
@@ -83,7 +117,7 @@ impl Pressure {
 
     /// Follows RSS at `now`: whether it is over the target (the stretch over it, and the warning
     /// given in it, end when it is not) and near it ([`Limit::near`]), and the trend.
-    pub(crate) fn observe(&mut self, now: Instant, rss: u64) -> (bool, bool) {
+    fn observe(&mut self, now: Instant, rss: u64) -> (bool, bool) {
         if let Some((then, before)) = self.last.replace((now, rss)) {
             let dt = now.saturating_duration_since(then).as_secs_f64();
             if dt > 0.0 {
@@ -97,6 +131,41 @@ impl Pressure {
             self.exhausted_warned = false;
         }
         (over, self.limit.is_some_and(|l| rss > l.near()))
+    }
+
+    /// Follows RSS at `now` ([`observe`](Self::observe)): shortens the purge delay on the way near
+    /// the target and restores it once RSS has stayed below [`Limit::near`] for [`RESTORE_AFTER`].
+    /// Returns whether RSS is over the target, and the time-to-limit warning when the limit is
+    /// within `horizon` ([`warn_eta`](Self::warn_eta)).
+    pub(crate) fn watch(
+        &mut self,
+        now: Instant,
+        rss: u64,
+        horizon: Duration,
+        host: &mut impl Host,
+    ) -> (bool, Option<Warning>) {
+        let (over, near) = self.observe(now, rss);
+        if near {
+            self.under_since = None;
+            if self.delay == Delay::AsSet {
+                self.delay = host.shorten_decay().map_or(Delay::Unchanged, Delay::Shortened);
+            }
+        } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
+            self.restore(host);
+        }
+        let warning = match (self.warn_eta(now, horizon), self.limit) {
+            (Some(eta), Some(limit)) => Some(Warning::Eta { eta, slope: self.slope, limit: limit.bytes }),
+            _ => None,
+        };
+        (over, warning)
+    }
+
+    /// Sets a purge delay it shortened back (RSS well below the target for long enough, or no limit
+    /// any more).
+    pub(crate) fn restore(&mut self, host: &mut impl Host) {
+        if let Delay::Shortened(previous) = core::mem::take(&mut self.delay) {
+            host.restore_decay(previous);
+        }
     }
 
     /// The standing at `rss`, where releasing everything free would release `releasable`.
@@ -126,13 +195,8 @@ impl Pressure {
             .then(|| Duration::from_secs_f64((limit.bytes - rss) as f64 / self.slope))
     }
 
-    /// The smoothed RSS slope, bytes per second.
-    pub(crate) fn slope(&self) -> f64 {
-        self.slope
-    }
-
     /// Whether to warn that the limit is `eta` away, within `horizon`: at most once per ten minutes.
-    pub(crate) fn warn_eta(&mut self, now: Instant, horizon: Duration) -> Option<Duration> {
+    fn warn_eta(&mut self, now: Instant, horizon: Duration) -> Option<Duration> {
         let eta = self.eta().filter(|&e| e <= horizon)?;
         if self.last_eta_warning.is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY) {
             return None;
@@ -145,7 +209,7 @@ impl Pressure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reclaim::engine::{Engine, RESTORE_AFTER, Settings};
+    use crate::reclaim::engine::{Engine, Settings};
     use crate::reclaim::model::{MIB, Model, settings};
     use crate::reclaim::record::{Round, Skip};
 
@@ -153,9 +217,9 @@ mod tests {
     /// each round leaving 40 MiB more free in the heap over 150 MiB live, so that RSS climbs without
     /// end where nothing returns it. Releasing costs 100 us of CPU per MiB (about what `madvise`
     /// costs here). Rounds at the engine's own pace for `secs`; returns the highest RSS after the
-    /// first `settle` seconds and the rounds.
-    fn steady(e: &mut Engine, m: &mut Model, t0: Instant, secs: u64, settle: u64) -> (u64, u64) {
-        let (mut at, mut highest, mut rounds) = (Duration::ZERO, 0, 0);
+    /// first `settle` seconds, the rounds and what the controller said.
+    fn steady(e: &mut Engine, m: &mut Model, t0: Instant, secs: u64, settle: u64) -> (u64, u64, Vec<Warning>) {
+        let (mut at, mut highest, mut rounds, mut said) = (Duration::ZERO, 0, 0, Vec::new());
         while at < Duration::from_secs(secs) {
             let wait = e.wait();
             let growth = (40 * MIB) * wait.as_millis() as u64 / 250;
@@ -163,13 +227,13 @@ mod tests {
             m.rss += growth;
             m.reclaimable += growth;
             at += wait;
-            e.round(t0 + at, m);
+            said.extend(e.round(t0 + at, m).warnings);
             rounds += 1;
             if at >= Duration::from_secs(settle) {
                 highest = highest.max(m.rss);
             }
         }
-        (highest, rounds)
+        (highest, rounds, said)
     }
 
     fn busy_model() -> Model {
@@ -184,13 +248,13 @@ mod tests {
     fn a_busy_heap_is_held_under_the_limit() {
         let t0 = Instant::now();
         let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
-        let (highest, _) = steady(&mut e, &mut m, t0, 60, 0);
+        let (highest, ..) = steady(&mut e, &mut m, t0, 60, 0);
         assert_eq!(m.actions, 0, "no limit: never quiet, never acts");
         assert!(highest > 9000 * MIB, "{highest}");
 
         let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
         e.set_limit(Some(400 * MIB));
-        let (highest, _) = steady(&mut e, &mut m, t0, 120, 2);
+        let (highest, _, said) = steady(&mut e, &mut m, t0, 120, 2);
         assert!(highest <= 380 * MIB + 40 * MIB, "highest RSS {} MiB", highest / MIB);
         assert!(m.actions > 10, "{}", m.actions);
         assert_eq!(m.decay_changes, [true], "shortened once, not yet restored");
@@ -199,7 +263,7 @@ mod tests {
         let slack = s.max_cpu_share * crate::reclaim::pacing::CREDIT_WINDOW.as_secs_f64();
         assert!(m.cpu.as_secs_f64() <= s.max_cpu_share * 120.0 + slack, "{:?}", m.cpu);
         assert!(e.totals.over_target > Duration::ZERO && e.totals.over_target < Duration::from_secs(120));
-        assert!(m.exhausted_warnings.is_empty());
+        assert!(!said.iter().any(|w| matches!(w, Warning::Exhausted(_))), "{said:?}");
     }
 
     /// A limit below live data: nothing the reclaimer can release brings RSS under it. It says so
@@ -210,20 +274,25 @@ mod tests {
         let t0 = Instant::now();
         let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
         e.set_limit(Some(100 * MIB));
-        let (mut at, mut busy) = (Duration::ZERO, 0);
+        let (mut at, mut busy, mut exhausted) = (Duration::ZERO, 0, Vec::new());
         while at < Duration::from_secs(60) {
             at += e.wait();
             m.allocated += 512 * MIB;
-            if let Round::Skipped(Skip::Busy { .. }) = e.round(t0 + at, &mut m).round {
+            let step = e.round(t0 + at, &mut m);
+            if let Round::Skipped(Skip::Busy { .. }) = step.round {
                 busy += 1;
             }
+            exhausted.extend(step.warnings.into_iter().filter_map(|w| match w {
+                Warning::Exhausted(x) => Some(x),
+                Warning::Eta { .. } => None,
+            }));
             assert!(e.totals.share <= settings().cpu_share, "{}", e.totals.share);
         }
         assert_eq!(m.actions, 0);
         assert!(m.assists_wanted.is_empty(), "no help asked where none can help: {:?}", m.assists_wanted);
         assert!(busy > 100, "{busy}");
-        assert_eq!(m.exhausted_warnings.len(), 1, "{:?}", m.exhausted_warnings);
-        assert_eq!(m.exhausted_warnings[0].live, 150 * MIB);
+        assert_eq!(exhausted.len(), 1, "{exhausted:?}");
+        assert_eq!(exhausted[0].live, 150 * MIB);
         assert!(e.totals.exhausted_rounds > 100);
     }
 
@@ -236,7 +305,7 @@ mod tests {
         steady(&mut e, &mut m, t0, 10, 0);
         assert_eq!(m.actions, 0);
         e.set_limit(Some(300 * MIB));
-        let (highest, _) = steady(&mut e, &mut m, t0 + Duration::from_secs(10), 20, 2);
+        let (highest, ..) = steady(&mut e, &mut m, t0 + Duration::from_secs(10), 20, 2);
         assert!(highest <= 285 * MIB + 40 * MIB, "{}", highest / MIB);
         let acted = m.actions;
         assert!(acted > 0);

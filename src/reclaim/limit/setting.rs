@@ -1,5 +1,5 @@
-//! The soft memory limit: what a user or operator sets ([`MemoryLimit`], `FRAG_MEMORY_LIMIT`), and
-//! the bytes it comes to on this machine. What the reclaimer does about it is `engine`'s business.
+//! What a user or operator sets ([`MemoryLimit`], `FRAG_MEMORY_LIMIT`), and the bytes it comes to on
+//! this machine.
 
 use core::fmt;
 use core::str::FromStr;
@@ -7,7 +7,7 @@ use core::str::FromStr;
 use crate::format::Bytes;
 use crate::process;
 
-/// The environment variable a default [`Reclaimer`](super::Reclaimer) reads its limit from.
+/// The environment variable a default [`Reclaimer`](crate::reclaim::Reclaimer) reads its limit from.
 pub const ENV_VAR: &str = "FRAG_MEMORY_LIMIT";
 
 /// The accepted forms, in words: every refusal names them.
@@ -15,7 +15,7 @@ const FORMS: &str = "a size in bytes with an optional unit B, KiB, MiB, GiB or T
                      (\"536870912\", \"512MiB\", \"2GiB\"); a percentage of the memory cgroup's limit, above 0 and \
                      at most 100 (\"90%\"); \"cgroup\" for all of it; or \"off\"";
 
-/// A soft memory limit for the [`Reclaimer`](super::Reclaimer): the resident bytes it keeps the
+/// A soft memory limit for the [`Reclaimer`](crate::reclaim::Reclaimer): the resident bytes it keeps the
 /// process under while it can, by returning free memory faster and more often as RSS nears it.
 ///
 /// Parsed from text in the form Go's `GOMEMLIMIT` takes, plus a share of the memory cgroup's limit:
@@ -167,7 +167,7 @@ pub enum LimitError {
     NoCgroupLimit,
     /// A memory cgroup file could not be read as a limit: it holds something other than a number of
     /// bytes or `max` (garbage, `-1`, an overflowing number), or the process's own cgroup's file is
-    /// missing. A running [`Reclaimer`](super::Reclaimer) keeps the last limit it read meanwhile.
+    /// missing. A running [`Reclaimer`](crate::reclaim::Reclaimer) keeps the last limit it read meanwhile.
     Unreadable {
         /// The file, path and all.
         file: String,
@@ -204,33 +204,10 @@ impl fmt::Display for LimitError {
 
 impl std::error::Error for LimitError {}
 
-/// What a running reclaimer enforces after reading its limit again (`read`), with `current` in
-/// force: the limit read, when it could be read; the one in force when a cgroup file could not be
-/// read as a limit ([`LimitError::Unreadable`]: a bad read keeps the last good limit, since a file
-/// gone for a moment or half-written must not lift the limit that keeps the service alive). Returns
-/// the limit and whether to warn now: once for a run of bad reads (`warned` carries it from read to
-/// read, cleared by a good one).
-pub(crate) fn after_reread(
-    current: Option<u64>,
-    read: &Result<Option<u64>, LimitError>,
-    warned: &mut bool,
-) -> (Option<u64>, bool) {
-    match read {
-        Err(LimitError::Unreadable { .. }) if current.is_some() => (current, !core::mem::replace(warned, true)),
-        Ok(bytes) => {
-            *warned = false;
-            (*bytes, false)
-        }
-        Err(_) => {
-            *warned = false;
-            (None, false)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reclaim::limit::layout::{GIB, Root, v2_app};
 
     #[test]
     fn the_go_forms_and_the_cgroup_share_parse() {
@@ -255,40 +232,6 @@ mod tests {
             assert!(message.contains("512MiB") && message.contains("90%") && message.contains("off"), "{message}");
         }
     }
-
-    /// A directory laid out as `/proc` and `/sys/fs/cgroup` are, removed on drop.
-    struct Root(std::path::PathBuf);
-
-    impl Root {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!("frag-limit-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            let root = Self(dir);
-            root.write("proc/meminfo", "MemTotal:       16384000 kB\nMemFree:  1 kB\n");
-            root
-        }
-        fn write(&self, path: &str, text: &str) {
-            let path = self.0.join(path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        }
-        /// A cgroup directory with this process as its member.
-        fn member(&self, dir: &str) {
-            self.write(&format!("{dir}/cgroup.procs"), &format!("1\n{}\n", std::process::id()));
-        }
-        fn path(&self) -> &str {
-            self.0.to_str().unwrap()
-        }
-    }
-
-    impl Drop for Root {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    const GIB: u64 = 1 << 30;
 
     #[test]
     fn cgroup_v2_high_then_max_and_the_least_of_the_ancestors() {
@@ -344,15 +287,6 @@ mod tests {
         ));
     }
 
-    /// The cgroup v2 layout of a process in `app`, with `max` as its `memory.max`.
-    fn v2_app(r: &Root, max: &[u8]) {
-        r.write("proc/self/cgroup", "0::/app\n");
-        r.member("sys/fs/cgroup/app");
-        r.write("sys/fs/cgroup/app/memory.current", "123\n");
-        r.write("sys/fs/cgroup/app/memory.high", "max\n");
-        std::fs::write(r.0.join("sys/fs/cgroup/app/memory.max"), max).unwrap();
-    }
-
     /// Garbage, `-1`, an overflowing number and a missing file are bad reads, named by their file;
     /// `max` and v1's largest value are no limit.
     #[test]
@@ -370,54 +304,5 @@ mod tests {
         assert_eq!(MemoryLimit::cgroup().resolve_under(r.path()), Err(LimitError::NoCgroupLimit));
         std::fs::remove_file(r.0.join("sys/fs/cgroup/app/memory.max")).unwrap();
         assert!(matches!(MemoryLimit::cgroup().resolve_under(r.path()), Err(LimitError::Unreadable { .. })));
-    }
-
-    /// What a cgroup's `memory.max` of `text` must give, read independently of the code: the limit
-    /// in force kept (`kept`) for anything that is neither a number of bytes nor the kernel's `max`.
-    fn expected(text: &[u8], kept: u64) -> Option<u64> {
-        let Ok(t) = std::str::from_utf8(text) else { return Some(kept) };
-        let t = t.trim();
-        if t == "max" {
-            return None;
-        }
-        match t.parse::<u64>() {
-            Ok(0) => None,
-            Ok(v) if v >= (i64::MAX as u64 & !0xfff) && v <= i64::MAX as u64 => None,
-            Ok(v) if v >= (i64::MAX as u64 & !0xfff) => Some(kept),
-            Ok(v) if v > 16_384_000 * 1024 => None,
-            Ok(v) => Some(v),
-            Err(_) => Some(kept),
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
-
-        /// Good, arbitrary bytes, good: the limit is never lifted by a bad read (the last good one
-        /// stays, warned once), a real change in the file is followed, nothing panics.
-        #[test]
-        fn a_bad_read_between_good_ones_keeps_the_limit(
-            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
-            digits in proptest::option::of(1u64..(8u64 << 30)),
-        ) {
-            let r = Root::new("prop");
-            let mut warned = false;
-            v2_app(&r, format!("{}\n", 4 * GIB).as_bytes());
-            let (limit, warn) = after_reread(None, &MemoryLimit::cgroup().resolve_under(r.path()).map(Some), &mut warned);
-            proptest::prop_assert_eq!((limit, warn), (Some(4 * GIB), false));
-            // Arbitrary bytes, or now and then a plain number.
-            let text = digits.map_or(junk, |d| format!("{d}\n").into_bytes());
-            v2_app(&r, &text);
-            let read = MemoryLimit::cgroup().resolve_under(r.path()).map(Some);
-            let (after, warn) = after_reread(limit, &read, &mut warned);
-            proptest::prop_assert_eq!(after, expected(&text, 4 * GIB), "{:?} read as {:?}", String::from_utf8_lossy(&text), read);
-            proptest::prop_assert_eq!(warn, matches!(read, Err(LimitError::Unreadable { .. })));
-            // Read again while still bad: no second warning.
-            let (again, warn_again) = after_reread(after, &read, &mut warned);
-            proptest::prop_assert_eq!((again, warn_again), (after, false));
-            v2_app(&r, format!("{}\n", 2 * GIB).as_bytes());
-            let (limit, warn) = after_reread(again, &MemoryLimit::cgroup().resolve_under(r.path()).map(Some), &mut warned);
-            proptest::prop_assert_eq!((limit, warn, warned), (Some(2 * GIB), false, false));
-        }
     }
 }

@@ -1,16 +1,121 @@
-//! What a reclaimer round publishes, decided in one pure function ([`writes`]) that the reclaimer
-//! hands to the `metrics` facade: gauges of its totals, counters incremented by what changed since
-//! the last round, and the release ratio of an action.
+//! What a reclaimer round tells the outside ([`Output::emit`]): its metrics, decided in one pure
+//! function ([`writes`]) and handed to the `metrics` facade (gauges of its totals, counters
+//! incremented by what changed since the last round, the release ratio of an action), and its
+//! `tracing` events (actions, refault verdicts, skips, refusals, the limit's warnings).
 
-use crate::backend::knob::ThreadMethod;
-use crate::publish::names::Metric;
+use metrics::Label;
 
-use super::record::{Refault, Round, Totals};
+use super::engine::Step;
+use super::limit::pressure::{Exhausted, Warning};
+use super::record::{Refault, Round, Skip, Totals};
 use super::threads::ThreadReleases;
+use crate::backend::knob::ThreadMethod;
+use crate::format::Bytes;
+use crate::publish::names::{Metric, Series};
+
+/// What the reclaimer has told so far: the figures counters increment from, and the last skip's
+/// reason (a skip is logged when the reason changes).
+#[derive(Debug, Default)]
+pub(super) struct Output {
+    published: Published,
+    last_skip: Option<&'static str>,
+}
+
+impl Output {
+    /// Emits the round's metrics under `series` and its `tracing` events: every action and refault
+    /// verdict at debug level, a skip when its reason differs from the previous round's, a refusal
+    /// and the limit's warnings as warnings.
+    pub(super) fn emit(&mut self, series: &mut Series, step: &Step, totals: &Totals) {
+        let (names, base) = series.names();
+        for w in writes(&step.round, step.refault.as_ref(), totals, &mut self.published) {
+            let mut labels = base.to_vec();
+            labels.extend(w.label.map(|(k, v)| Label::new(k, v)));
+            let name = names.get(w.metric);
+            match w.op {
+                Op::Set(v) => metrics::gauge!(name, labels).set(v),
+                Op::Increment(v) => metrics::counter!(name, labels).increment(v),
+                Op::Record(v) => metrics::histogram!(name, labels).record(v),
+            }
+        }
+        if let Some(r) = &step.refault {
+            tracing::debug!(
+                target: "frag",
+                regained_bytes = r.regained_bytes,
+                minor_faults = r.minor_faults,
+                backoff = totals.backoff,
+                "frag reclaimer: after the last release, {r}"
+            );
+        }
+        match &step.round {
+            Round::Acted(a) => {
+                self.last_skip = None;
+                tracing::debug!(
+                    target: "frag",
+                    method = a.method.name(),
+                    predicted_bytes = a.predicted_bytes,
+                    released_bytes = a.released_bytes(),
+                    rss_after = a.rss_after,
+                    wall_us = a.wall.as_micros() as u64,
+                    cpu_us = a.cpu.as_micros() as u64,
+                    "frag reclaimer: {a}"
+                );
+            }
+            Round::Skipped(s) => {
+                if let Skip::Failed(e) = s {
+                    tracing::warn!(target: "frag", error = %e, "frag reclaimer: the backend refused to release memory");
+                } else if self.last_skip != Some(s.name()) {
+                    tracing::debug!(target: "frag", reason = s.name(), "frag reclaimer: no action: {s}");
+                }
+                self.last_skip = Some(s.name());
+            }
+        }
+        for w in &step.warnings {
+            match *w {
+                Warning::Exhausted(e) => warn_exhausted(e),
+                Warning::Eta { eta, slope, limit } => warn_eta(eta, slope, limit),
+            }
+        }
+    }
+}
+
+/// Says that live data and the allocator's floor exceed the limit.
+fn warn_exhausted(e: Exhausted) {
+    tracing::warn!(
+        target: "frag",
+        rss = e.rss,
+        live_bytes = e.live,
+        releasable_bytes = e.releasable,
+        limit = e.limit.bytes,
+        target_bytes = e.limit.target,
+        "frag reclaimer: RSS {} is over the memory limit's target {} (limit {}), and releasing all {} the heap \
+         holds free would not bring it under: the program's live data ({}) and the allocator's floor exceed \
+         the limit. This is the program's data, not fragmentation: raise the limit or hold less. The reclaimer \
+         goes on at its base CPU share.",
+        Bytes(e.rss),
+        Bytes(e.limit.target),
+        Bytes(e.limit.bytes),
+        Bytes(e.releasable),
+        Bytes(e.live)
+    );
+}
+
+/// Says that RSS will reach `limit` in `eta` at `slope` bytes per second.
+fn warn_eta(eta: core::time::Duration, slope: f64, limit: u64) {
+    tracing::warn!(
+        target: "frag",
+        eta_secs = eta.as_secs(),
+        bytes_per_sec = slope as u64,
+        limit,
+        "frag reclaimer: memory limit {} in ~{} at +{}/s",
+        Bytes(limit),
+        crate::format::Span(eta),
+        Bytes(slope as u64)
+    );
+}
 
 /// How a series changes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Op {
+enum Op {
     /// A gauge set to the value.
     Set(f64),
     /// A counter increased by the value.
@@ -21,18 +126,18 @@ pub(super) enum Op {
 
 /// One change to one series.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Write {
-    pub(super) metric: Metric,
+struct Write {
+    metric: Metric,
     /// A label of this series beside the reclaimer's own.
-    pub(super) label: Option<(&'static str, &'static str)>,
-    pub(super) op: Op,
+    label: Option<(&'static str, &'static str)>,
+    op: Op,
 }
 
 /// What was last published of the totals that counters increment from.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Published {
-    pub(super) assists: u64,
-    pub(super) threads: ThreadReleases,
+struct Published {
+    assists: u64,
+    threads: ThreadReleases,
 }
 
 fn set(metric: Metric, v: f64) -> Write {
@@ -45,12 +150,7 @@ fn increment(metric: Metric, label: Option<(&'static str, &'static str)>, v: u64
 
 /// The writes of one round (`round`, with the refault verdict on the previous release if one came
 /// due), given the totals after it; `published` moves on to them.
-pub(super) fn writes(
-    round: &Round,
-    refault: Option<&Refault>,
-    totals: &Totals,
-    published: &mut Published,
-) -> Vec<Write> {
+fn writes(round: &Round, refault: Option<&Refault>, totals: &Totals, published: &mut Published) -> Vec<Write> {
     let mut out =
         vec![set(Metric::ReclaimSeconds, totals.cpu.as_secs_f64()), set(Metric::ReclaimCpuShare, totals.share)];
     let assists = totals.assists.saturating_sub(core::mem::replace(&mut published.assists, totals.assists));
