@@ -1,4 +1,4 @@
-//! Wrapping an allocator of your own: `Tracked::with_probe` with a `Probe` that gives its usable
+//! Wrapping an allocator of your own: `Tracked::with_introspect` with a `Introspect` that gives its usable
 //! sizes and figures. The allocator here maps every block separately (`support/mmap_per_block.rs`),
 //! so freeing returns memory to the OS at once: the report shows resident memory following live data.
 //!
@@ -10,7 +10,7 @@ mod mmap_per_block;
 use mmap_per_block::{MmapPerBlock, MmapProbe};
 
 #[global_allocator]
-static A: frag::Tracked<MmapPerBlock> = frag::Tracked::with_probe(MmapPerBlock, &MmapProbe);
+static A: frag::Tracked<MmapPerBlock> = frag::Tracked::with_introspect(MmapPerBlock, &MmapProbe);
 
 fn main() {
     let blocks: Vec<Vec<u8>> = (0..256).map(|i| vec![i as u8; 100 << 10]).collect();

@@ -5,12 +5,12 @@
 //! A [`Lock`] is a `std::sync::Mutex` plus a slot for the forking thread's guard. The first time any
 //! `Lock` is taken, `pthread_atfork` gets three handlers: before the fork, the forking thread takes
 //! every lock that has been used (waiting for a holder to finish, as any taker would); after it, the
-//! parent and the child each release them. No lock of frag's is held across a call that waits for
+//! parent and the child each unlock them. No lock of frag's is held across a call that waits for
 //! the forking thread, so the wait ends.
 //!
 //! **Order against the backend's handlers.** A holder of one of these locks may allocate, and
 //! jemalloc's own `pthread_atfork` handler holds its arenas' locks from its prepare step to its
-//! release: frag's prepare must run first, while a holder can still allocate. Prepare handlers run
+//! unlocking: frag's prepare must run first, while a holder can still allocate. Prepare handlers run
 //! in the reverse order of registration, so frag registers after the backend: at the first use of a
 //! lock, which comes after the process's first allocation, when jemalloc registered its handlers.
 //! glibc takes its malloc locks inside `fork` itself, after every prepare handler.
@@ -34,18 +34,18 @@ pub(crate) struct Lock<T: 'static> {
     /// First, so that the handlers reach every lock, whatever its `T`, through a `*const Link`.
     link: Link,
     mutex: Mutex<T>,
-    /// The forking thread's guard, between the prepare handler and the release in parent or child.
+    /// The forking thread's guard, between the prepare handler and the unlocking in parent or child.
     /// Only the thread that holds `mutex` touches it.
     held: UnsafeCell<Option<MutexGuard<'static, T>>>,
 }
 
-/// A lock as the handlers see it: its place in the list of locks used, and how to hold and release
+/// A lock as the handlers see it: its place in the list of locks used, and how to hold and unlock
 /// it.
 struct Link {
     next: AtomicPtr<Link>,
     listed: AtomicBool,
     hold: unsafe fn(*const Link),
-    release: unsafe fn(*const Link),
+    unlock: unsafe fn(*const Link),
 }
 
 // SAFETY: `mutex` is `Sync` for `T: Send`; `held` is read and written only by the thread holding
@@ -65,7 +65,7 @@ impl<T: Send> Lock<T> {
                 next: AtomicPtr::new(core::ptr::null_mut()),
                 listed: AtomicBool::new(false),
                 hold: hold::<T>,
-                release: release::<T>,
+                unlock: unlock::<T>,
             },
             mutex: Mutex::new(value),
             held: UnsafeCell::new(None),
@@ -97,7 +97,7 @@ impl<T: Send> Lock<T> {
         if !REGISTERED.swap(true, Ordering::AcqRel) {
             // SAFETY: the handlers have the C ABI and stay valid for the life of the process. A
             // failure (ENOMEM) leaves forks as they were without them: a child may find a lock held.
-            unsafe { libc::pthread_atfork(Some(prepare), Some(release_all), Some(release_all)) };
+            unsafe { libc::pthread_atfork(Some(prepare), Some(unlock_all), Some(unlock_all)) };
         }
     }
 }
@@ -120,10 +120,10 @@ unsafe fn hold<T: Send + 'static>(at: *const Link) {
 /// # Safety
 ///
 /// As [`hold`]; and the calling thread holds the lock since [`hold`].
-unsafe fn release<T: Send + 'static>(at: *const Link) {
+unsafe fn unlock<T: Send + 'static>(at: *const Link) {
     // SAFETY: the caller's guarantee.
     let lock = unsafe { &*at.cast::<Lock<T>>() };
-    // SAFETY: this thread holds `mutex` since `hold`: taking the guard out releases it.
+    // SAFETY: this thread holds `mutex` since `hold`: taking the guard out unlocks it.
     drop(unsafe { (*lock.held.get()).take() });
 }
 
@@ -137,7 +137,7 @@ std::thread_local! {
 fn each(mut at: *const Link, op: impl Fn(&Link) -> unsafe fn(*const Link)) {
     // SAFETY: every listed link is the first field of a static `Lock` (`list`).
     while let Some(link) = unsafe { at.as_ref() } {
-        // SAFETY: the link's own operation, given its own lock; `release` only by the thread that
+        // SAFETY: the link's own operation, given its own lock; `unlock` only by the thread that
         // held it (`HELD_FROM`).
         unsafe { op(link)(at) };
         at = link.next.load(Ordering::Acquire).cast_const();
@@ -151,9 +151,9 @@ extern "C" fn prepare() {
     each(head, |l| l.hold);
 }
 
-/// After `fork`, in the parent and in the child: the forking thread releases what it took.
-extern "C" fn release_all() {
+/// After `fork`, in the parent and in the child: the forking thread unlocks what it took.
+extern "C" fn unlock_all() {
     if let Ok(head) = HELD_FROM.try_with(|h| h.replace(core::ptr::null())) {
-        each(head, |l| l.release);
+        each(head, |l| l.unlock);
     }
 }

@@ -9,7 +9,7 @@
 //! ## Start here
 //!
 //! 1. Wrap the global allocator in [`Tracked`] (any `GlobalAlloc`; glibc's `System`, jemalloc,
-//!    mimalloc and snmalloc are known by type, a custom allocator answers through a [`Probe`]):
+//!    mimalloc and snmalloc are known by type, a custom allocator answers through a [`Introspect`]):
 //!
 //!    ```no_run
 //!    # #[cfg(feature = "jemalloc")]
@@ -55,7 +55,7 @@
 //! | module | holds |
 //! |--------|-------|
 //! | [`report`](mod@report) | the parts of a [`Report`], its [`diagnosis`](report::diagnosis), and the allocation-free readers ([`totals`](report::totals), [`size_classes`](report::size_classes)) |
-//! | [`backend`] | the allocators frag knows ([`Backend`](backend::Backend)), [`Select`], [`Probe`], the allocator's own figures |
+//! | [`backend`] | the allocators frag knows ([`Backend`](backend::Backend)), [`Select`], [`Introspect`], the allocator's own figures |
 //! | [`process`] | the process as the kernel sees it: RSS, PSS, the memory cgroup |
 //! | [`sites`] | how stacks are captured: the unwinder, its tables, stacks on or off, the symbolizer's cache |
 //! | [`scope`] | what [`Scope`] and [`ScopeExt`] return |
@@ -115,7 +115,7 @@ pub mod publish;
 pub mod reclaim;
 mod reentry;
 pub mod report;
-mod sample;
+mod sample_life;
 mod sampler;
 pub mod scope;
 pub mod sites;
@@ -136,7 +136,7 @@ pub mod countdown {
     pub use crate::stats::countdown::{Countdown, FragCountdown};
 }
 
-pub use backend::{Probe, Select};
+pub use backend::{Introspect, Select};
 #[cfg(feature = "jemalloc")]
 pub use hooked::{InJemallocError, sample_in_jemalloc, sampling_in_jemalloc};
 pub use publish::Publisher;

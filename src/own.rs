@@ -4,7 +4,7 @@
 //! While a thread does frag's own work ([`run`]), its slot word says so (`stats::thread::FRAG_WORK`)
 //! and its fast path sees the parked shard: each of its allocations and frees takes the cold path,
 //! which counts it in frag's own shard (`stats::pool::frag`), outside every figure of the
-//! program's, and samples it there without a site (`sample`). A sample of frag's counts there until
+//! program's, and samples it there without a site (`sample_life`). A sample of frag's counts there until
 //! it is freed, by whichever thread. The report shows frag's own figures on a line of their own.
 //!
 //! What frag hands to the program (a `Report`, a profile's bytes, the names `symbolize` writes) is

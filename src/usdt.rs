@@ -1,6 +1,6 @@
 //! The OpenTelemetry memory probes: the USDT provider `otel_memory` that the OpenTelemetry eBPF
 //! profiler (design-docs/00003-memory-profiling) and bpftrace attach to, fired at every sample of
-//! the program's (`sample`).
+//! the program's (`sample_life`).
 //!
 //! - `otel_memory:alloc(user, size, weighted_bytes)`: a block was sampled; `user` is the address
 //!   handed to the program, `size` the bytes it asked for, `weighted_bytes` the bytes the sample

@@ -790,7 +790,7 @@ fn planted_names_are_caught() {
         "frag::report::Sites",
         "Tracked::new",
         "report::diagnosis::Breakdown",
-        "Introspect::split_heap",
+        "KnownIntrospect::split_heap",
         "Serving::max_seconds",
         "Sampling::EveryBlock",
         "pool::slow",

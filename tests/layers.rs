@@ -11,17 +11,36 @@ use std::path::{Path, PathBuf};
 /// before it, never from those after it.
 const LAYERS: &[&str] = &[
     // Leaves: no imports from the crate (but `sync`'s atomics, in `fork`'s locks).
-    "sync", "fork", "format", "estimate", "process", "loader", "reentry", "usdt",
+    "sync",
+    "fork",
+    "format",
+    "estimate",
+    "process",
+    "loader",
+    "reentry",
+    "usdt",
     // What a group of samples adds up to (a site's, a scope's).
     "tally",
     // The counters (with the size classes), frag's own work apart from the program's, the sampler
     // and what it feeds (origin, sites, scopes), and a sample's life.
-    "stats", "own", "sampler", "origin", "sites", "scope", "sample",
+    "stats",
+    "own",
+    "sampler",
+    "origin",
+    "sites",
+    "scope",
+    "sample_life",
     // The allocators, then the allocation path that wraps them, and the hooks that sample inside
     // jemalloc.
-    "backend", "tracked", "hooked",
+    "backend",
+    "tracked",
+    "hooked",
     // What reads the counters and the allocator: tuning, the report (with its diagnosis), outputs.
-    "tune", "report", "profile", "watch", "publish",
+    "tune",
+    "report",
+    "profile",
+    "watch",
+    "publish",
     // What acts on the allocator on its own, publishing as the publisher does.
     "reclaim",
 ];

@@ -1,6 +1,6 @@
 //! `Tracked` over a bump arena of the user's own (a "MemArena": blocks are carved one after another
 //! from one reserved region and never freed one by one; only a reset frees them all), with a
-//! `Probe`. Ground truth: the arena's own counters, and RSS from `/proc`, which a free must not
+//! `Introspect`. Ground truth: the arena's own counters, and RSS from `/proc`, which a free must not
 //! lower. The report must show the freed bytes as holes the arena keeps.
 
 mod common;
@@ -84,7 +84,7 @@ unsafe impl GlobalAlloc for Bump {
 
 struct BumpProbe;
 
-impl frag::Probe for BumpProbe {
+impl frag::Introspect for BumpProbe {
     fn name(&self) -> &'static str {
         "bump-arena"
     }
@@ -107,7 +107,7 @@ impl frag::Probe for BumpProbe {
 // Unsampled: the arena counts the bytes it serves, and a sampled small block's mark is 8 bytes larger
 // than its request (`src/sampler/mark.rs`).
 static A: frag::Tracked<Bump, frag::Exact> =
-    frag::Tracked::with_probe_and_sampling(Bump, &BumpProbe, frag::Sampling::Off);
+    frag::Tracked::with_introspect_and_sampling(Bump, &BumpProbe, frag::Sampling::Off);
 
 const MIB: u64 = 1 << 20;
 
@@ -136,7 +136,7 @@ fn frees_keep_their_memory_and_the_report_says_where() {
     // Ground truth: the arena returned nothing.
     assert!(common::under_memcheck() || rss_fell < MIB, "RSS fell by {rss_fell} on frees the arena keeps");
 
-    // The report puts the freed bytes in holes (the probe's `active` minus live usable bytes) and
+    // The report puts the freed bytes in holes (the `Introspect`'s `active` minus live usable bytes) and
     // says so with a warning.
     let holes = |r: &frag::Report| r.diagnosis.as_ref().expect("diagnosis").breakdown.holes_bytes;
     let grew = holes(&after) - holes(&before);

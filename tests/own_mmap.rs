@@ -1,4 +1,4 @@
-//! `Tracked` over an allocator of the user's own, with a `Probe`: an `mmap` per block, unmapped at
+//! `Tracked` over an allocator of the user's own, with a `Introspect`: an `mmap` per block, unmapped at
 //! its free (the allocator of `examples/own_allocator.rs`). Ground truth: the allocator's own
 //! counters and the process's RSS from `/proc`, which must fall by each freed block at once.
 
@@ -10,7 +10,7 @@ mod common;
 use mmap_per_block::{MmapPerBlock, MmapProbe, block_len};
 
 #[global_allocator]
-static A: frag::Tracked<MmapPerBlock, frag::Exact> = frag::Tracked::with_probe(MmapPerBlock, &MmapProbe);
+static A: frag::Tracked<MmapPerBlock, frag::Exact> = frag::Tracked::with_introspect(MmapPerBlock, &MmapProbe);
 
 const MIB: u64 = 1 << 20;
 
@@ -31,15 +31,15 @@ fn quiescent() -> ((u64, u64), frag::report::HeapCounts) {
 
 #[test]
 fn counts_usable_sizes_and_rss_follow_the_allocator() {
-    // Exact counts and usable sizes (the probe's page-rounded lengths) against the allocator's own.
+    // Exact counts and usable sizes (the `Introspect`'s page-rounded lengths) against the allocator's own.
     let ((blocks, mapped), t) = quiescent();
     assert_eq!(t.live_blocks, blocks);
     assert_eq!(t.usable_bytes, mapped);
 
     let r = frag::report();
     assert_eq!(r.backend, Some(frag::backend::WrappedBackend::Other("mmap-per-block")));
-    assert_eq!(r.usable_source, Some(frag::backend::UsableSource::Probe));
-    let a = r.allocator.expect("the probe's statistics");
+    assert_eq!(r.usable_source, Some(frag::backend::UsableSource::Introspect));
+    let a = r.allocator.expect("the `Introspect`'s statistics");
     assert!(a.mapped.is_some_and(|m| m > 0));
     let b = &r.diagnosis.as_ref().expect("diagnosis").breakdown;
     assert_eq!(b.source(frag::report::diagnosis::Part::Holes), frag::report::diagnosis::Source::Measured);

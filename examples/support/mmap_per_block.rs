@@ -1,4 +1,4 @@
-//! An allocator of your own, wrapped by `frag::Tracked` with a `frag::Probe`: every block is its own
+//! An allocator of your own, wrapped by `frag::Tracked` with a `frag::Introspect`: every block is its own
 //! anonymous `mmap`, unmapped at its free, so memory goes back to the OS at once (no fragmentation
 //! at all, at the price of a system call and a whole page per block). Shared by
 //! `examples/own_allocator.rs` and `tests/own_allocators.rs`.
@@ -81,7 +81,7 @@ unsafe impl GlobalAlloc for MmapPerBlock {
 /// own figures for the report. Never allocates (the usable size is called on the allocation path).
 pub struct MmapProbe;
 
-impl frag::Probe for MmapProbe {
+impl frag::Introspect for MmapProbe {
     fn name(&self) -> &'static str {
         "mmap-per-block"
     }

@@ -7,7 +7,7 @@
 //! help and its CPU budget is not in debt: each request is a new generation. A thread helps at its
 //! next sampled allocation (the cold path it already takes, about once per 512 KiB allocated; the
 //! fast path is unchanged), once per generation, with its backend's
-//! [`assist`](super::interface::KnownAllocator::assist): at most once per round (250 ms by
+//! [`assist`](super::known::KnownAllocator::assist): at most once per round (250 ms by
 //! default) per thread. What the assists cost is spent from the reclaimer's budget, so that it and
 //! they stay within its CPU share together. Allocation-, lock- and panic-free, as everything on the
 //! allocation path.
@@ -18,7 +18,7 @@
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 use core::cell::Cell;
 
-use super::interface::KnownAllocator;
+use super::known::KnownAllocator;
 use super::list::{Backend, with_backend};
 
 /// The request's generation; 0 while none is open.

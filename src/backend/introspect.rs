@@ -5,16 +5,16 @@
 use core::fmt;
 
 use super::classes::{AllocatorClass, SlabUse};
-use super::interface::KnownAllocator;
-use super::knob::Trap;
+use super::heap_split::HeapSplit;
+use super::known::KnownAllocator;
 use super::list::{Backend, with_backend};
 use super::registry::Registration;
-use super::split::HeapSplit;
 use super::stats::AllocatorStats;
+use super::tuning::Trap;
 use crate::stats::snapshot::ClassUsable;
 
 /// What a known backend says about itself. Methods with a default are the ones a backend may lack.
-pub(crate) trait Introspect: KnownAllocator {
+pub(crate) trait KnownIntrospect: KnownAllocator {
     /// How usable sizes are obtained, in words, for the report's `usable_source`.
     const USABLE_SOURCE: &'static str;
 
@@ -148,9 +148,9 @@ pub enum UsableSource {
     /// From a known backend, as its [`description`](Self::description) says (exact on every backend
     /// but a system allocator other than glibc, where usable bytes equal requested bytes).
     Backend(Backend),
-    /// From the wrapped allocator's [`Probe::usable_size`](crate::Probe::usable_size), the requested size where it returns `None`.
-    Probe,
-    /// Not known: usable bytes equal requested bytes (an allocator without a probe).
+    /// From the wrapped allocator's [`Introspect::usable_size`](crate::Introspect::usable_size), the requested size where it returns `None`.
+    Introspect,
+    /// Not known: usable bytes equal requested bytes (an allocator without an `Introspect`).
     Requested,
 }
 
@@ -160,7 +160,7 @@ impl UsableSource {
     pub fn description(self) -> &'static str {
         match self {
             Self::Backend(b) => with_backend!(b, A => A::USABLE_SOURCE),
-            Self::Probe => "the allocator's Probe::usable_size (requested size where it returns None)",
+            Self::Introspect => "the allocator's Introspect::usable_size (requested size where it returns None)",
             Self::Requested => "unknown allocator: usable bytes equal requested bytes",
         }
     }
@@ -179,14 +179,14 @@ impl serde::Serialize for UsableSource {
     }
 }
 
-/// What the registered allocator says, through its backend's [`Introspect`] (or [`KnownAllocator`]) or
-/// its probe.
+/// What the registered allocator says, through its backend's [`KnownIntrospect`] (or [`KnownAllocator`]) or
+/// its introspect.
 impl Registration {
     /// How usable sizes are obtained.
     pub(crate) fn usable_source(&self) -> UsableSource {
         match self.backend {
             Some(b) => UsableSource::Backend(b),
-            None if self.probe.is_some() => UsableSource::Probe,
+            None if self.introspect.is_some() => UsableSource::Introspect,
             None => UsableSource::Requested,
         }
     }
@@ -205,7 +205,7 @@ impl Registration {
     pub(crate) fn stats(&self) -> Result<Option<AllocatorStats>, StatsError> {
         match self.backend {
             Some(b) => with_backend!(b, A => A::stats()),
-            None => Ok(self.probe.and_then(|p| p.stats())),
+            None => Ok(self.introspect.and_then(|p| p.stats())),
         }
     }
 

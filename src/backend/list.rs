@@ -2,7 +2,7 @@
 //! generated from it: the [`Backend`] enum and its names and codes, the type match behind
 //! `backend::backend_of`, the backend modules' declarations, the names `FRAG_ALLOCATOR` knows, and
 //! `with_backend!`, the static dispatch that `Select`, the allocation path, the report and tuning use to
-//! reach a backend's [`KnownAllocator`](super::interface::KnownAllocator) implementation.
+//! reach a backend's [`KnownAllocator`](super::known::KnownAllocator) implementation.
 //!
 //! Adding a backend: a file implementing `KnownAllocator` for its allocator type, one line here (which
 //! also declares the file's module), and a cargo feature. Every backend is named here even when its

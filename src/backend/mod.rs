@@ -1,30 +1,30 @@
 //! The allocators frag knows, and what they tell it: [`Backend`] names one, [`Select`] picks one at
-//! start-up, [`Probe`] lets a custom allocator answer frag's questions; [`AllocatorStats`] and
+//! start-up, [`Introspect`] lets a custom allocator answer frag's questions; [`AllocatorStats`] and
 //! [`AllocatorClass`] are the allocator's own figures in a [`Report`](crate::Report),
 //! [`WrappedBackend`] and [`UsableSource`] say which backend and which usable sizes it read.
 
 // Every known backend implements three traits once, in its own file (`system/`, `jemalloc/`,
 // `mimalloc/`, `snmalloc.rs`): what the allocation path needs
-// (`interface::KnownAllocator`), what the report asks
-// (`introspect::Introspect`) and what tuning changes
-// (`knob::actions::Knobs`); and is named once, in `list.rs`, which
+// (`known::KnownAllocator`), what the report asks
+// (`introspect::KnownIntrospect`) and what tuning changes
+// (`tuning::actions::Knobs`); and is named once, in `list.rs`, which
 // generates the `Backend` enum and the static dispatch to it (`with_backend!`). A user's allocator
-// answers the same questions through a `Probe`. Backends know nothing of reports: the report, the
+// answers the same questions through a `Introspect`. Backends know nothing of reports: the report, the
 // diagnosis and `frag::tune` ask them.
 
 pub(crate) mod assist;
 pub(crate) mod classes;
-pub(crate) mod interface;
+pub(crate) mod custom;
+pub(crate) mod heap_split;
 pub(crate) mod introspect;
-pub(crate) mod knob;
+pub(crate) mod known;
 pub(crate) mod list;
-pub(crate) mod probe;
 pub(crate) mod registry;
-pub(crate) mod rule;
 pub(crate) mod select;
-pub(crate) mod split;
 pub(crate) mod stats;
+pub(crate) mod tuning;
 pub(crate) mod usable;
+pub(crate) mod usable_rule;
 pub(crate) mod wrapped;
 
 // Each backend's module (`system`, `jemalloc`, ...), declared from the one list.
@@ -32,9 +32,9 @@ list::backend_list!(declare_modules!());
 
 pub use classes::AllocatorClass;
 pub(crate) use classes::SlabUse;
+pub use custom::Introspect;
 pub use introspect::UsableSource;
 pub use list::Backend;
-pub use probe::Probe;
 pub use select::Select;
 pub use stats::AllocatorStats;
 pub use wrapped::WrappedBackend;

@@ -3,8 +3,8 @@
 
 use core::cell::UnsafeCell;
 
+use super::custom::Introspect;
 use super::list::Backend;
-use super::probe::Probe;
 use super::wrapped::WrappedBackend;
 use crate::sync::{AtomicU8, Ordering};
 
@@ -14,15 +14,15 @@ pub(crate) struct Registration {
     /// The known backend, or `None` for a user's allocator.
     pub(crate) backend: Option<Backend>,
     pub(crate) type_name: &'static str,
-    pub(crate) probe: Option<&'static dyn Probe>,
+    pub(crate) introspect: Option<&'static dyn Introspect>,
 }
 
 impl Registration {
-    /// The wrapped allocator, named: a user's allocator by its probe's name, else its type name.
+    /// The wrapped allocator, named: a user's allocator by its `Introspect`'s name, else its type name.
     pub(crate) fn wrapped(&self) -> WrappedBackend {
         match self.backend {
             Some(b) => WrappedBackend::Known(b),
-            None => WrappedBackend::Other(self.probe.map_or(self.type_name, |p| p.name())),
+            None => WrappedBackend::Other(self.introspect.map_or(self.type_name, |p| p.name())),
         }
     }
 }

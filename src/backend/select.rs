@@ -3,7 +3,7 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::CStr;
 
-use super::interface::KnownAllocator;
+use super::known::KnownAllocator;
 use super::list::{Backend, EVERY_NAME, with_backend};
 use crate::sync::{AtomicU8, Ordering};
 

@@ -3,9 +3,9 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::KnownAllocator;
-use super::introspect::{Introspect, StatsError};
-use super::knob::actions::Knobs;
+use super::known::KnownAllocator;
+use super::introspect::{KnownIntrospect, StatsError};
+use super::tuning::actions::Knobs;
 use super::list::Backend;
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::class::{NUM_CLASSES, class_of};
@@ -78,7 +78,7 @@ impl KnownAllocator for snmalloc_rs::SnMalloc {
     }
 }
 
-impl Introspect for snmalloc_rs::SnMalloc {
+impl KnownIntrospect for snmalloc_rs::SnMalloc {
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {

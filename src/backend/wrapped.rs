@@ -5,7 +5,7 @@ use core::fmt;
 use super::list::Backend;
 
 /// The allocator a report describes: one of the crate's known backends, or another allocator by the
-/// name its [`Probe`](crate::Probe) gives (else its type name).
+/// name its [`Introspect`](crate::Introspect) gives (else its type name).
 ///
 /// Serialises (feature `serde`) and prints as the plain name: `"jemalloc"`, `"system"`, `"rounding"`.
 ///
@@ -26,7 +26,7 @@ use super::list::Backend;
 pub enum WrappedBackend {
     /// A backend this crate knows by type.
     Known(Backend),
-    /// Any other allocator: its probe's name, or its Rust type name without a probe.
+    /// Any other allocator: its `Introspect`'s name, or its Rust type name without an `Introspect`.
     Other(&'static str),
 }
 

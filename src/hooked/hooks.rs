@@ -15,8 +15,8 @@ use core::ffi::{c_uint, c_void};
 use super::entry;
 use super::error::InJemallocError;
 use crate::backend::{Backend, usable};
-use crate::sample::{self, fold_live_if_due};
-use crate::sampler::{self, table::SampledBlock};
+use crate::sample_life::{self, fold_live_if_due};
+use crate::sampler::{self, side_table::SampledBlock};
 use crate::sites::{self, unwind::ColdFrame};
 use crate::stats::class::Class;
 use crate::stats::clock;
@@ -108,14 +108,14 @@ unsafe extern "C" fn backtrace(vec: *mut *mut c_void, len: *mut c_uint, max: c_u
 }
 
 /// A sampled block entering or leaving its class's counters, weighted: in the calling thread's
-/// shard (claimed at its first sample), or where the sample's counts go (`sample::home_of`).
+/// shard (claimed at its first sample), or where the sample's counts go (`sample_life::home_of`).
 fn count(entering: bool, ptr: *const c_void, e: &SampledBlock) {
     let size = e.size as usize;
     let layout = Layout::from_size_align(size, 1).unwrap_or(Layout::new::<u8>());
     let usable = usable::of(Some(Backend::Jemalloc), None, ptr.cast_mut().cast(), layout);
     let random = sampler::rounding(e);
     let class = Class::of(size);
-    let home = sample::home_of(e, pool::home_or(|| pool::slow(|| {}, sampler::mean)));
+    let home = sample_life::home_of(e, pool::home_or(|| pool::slow(|| {}, sampler::mean)));
     pool::with_writer!(home, |s, W| s.count_weighted::<W>(entering, class, size, usable, e.weight, random));
     if let Home::Owned(s) = home {
         catch_up(s);
@@ -148,18 +148,18 @@ unsafe extern "C" fn sample(ptr: *const c_void, size: usize, bt: *mut *mut c_voi
         frames.copy_within(skip..depth, 0);
         sites::intern(&frames, depth - skip, scope)
     };
-    let entry = sample::entry(size as u64, weight, site, false, 0, 0);
-    if !sampler::keep_reported(address, entry) {
+    let entry = sample_life::entry(size as u64, weight, site, false, 0, 0);
+    if !sampler::insert_reported(address, entry) {
         return;
     }
-    sample::arrived(&entry, address);
+    sample_life::arrived(&entry, address);
     count(true, ptr, &entry);
 }
 
 /// Settles the entry `e` of a sampled block at `ptr`, freed (or replaced) by the calling thread.
 fn settle(e: &SampledBlock, ptr: *const c_void) {
     count(false, ptr, e);
-    sample::departed(&pool::calling_thread(), e, ptr.cast());
+    sample_life::departed(&pool::calling_thread(), e, ptr.cast());
 }
 
 /// A sampled block is being freed (or was reallocated away).

@@ -82,7 +82,7 @@ pub fn sample_in_jemalloc(sampling: Sampling) -> Result<Sampling, InJemallocErro
         return Err(InJemallocError::NotTheGlobalAllocator);
     }
     let registration =
-        Registration { backend: Some(Backend::Jemalloc), type_name: "tikv_jemallocator::Jemalloc", probe: None };
+        Registration { backend: Some(Backend::Jemalloc), type_name: "tikv_jemallocator::Jemalloc", introspect: None };
     if !registry::register(registration) && !hooks::installed() {
         return Err(InJemallocError::AlreadyTracked);
     }

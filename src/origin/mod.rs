@@ -4,7 +4,7 @@
 //! it, and most allocators handle such *cross-thread frees* worse than local ones (they go back to the
 //! allocating thread's cache or arena, later or through a slower path, and pin its pages meanwhile).
 //! This module estimates that share from the sampler's blocks (`sampler`): each sampled block's
-//! entry says which thread allocated it and when; its free, on whichever thread, settles it here,
+//! entry says which thread allocated it and when; its free, on whichever thread, counts it out here,
 //! weighted by the inverse of its sampling probability:
 //!
 //! - per thread (in each thread's shard): local frees, frees of its blocks elsewhere, frees it made
@@ -20,7 +20,7 @@
 pub(crate) mod tally;
 
 use crate::estimate::SampleSums;
-use crate::sampler::table::SampledBlock;
+use crate::sampler::side_table::SampledBlock;
 use crate::stats::class::class_of;
 use crate::stats::pool::{self, CallingThread};
 use crate::stats::shard::{Shard, origin_field};

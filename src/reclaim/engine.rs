@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use super::host::{Host, Reading};
 use super::limit::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standing, Warning};
+use super::outcome::{Action, Refault, Round, Skip, Totals};
 use super::pacing::Budget;
 use super::quiet::{Activity, Quiet};
-use super::record::{Action, Refault, Round, Skip, Totals};
 use crate::report::diagnosis::{Breakdown, Part, Source};
 
 /// The quiet window grows at most to this multiple of the configured one after refaults.

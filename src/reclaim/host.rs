@@ -5,7 +5,7 @@
 use std::cell::OnceCell;
 use std::time::Duration;
 
-use crate::backend::knob::{Decay, Method, TuneError};
+use crate::backend::tuning::{Decay, Method, TuneError};
 use crate::report::diagnosis::Breakdown;
 
 /// The process's memory as `/proc/self/statm` gives it.

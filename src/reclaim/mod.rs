@@ -34,10 +34,10 @@ mod host;
 mod limit;
 #[cfg(test)]
 mod model;
+mod outcome;
 mod output;
 mod pacing;
 mod quiet;
-mod record;
 mod this_process;
 mod threads;
 
@@ -49,11 +49,11 @@ use std::time::{Duration, Instant};
 use self::engine::{Engine, Settings};
 use self::limit::follow::{Follow, Setting};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
-pub use self::record::{Action, Refault, Round, Skip, Skips, Totals};
+pub use self::outcome::{Action, Refault, Round, Skip, Skips, Totals};
 use self::this_process::ThisProcess;
 pub use self::threads::{ThreadReleases, idle, thread_releases};
-use crate::backend::knob::TuneError;
-pub use crate::backend::knob::{Method, ThreadMethod};
+use crate::backend::tuning::TuneError;
+pub use crate::backend::tuning::{Method, ThreadMethod};
 use crate::publish::names::{self, Series};
 use crate::publish::worker::Worker;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::engine::Settings;
 use super::host::{Host, Statm};
-use crate::backend::knob::{Decay, Method, TuneError};
+use crate::backend::tuning::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Source, Sources};
 
 pub(crate) const MIB: u64 = 1 << 20;

@@ -7,9 +7,9 @@ use metrics::Label;
 
 use super::engine::Step;
 use super::limit::pressure::{Exhausted, Warning};
-use super::record::{Refault, Round, Skip, Totals};
+use super::outcome::{Refault, Round, Skip, Totals};
 use super::threads::ThreadReleases;
-use crate::backend::knob::ThreadMethod;
+use crate::backend::tuning::ThreadMethod;
 use crate::format::Bytes;
 use crate::publish::names::{Metric, Series};
 
@@ -196,9 +196,9 @@ fn writes(round: &Round, refault: Option<&Refault>, totals: &Totals, published: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::knob::Method;
-    use crate::backend::split::Part;
-    use crate::reclaim::record::{Action, Skip};
+    use crate::backend::heap_split::Part;
+    use crate::backend::tuning::Method;
+    use crate::reclaim::outcome::{Action, Skip};
     use core::time::Duration;
 
     fn find(writes: &[Write], metric: Metric) -> Vec<(Option<(&'static str, &'static str)>, Op)> {

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::host::{Host, Statm};
 use crate::backend::Backend;
-use crate::backend::knob::actions::Knobs;
-use crate::backend::knob::{Decay, Method, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;
+use crate::backend::tuning::actions::Knobs;
+use crate::backend::tuning::{Decay, Method, TuneError};
 use crate::process;
 use crate::report::{self, diagnosis::Breakdown};
 
@@ -32,7 +32,7 @@ impl ThisProcess {
         if with_backend!(backend, A => A::RECLAIMS) {
             Ok(Self { backend })
         } else {
-            Err(crate::backend::knob::unsupported(
+            Err(crate::backend::tuning::unsupported(
                 backend,
                 KNOB,
                 "it has no call that returns free memory; it decommits on its own schedule",

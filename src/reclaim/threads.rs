@@ -18,10 +18,10 @@
 use core::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-use crate::backend::knob::actions::Knobs;
-use crate::backend::knob::{ThreadMethod, TuneError};
 use crate::backend::list::with_backend;
 use crate::backend::registry::registered;
+use crate::backend::tuning::actions::Knobs;
+use crate::backend::tuning::{ThreadMethod, TuneError};
 use crate::process;
 
 /// The open request's generation; 0 while none is open.

@@ -2,7 +2,7 @@
 //! (`ratio`), says what the reader should know (`warn`) and draws the diagnosis. Never runs on the
 //! allocation path.
 
-use super::content::Report;
+use super::document::Report;
 use super::figures::{ShardPool, ThreadRow};
 use super::origin as origin_section;
 use super::origin::Origin;
@@ -177,7 +177,7 @@ pub(crate) fn pinned_by_site() -> Option<std::collections::HashMap<u32, f64>> {
 }
 
 /// The wrapped allocator's own figures and size classes, where it has them and the report may read
-/// them (`reading`: not re-entered from a probe); what could not be read is said in `warnings`.
+/// them (`reading`: not re-entered from an `Introspect`); what could not be read is said in `warnings`.
 fn allocator_figures(
     reg: Option<Registration>,
     reading: bool,

@@ -2,7 +2,7 @@
 
 use core::fmt::{self, Display, Formatter};
 
-use super::content::Report;
+use super::document::Report;
 use super::figures::{FragItself, HeapCounts, RowKind, ShardPool, SizeClassRow, ThreadRow};
 use super::origin::Origin;
 use super::pins::PinMethod;

@@ -3,10 +3,10 @@
 //! Field names are part of the API: tooling reads the JSON form (`serde` feature).
 
 pub(crate) mod collect;
-mod content;
 mod counters;
 pub mod diagnosis;
 mod display;
+mod document;
 mod figures;
 mod origin;
 mod pins;
@@ -27,9 +27,9 @@ pub use scopes::{ScopeRow, ScopeSite, Scopes};
 pub use sites::{PinnedHoles, SiteRow, Sites};
 pub use warn::{Warning, WarningKind};
 
-pub use content::Report;
+pub use document::Report;
 #[cfg(not(feature = "serde"))]
-pub use content::needs_serde;
+pub use document::needs_serde;
 pub use figures::{FragItself, HeapCounts, RowKind, ShardPool, SizeClassRow, ThreadRow};
 pub use origin::{LifetimeRow, Origin, OriginPair};
 pub use ratio::Fragmentation;

@@ -65,7 +65,7 @@ pub enum PinMethod {
 /// The holes of the allocator's slab classes shared among sites, by site id.
 #[derive(Debug)]
 pub(crate) struct Shares {
-    /// Estimated pinned bytes per site id (`sites::table` ids; the "no stack" site included).
+    /// Estimated pinned bytes per site id (`sites::site_table` ids; the "no stack" site included).
     pub(crate) by_site: HashMap<u32, f64>,
     /// Free bytes in the slabs of every slab class (the allocator's own figure).
     pub(crate) holes: u64,
@@ -96,7 +96,7 @@ pub(crate) struct Block {
 /// The shares, from `classes` (the allocator's, with their slab figures) and the live sampled
 /// blocks; `None` when no class has slab figures (the backend does not split its holes by class).
 /// How each kind of block is charged: the module documentation.
-pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = Block>) -> Option<Shares> {
+pub(crate) fn share(classes: &[AllocatorClass], live: impl IntoIterator<Item = Block>) -> Option<Shares> {
     let slab: Vec<&AllocatorClass> = {
         let mut v: Vec<&AllocatorClass> = classes.iter().filter(|c| c.slabs.is_some()).collect();
         v.sort_by_key(|c| c.size);
@@ -174,7 +174,7 @@ pub(crate) fn split(classes: &[AllocatorClass], live: impl IntoIterator<Item = B
 
 /// Where the allocator can be asked about the slab of the sampled block at `address`: the block
 /// itself in its natural place or past its head, a marked block's twin, or nowhere.
-fn slab_address(address: usize, e: &sampler::table::SampledBlock) -> Option<usize> {
+fn slab_address(address: usize, e: &sampler::side_table::SampledBlock) -> Option<usize> {
     match (e.marked, e.lead, e.twin) {
         (false, _, _) => Some(address),
         (true, 0, 0) => None,
@@ -209,7 +209,7 @@ pub(crate) fn current(classes: &[AllocatorClass], reg: Option<Registration>) -> 
             _ => Some(block(None)),
         }
     });
-    split(classes, blocks)
+    share(classes, blocks)
 }
 
 #[cfg(test)]
@@ -228,7 +228,7 @@ mod tests {
     fn a_class_with_no_live_sample_is_unattributed() {
         let classes = [slab(16, 2, 256, 100), slab(32, 1, 128, 128), slab(48, 3, 256, 10)];
         // Site 7: three quarters of class 16's estimated blocks, site 9 the rest; class 48 has no sample.
-        let s = split(&classes, [block(7, 9, 300.0, None), block(9, 16, 100.0, None), block(9, 17, 5.0, None)])
+        let s = share(&classes, [block(7, 9, 300.0, None), block(9, 16, 100.0, None), block(9, 17, 5.0, None)])
             .expect("slab classes");
         assert_eq!(s.method, PinMethod::ClassShares);
         let holes16 = (2 * 256 - 100) * 16;
@@ -265,7 +265,7 @@ mod tests {
             block(2, 64, 1.0, Some(full)),
             block(3, 1 << 20, 1.0, Some(large)),
         ];
-        let s = split(&classes, live).expect("slab classes");
+        let s = share(&classes, live).expect("slab classes");
         assert_eq!(s.method, PinMethod::Slabs);
         assert!((s.by_site[&1] - 60.0 * 64.0).abs() < 1e-9, "{:?}", s.by_site);
         assert_eq!(s.by_site[&2], 0.0);
@@ -281,7 +281,7 @@ mod tests {
         // marked blocks of sites 2 and 3, by weight.
         let part = SlabUse { free: 60, regions: 64, bytes: 4096 };
         let live = [block(1, 64, 1.0, Some(part)), block(2, 64, 3.0, None), block(3, 64, 1.0, None)];
-        let s = split(&classes, live).expect("slab classes");
+        let s = share(&classes, live).expect("slab classes");
         assert_eq!(s.method, PinMethod::Both);
         assert!((s.by_site[&1] - 60.0 * 64.0 * 0.25).abs() < 1e-9, "{:?}", s.by_site);
         let rest = 64.0 * 64.0 - 60.0 * 64.0 * 0.25;
@@ -304,7 +304,7 @@ mod tests {
             block(2, 40, 100.0, Some(full)),
             block(3, 40, 50.0, None),
         ];
-        let s = split(&classes, live).expect("slab classes");
+        let s = share(&classes, live).expect("slab classes");
         assert_eq!(s.method, PinMethod::Both);
         // Estimates: site 1 2 × 100 × 48, site 2 0, site 3 50 × the mean part per weight (48 / 2).
         let (e1, e3) = (2.0 * 100.0 * 48.0, 50.0 * 24.0);
@@ -319,7 +319,7 @@ mod tests {
     fn estimates_in_full_slabs_leave_the_class_unattributed() {
         let classes = [slab(48, 2, 256, 500)];
         let full = SlabUse { free: 0, regions: 256, bytes: 256 * 48 };
-        let s = split(&classes, [block(2, 40, 100.0, Some(full))]).expect("slab classes");
+        let s = share(&classes, [block(2, 40, 100.0, Some(full))]).expect("slab classes");
         assert_eq!(s.by_site.get(&2).copied().unwrap_or(0.0), 0.0);
         assert_eq!(s.unattributed, 12 * 48);
     }
@@ -327,6 +327,6 @@ mod tests {
     #[test]
     fn no_slab_figures_no_split() {
         let large = AllocatorClass { size: 1 << 20, requests: 1, held: 1, slabs: None };
-        assert!(split(&[large], [block(1, 1 << 20, 1.0, None)]).is_none());
+        assert!(share(&[large], [block(1, 1 << 20, 1.0, None)]).is_none());
     }
 }

@@ -136,7 +136,7 @@ pub(crate) fn section(shares: Option<&Shares>) -> Option<Scopes> {
 }
 
 /// The row of scope `s`, whose sites (with a stack) are `sites`, largest in use first.
-fn row(s: &ScopeFigures, sites: &[SiteFigures], pins_split: bool) -> ScopeRow {
+fn row(s: &ScopeFigures, sites: &[SiteFigures], pins_by_slab: bool) -> ScopeRow {
     let t = &s.tally;
     let (inuse_bytes, inuse_bytes_interval, _) = read::live_bytes(t);
     let alloc_bytes = t.alloc_bytes.round() as u64;
@@ -152,7 +152,7 @@ fn row(s: &ScopeFigures, sites: &[SiteFigures], pins_split: bool) -> ScopeRow {
         freed_elsewhere_share: t.cross_share(),
         free_samples: t.free_samples,
         median_lifetime_ns: t.median_lifetime_ns(),
-        pinned_bytes: pins_split.then(|| sites.iter().map(|s| s.pinned_bytes).sum::<f64>().round() as u64),
+        pinned_bytes: pins_by_slab.then(|| sites.iter().map(|s| s.pinned_bytes).sum::<f64>().round() as u64),
         top_sites: sites
             .iter()
             .filter(|s| !s.stack.is_empty() && s.tally.inuse_bytes >= 0.5)

@@ -270,7 +270,7 @@ fn named_frames(symbols: &mut Symbols, stack: &[usize], max: usize) -> Vec<Strin
     frames
 }
 
-fn row(s: &SiteFigures, pins_split: bool) -> SiteRow {
+fn row(s: &SiteFigures, pins_by_slab: bool) -> SiteRow {
     let inuse_bytes = s.tally.inuse_bytes.round() as u64;
     let alloc_bytes = s.tally.alloc_bytes.round() as u64;
     SiteRow {
@@ -286,6 +286,6 @@ fn row(s: &SiteFigures, pins_split: bool) -> SiteRow {
         cross_thread_share: s.tally.cross_share(),
         free_samples: s.tally.free_samples,
         median_lifetime_ns: s.tally.median_lifetime_ns(),
-        pinned_bytes: pins_split.then(|| s.pinned_bytes.round() as u64),
+        pinned_bytes: pins_by_slab.then(|| s.pinned_bytes.round() as u64),
     }
 }

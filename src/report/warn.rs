@@ -88,7 +88,7 @@ pub(super) fn allocator_stats(e: &StatsError) -> Warning {
 }
 
 pub(super) fn reentered() -> Warning {
-    Warning::new(WarningKind::AllocatorStats, "report() re-entered (from a Probe?): allocator statistics skipped")
+    Warning::new(WarningKind::AllocatorStats, "report() re-entered (from a Introspect?): allocator statistics skipped")
 }
 
 /// When `FRAG_ALLOCATOR` named no backend of this build and `Select` fell back.

@@ -21,7 +21,7 @@
 //! A child forked while a window was open in the parent would wait forever: the fork handler closes
 //! them all ([`Gate::after_fork_in_child`]).
 
-use super::table::Table;
+use super::side_table::Table;
 use crate::sync::{AtomicUsize, Ordering, atomics_ctor, fence, spin_loop, yield_now};
 
 /// Most blocks asked about in one window: bounds a free's wait and the window's stack buffers.

@@ -25,11 +25,11 @@
 //! be turned off) an `and` with one cached word ([`may_be_marked`], [`FREE_MASK`]). Anything else
 //! means "not sampled" with no other memory read. A match is tested against its request's own mark,
 //! still with no memory read (a page-aligned block of a small request, the common false match, is
-//! settled there): inline in a free of the sampled tier ([`at_its_own_mark`]), and within
+//! decided there): inline in a free of the sampled tier ([`at_its_own_mark`]), and within
 //! [`maybe_sampled`] and [`maybe_sampled_marked`] elsewhere. A block at its mark has its page
 //! bucket's counters read (`sampler::buckets`: two levels, 1 KiB then 16 KiB), out of line in the
-//! sampled tier. Zero at either level settles it; anything else goes to the cold path, which looks
-//! the block up in the side table (`sampler::table`) and frees a sampled block with the layout and
+//! sampled tier. Zero at either level decides it; anything else goes to the cold path, which looks
+//! the block up in the side table (`sampler::side_table`) and frees a sampled block with the layout and
 //! address it was allocated with.
 //!
 //! The mark costs memory: up to 4 KiB per live sampled small block (the alignment; the 8 bytes go
@@ -74,7 +74,7 @@ static BUCKETS: Buckets<FILTER_BUCKETS, PAGE_BUCKETS> = Buckets::new();
 // The figures `buckets` states: a 1 KiB filter and 16 KiB of page counters, and no more sampled blocks
 // live at once (the side table's capacity, 16,384) than a page counter's `u16` holds.
 const _: () = assert!(size_of::<Buckets<FILTER_BUCKETS, PAGE_BUCKETS>>() == (1 + 16) << 10);
-const _: () = assert!(super::table::CAPACITY == 16_384 && super::table::CAPACITY <= u16::MAX as usize);
+const _: () = assert!(super::side_table::CAPACITY == 16_384 && super::side_table::CAPACITY <= u16::MAX as usize);
 
 #[inline(always)]
 fn page(ptr: *mut u8) -> usize {
@@ -129,7 +129,7 @@ pub(crate) fn maybe_sampled_marked(ptr: *mut u8, layout: Layout) -> bool {
 /// boundary). With constants, no memory read and no branch: bit 3 of the pointer against whether
 /// the request is small, which is the top bits of `size - 4 KiB` (a size fits an `isize`). A free
 /// makes this test inline: the page-aligned blocks of small requests (the first block of many
-/// slabs) are settled there, without a call.
+/// slabs) are decided there, without a call.
 #[inline(always)]
 pub(crate) fn at_its_own_mark(ptr: *mut u8, layout: Layout) -> bool {
     const _: () = assert!(SMALL_OFFSET == 8 && MARK_ALIGN.is_power_of_two());
@@ -271,7 +271,7 @@ mod tests {
         }
     }
 
-    /// An unsampled pointer on a page boundary is settled by its bucket's counter; a noted one is not,
+    /// An unsampled pointer on a page boundary is decided by its bucket's counter; a noted one is not,
     /// and neither is any other page in its bucket until it is forgotten.
     #[test]
     fn page_buckets_count_sampled_blocks() {
@@ -283,7 +283,7 @@ mod tests {
         assert!(maybe_sampled(a, L16) && maybe_sampled(b, L16), "one bucket");
         assert!(maybe_sampled(a.wrapping_add(8), L8), "the small mark, same page");
         assert!(!maybe_sampled(page(4), L16) && !maybe_sampled(a.wrapping_add(16), L16));
-        // Same first-level bucket, another second-level one: the second level settles it.
+        // Same first-level bucket, another second-level one: the second level decides it.
         assert!(!maybe_sampled(page(3 + FILTER_BUCKETS), L16));
         forgotten(a);
         assert!(!maybe_sampled(a, L16));

@@ -7,7 +7,7 @@
 //! - **how a free knows** (`mark`): a sampled block is placed 8 bytes past a 4 KiB boundary (small
 //!   requests aligned to at most 8 bytes) or on one (the others), so a free whose pointer is neither
 //!   knows from the pointer alone that there is nothing to look up;
-//! - **what is remembered** (`table`): each sampled block's allocating thread, size, weight, birth
+//! - **what is remembered** (`side_table`): each sampled block's allocating thread, size, weight, birth
 //!   time, site and mark, in a fixed lock-free side table, until its free (or reallocation) removes
 //!   it, before the block goes back to the allocator;
 //! - **asking the allocator about them** (`gate`): a report's question about live sampled blocks
@@ -18,14 +18,14 @@
 pub(crate) mod buckets;
 pub(crate) mod gate;
 pub(crate) mod mark;
-pub(crate) mod table;
+pub(crate) mod side_table;
 
 use core::alloc::Layout;
 use core::fmt;
 
 use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use gate::Gate;
-use table::{SampledBlock, Table};
+use side_table::{SampledBlock, Table};
 
 /// Every live sampled block.
 pub(crate) static TABLE: Table = Table::new();
@@ -305,7 +305,7 @@ pub(crate) use mark::{at_its_own_mark, in_an_occupied_bucket, may_carry_a_mark, 
 
 /// Puts the sampled block at `ptr` in the side table, before it is handed out. `false` (and a
 /// counted drop) when its neighbourhood is full.
-pub(crate) fn keep(ptr: *mut u8, entry: SampledBlock) -> bool {
+pub(crate) fn insert(ptr: *mut u8, entry: SampledBlock) -> bool {
     let kept = TABLE.insert(ptr, entry);
     if kept {
         mark::noted(ptr);
@@ -352,11 +352,11 @@ pub(crate) fn reported() -> bool {
 /// the side table: unmarked, found by its free's report rather than by its address. `false` when
 /// its neighbourhood is full.
 #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
-pub(crate) fn keep_reported(ptr: *mut u8, entry: SampledBlock) -> bool {
+pub(crate) fn insert_reported(ptr: *mut u8, entry: SampledBlock) -> bool {
     TABLE.insert(ptr, entry)
 }
 
-/// Removes the entry of a block [`keep_reported`] put in the side table, if it is there. Owner only.
+/// Removes the entry of a block [`insert_reported`] put in the side table, if it is there. Owner only.
 #[cfg_attr(not(feature = "jemalloc"), allow(dead_code))] // used by `hooked` alone
 pub(crate) fn remove_reported(ptr: *mut u8) -> Option<SampledBlock> {
     TABLE.remove(ptr)

@@ -3,7 +3,7 @@
 use core::cell::Cell;
 use core::marker::PhantomData;
 
-use super::table::NONE;
+use super::scope_table::NONE;
 
 std::thread_local! {
     /// The current scope's slot. Follows the thread-local rules of `reentry` (const-initialised, no

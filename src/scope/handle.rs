@@ -2,7 +2,7 @@
 
 use super::current::{self, Entered};
 use super::read;
-use super::table::{CAPACITY, MAX_NAME, MAX_PUBLISHED, NO_SCOPE, NONE, OTHER, OTHER_SCOPES, SCOPES};
+use super::scope_table::{CAPACITY, MAX_NAME, MAX_PUBLISHED, NO_SCOPE, NONE, OTHER, OTHER_SCOPES, SCOPES};
 use crate::tally::Figures;
 
 /// A named scope that sampled allocations are credited to: memory by request kind, tenant,

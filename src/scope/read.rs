@@ -1,6 +1,6 @@
 //! Reading the scope table: one figure set per scope with a sample (report side: allocates).
 
-use super::table::{CAPACITY, NONE, OTHER, OTHER_SCOPES, SCOPES};
+use super::scope_table::{CAPACITY, NONE, OTHER, OTHER_SCOPES, SCOPES};
 use crate::estimate::live_bytes_interval;
 use crate::sampler;
 use crate::tally::Figures;

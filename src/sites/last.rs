@@ -8,7 +8,7 @@
 
 use core::cell::Cell;
 
-use super::table::{NO_SITE, SITES};
+use super::site_table::{NO_SITE, SITES};
 use super::unwind::{self, ColdFrame, Frames, MAX_FRAMES, Trace};
 
 struct Last {

@@ -2,7 +2,7 @@
 //!
 //! Every block the sampler picks (`sampler`) walks its stack (`unwind`: the unwind tables built from
 //! each module's `.eh_frame`, or the frame-pointer chain in a build that keeps frame pointers) and
-//! interns it in a fixed table of sites (`table`); the site goes into the block's
+//! interns it in a fixed table of sites (`site_table`); the site goes into the block's
 //! side-table entry, and its free (on which thread, after how long) is credited to the site. Nothing
 //! here allocates or locks on the allocation path.
 //!
@@ -11,16 +11,16 @@
 
 mod last;
 pub(crate) mod read;
+pub(crate) mod site_table;
 pub(crate) mod symbols;
-pub(crate) mod table;
 pub(crate) mod unwind;
 
 use crate::estimate::SampleSums;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use site_table::CAPACITY as SITE_CAPACITY;
+pub(crate) use site_table::NO_SITE;
+pub(crate) use site_table::SITES;
 pub use symbols::keep_symbol_cache;
-pub(crate) use table::CAPACITY as SITE_CAPACITY;
-pub(crate) use table::NO_SITE;
-pub(crate) use table::SITES;
 use unwind::{ColdFrame, Frames, MAX_FRAMES};
 pub use unwind::{UnwindTables, Unwinder};
 

@@ -7,7 +7,7 @@
 //! offset the linker fixes in the instruction (the local-exec model). So a countdown declared with
 //! the macro saves one instruction on every allocation (`docs/PERFORMANCE.md`, "The
 //! countdown, and why it lives in the program's crate"). Nothing else changes: frag moves the countdown to the home a `Tracked`'s cold path
-//! names (`stats::thread::settle`).
+//! names (`stats::thread::rehome`).
 
 use core::cell::Cell;
 

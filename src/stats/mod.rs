@@ -5,7 +5,7 @@
 //! - [`clock`]: a thread's sampling clock (the sampler's countdown, and its exact allocated bytes);
 //! - [`pool`]: the static pool of shards, thread start and exit, fork, the overflow shard;
 //! - [`thread`]: the calling thread's slot, the shard its fast path writes to, and its countdown;
-//! - [`registry`]: the lock-free claim / release / recycle protocol the pool runs on;
+//! - [`registry`]: the lock-free claim / vacate / recycle protocol the pool runs on;
 //! - [`live`]: process-wide live bytes and peak without a global atomic per allocation;
 //! - [`snapshot`]: reading all of it at once, off the hot path.
 

@@ -42,7 +42,7 @@ pub(crate) fn owned() -> Option<&'static Shard> {
     (word >= FIRST_ADDRESS).then(|| unsafe { &*(word as *const Shard) })
 }
 
-pub(crate) use crate::stats::thread::{count_down, count_down_owing, give_back, on_clock, settle};
+pub(crate) use crate::stats::thread::{count_down, count_down_owing, give_back, on_clock, rehome};
 
 /// The shard the fast path writes to: the calling thread's own, or `PARKED`.
 #[inline(always)]
@@ -235,21 +235,21 @@ fn process_seed() -> u64 {
 }
 
 /// Called once on the exiting thread, after Rust's thread-local destructors have run.
-fn release(shard: &'static Shard) {
+fn vacate(shard: &'static Shard) {
     shard.fold_live();
     // Rust names a spawned thread after its first allocations may already have happened; by now the
     // name is final.
     shard.set_name(os::thread_name());
     // From here on this thread's allocations go to the overflow shard; it must not touch `shard` again.
     thread::set_slot(EXITED);
-    POOL.release(shard);
+    POOL.vacate(shard);
 }
 
 /// Reading side: the slots used so far and the overflow shard. Allocation-free. The calling
-/// thread's countdown goes to its shard first (`thread::hand_over`), so that its own figures are
+/// thread's countdown goes to its shard first (`thread::fold_countdown`), so that its own figures are
 /// exact.
 pub(crate) fn used_slots() -> &'static [Shard] {
-    thread::hand_over();
+    thread::fold_countdown();
     POOL.used()
 }
 
@@ -271,7 +271,7 @@ mod exit_hook {
     //! allocator, and glibc runs key destructors after `__call_tls_dtors`, so allocations made by Rust
     //! thread-local destructors are still counted in the exiting thread's own shard.
 
-    use super::{Shard, release};
+    use super::{Shard, vacate};
     use crate::sync::{AtomicUsize, Ordering};
 
     const UNINIT: usize = 0;
@@ -287,7 +287,7 @@ mod exit_hook {
         if !value.is_null() {
             // SAFETY: the only non-null value ever stored under KEY is a `&'static Shard` (see
             // `install`).
-            release(unsafe { &*(value as *const Shard) });
+            vacate(unsafe { &*(value as *const Shard) });
         }
     }
 
@@ -341,11 +341,11 @@ fn after_fork_in_child() {
             LIVE => {
                 // Its owner is gone, so this thread may act as the owner one last time.
                 shard.fold_live();
-                POOL.release(shard);
+                POOL.vacate(shard);
             }
             SETTING_UP => {
                 shard.set_base(shard.totals());
-                POOL.release(shard);
+                POOL.vacate(shard);
             }
             _ => {}
         }

@@ -1,4 +1,4 @@
-//! The claim / release / recycle protocol of the shard pool, on its own and generic over what a slot
+//! The claim / vacate / recycle protocol of the shard pool, on its own and generic over what a slot
 //! holds, so that `tests/loom` can model-check it on two tiny slots.
 //!
 //! A slot is never used (state 0), `SETTING_UP` (one thread is setting it up), `LIVE` (owned by a running
@@ -38,7 +38,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
     /// Finds a slot and marks it `SETTING_UP`: a released one first, else a never-used one. `None` when
     /// every slot is held. The caller sets the slot up and then calls [`Self::expose`].
     pub(crate) fn claim(&self) -> Option<&T> {
-        if let Some(s) = self.reuse_released() {
+        if let Some(s) = self.reuse_vacated() {
             return Some(s);
         }
         let mut hw = self.high_water.load(Ordering::Relaxed);
@@ -53,10 +53,10 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
             }
         }
         // Every slot has been used; one may have been released while we looked.
-        self.reuse_released()
+        self.reuse_vacated()
     }
 
-    fn reuse_released(&self) -> Option<&T> {
+    fn reuse_vacated(&self) -> Option<&T> {
         if self.released.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -78,7 +78,7 @@ impl<T: Claimable, const N: usize> Registry<T, N> {
     }
 
     /// Gives a live (or `SETTING_UP`) slot back. The caller must not write to it afterwards.
-    pub(crate) fn release(&self, slot: &T) {
+    pub(crate) fn vacate(&self, slot: &T) {
         slot.state().store(RELEASED, Ordering::Release);
         self.released.fetch_add(1, Ordering::Relaxed);
     }

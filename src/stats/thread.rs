@@ -5,14 +5,14 @@
 //! thread-local cell with one read-modify-write relative to the thread pointer, with no load of the
 //! shard's address before it (`count_down`). The cell is a [`Countdown`]'s: frag's own
 //! ([`FragCountdown`]) or one the program declared in its crate (`declare_countdown!`), whichever
-//! `Tracked` took the cold path last ([`settle`]). It holds the owned shard's `Clock` countdown while
+//! `Tracked` took the cold path last ([`rehome`]). It holds the owned shard's `Clock` countdown while
 //! the thread owns one, and 0 otherwise, which sends every allocation to the cold path (requests are
 //! never of 0 bytes). The shard's clock holds a copy, handed over:
 //! - into the cell when the thread takes the shard as its own ([`set_slot`]), and out when it leaves
 //!   it (frag's own work, thread exit): nothing else writes that clock meanwhile;
 //! - around every operation of the owner's cold path on its clock ([`on_clock`]), so the clock's
 //!   logic (`stats::clock`) sees the true countdown and other threads see it as of the last event;
-//! - before the thread reads the shards (`pool::used_slots`, [`hand_over`]).
+//! - before the thread reads the shards (`pool::used_slots`, [`fold_countdown`]).
 //!
 //! So other threads read a live thread's allocated bytes as of its last sampling event (up to one
 //! interval, 512 KiB on average, behind), and the thread itself, or anyone once it exited, exactly.
@@ -44,21 +44,21 @@ pub(crate) const FIRST_ADDRESS: usize = 5;
 std::thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(UNCLAIMED) };
     /// Where the countdown lives on this thread: the cell of the [`Countdown`] whose `Tracked` took
-    /// the cold path last ([`settle`]); null for [`FragCountdown`]'s.
+    /// the cold path last ([`rehome`]); null for [`FragCountdown`]'s.
     static AT: Cell<*const Cell<i64>> = const { Cell::new(core::ptr::null()) };
     /// What the fast path reads: the thread's own shard once claimed, else the parked shard (whose
     /// clock sends every allocation to the cold path, which reads `SLOT`).
     static HOT: Cell<*const Shard> = const { Cell::new(&PARKED) };
 }
 
-/// Calls `f` with the cell the countdown lives in now ([`settle`]).
+/// Calls `f` with the cell the countdown lives in now ([`rehome`]).
 #[inline]
 fn with_left<R>(f: impl FnOnce(&Cell<i64>) -> R) -> Option<R> {
     let at = AT.try_with(Cell::get).ok()?;
     if at.is_null() {
         return FragCountdown::with(f);
     }
-    // SAFETY: `settle` stored the address of the calling thread's cell of a `Countdown`, which its
+    // SAFETY: `rehome` stored the address of the calling thread's cell of a `Countdown`, which its
     // contract keeps valid until the thread has exited.
     Some(f(unsafe { &*at }))
 }
@@ -69,7 +69,7 @@ fn with_left<R>(f: impl FnOnce(&Cell<i64>) -> R) -> Option<R> {
 /// which moves it back (two allocators with different homes in one process each get the countdown
 /// in turn; one `#[global_allocator]` keeps it where it is).
 #[inline]
-pub(crate) fn settle<C: Countdown>() {
+pub(crate) fn rehome<C: Countdown>() {
     let Some(home) = C::with(|c| c as *const Cell<i64>) else { return };
     let Some(now) = with_left(|c| c as *const Cell<i64>) else { return };
     if home == now {
@@ -122,7 +122,7 @@ pub(crate) fn set_slot(v: usize) {
 ///
 /// The subtraction is stored whatever its outcome, so that the common path is a subtraction from
 /// memory and a branch on its sign. The countdown is taken from `C`'s cell: where it lives unless
-/// another `Countdown`'s cold path ran last ([`settle`]); else that cell holds 0, and the cold path
+/// another `Countdown`'s cold path ran last ([`rehome`]); else that cell holds 0, and the cold path
 /// moves it. (Thread-local storage gone, `false` with nothing taken off, and giving back does
 /// nothing; the countdown's cells are const-initialised without `Drop`, so that never happens.)
 #[inline(always)]
@@ -172,7 +172,7 @@ pub(crate) fn on_clock<R>(clock: &Clock, shared: bool, op: impl FnOnce(&Clock) -
 
 /// Hands the calling thread's countdown to its own shard's clock (if it has one), so that readers
 /// see the thread's allocated bytes exactly (`Clock::allocated`).
-pub(crate) fn hand_over() {
+pub(crate) fn fold_countdown() {
     if let Some(own) = shard_at(slot()) {
         let _ = with_left(|l| own.hot.clock.take_countdown(l.get()));
     }

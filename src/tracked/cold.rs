@@ -15,8 +15,8 @@ use core::alloc::{GlobalAlloc, Layout};
 
 use super::{Tier, Tracked};
 use crate::backend::{self, usable};
-use crate::sample::{self, fold_live_if_due};
-use crate::sampler::table::SampledBlock;
+use crate::sample_life::{self, fold_live_if_due};
+use crate::sampler::side_table::SampledBlock;
 use crate::sampler::{self, mark};
 use crate::sites::{self, unwind::ColdFrame as Frame};
 use crate::stats::class::Class;
@@ -56,32 +56,32 @@ enum Placed {
 }
 
 /// Puts the sampled block at `ptr` (`size` bytes requested, weighing `weight`, placed as `placed`)
-/// in the side table with its site and the calling thread: it has arrived (`sample`). Its entry, or
+/// in the side table with its site and the calling thread: it has arrived (`sample_life`). Its entry, or
 /// `None` when the table had no room.
-fn keep(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) -> Option<SampledBlock> {
+fn insert(ptr: *mut u8, size: usize, weight: f64, frame: Frame, placed: Placed) -> Option<SampledBlock> {
     let (marked, lead, twin) = match placed {
         Placed::Natural => (false, 0, 0),
         Placed::Marked { twin } => (true, 0, twin),
         Placed::Head { lead } => (true, lead, 0),
     };
     let site = |scope| sites::capture(frame, scope, (size as f64 * weight) as u64);
-    let entry = sample::entry(size as u64, weight, site, marked, lead, twin);
-    if !sampler::keep(ptr, entry) {
+    let entry = sample_life::entry(size as u64, weight, site, marked, lead, twin);
+    if !sampler::insert(ptr, entry) {
         return None;
     }
-    sample::arrived(&entry, ptr);
+    sample_life::arrived(&entry, ptr);
     Some(entry)
 }
 
 /// The sampled block the allocator put at `ptr` (null: it failed), kept in its natural place: the
 /// block and its entry, if the side table had room.
 fn in_place(ptr: *mut u8, size: usize, weight: f64, frame: Frame) -> (*mut u8, Option<SampledBlock>) {
-    let entry = if ptr.is_null() { None } else { keep(ptr, size, weight, frame, Placed::Natural) };
+    let entry = if ptr.is_null() { None } else { insert(ptr, size, weight, frame, Placed::Natural) };
     (ptr, entry)
 }
 
 /// A block entering (`entering`) or leaving class `size`'s counters of `s`, written by `W`: every
-/// block in the exact tier; in the sampled tier only sampled ones (`sample`, their entry), weighted.
+/// block in the exact tier; in the sampled tier only sampled ones (`sample_life`, their entry), weighted.
 /// A sampled block's figures are rounded with random bits drawn from its entry, the same when it
 /// enters and when it leaves, so that its rounding cancels once it is freed.
 #[inline(always)]
@@ -119,11 +119,11 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     fn usable(&self, ptr: *mut u8, layout: Layout, real: Layout) -> usable::Usable {
         let backend = backend::backend_of_value(&self.inner);
         if real == layout {
-            usable::of(backend, self.probe, ptr, real)
+            usable::of(backend, self.introspect, ptr, real)
         } else if T::EXACT {
-            usable::apart(backend, self.probe, ptr, real)
+            usable::apart(backend, self.introspect, ptr, real)
         } else {
-            usable::standing_in(backend, self.probe, ptr, layout, real)
+            usable::standing_in(backend, self.introspect, ptr, layout, real)
         }
     }
 
@@ -137,7 +137,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     pub(super) unsafe fn allocate_cold(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let frame = Frame::here();
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.allocate_settled(layout, zeroed, frame) }
+        unsafe { self.allocate_rehomed(layout, zeroed, frame) }
     }
 
     /// [`Self::allocate_cold`] after `pool::count_down_owing` found an event: the countdown still
@@ -154,19 +154,19 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         let frame = Frame::here();
         pool::give_back::<C>(layout.size());
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.allocate_settled(layout, zeroed, frame) }
+        unsafe { self.allocate_rehomed(layout, zeroed, frame) }
     }
 
     /// Both cold allocations, once the countdown is as it was before the call: the countdown
-    /// settled into `C`'s cell, then the allocation in the calling thread's home. `frame` is the
+    /// moved into `C`'s cell, then the allocation in the calling thread's home. `frame` is the
     /// caller's, read by the cold entry itself (the walk starts there).
     ///
     /// # Safety
     ///
     /// As `GlobalAlloc::alloc` (or `alloc_zeroed` when `zeroed`) for `layout`.
     #[inline(always)]
-    unsafe fn allocate_settled(&self, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
-        pool::settle::<C>();
+    unsafe fn allocate_rehomed(&self, layout: Layout, zeroed: bool, frame: Frame) -> *mut u8 {
+        pool::rehome::<C>();
         // SAFETY: the caller's guarantees, passed on.
         with_writer!(home(self), |s, W| unsafe { self.allocate_in::<W>(s, layout, zeroed, frame) })
     }
@@ -262,7 +262,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         }
         // In bounds: the block is `m.offset` bytes larger than the request.
         let ptr = base.wrapping_add(m.offset);
-        if let Some(entry) = keep(ptr, layout.size(), weight, frame, Placed::Marked { twin }) {
+        if let Some(entry) = insert(ptr, layout.size(), weight, frame, Placed::Marked { twin }) {
             return (ptr, Some(entry));
         }
         // SAFETY: `base` was just allocated with `m.layout`, `twin` with `layout` (or is 0), and
@@ -307,13 +307,13 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             unsafe { head.write_bytes(0, lead) };
         }
         // `lead` is below 4 KiB: it fits a `u16`.
-        match keep(head, layout.size(), weight, frame, Placed::Head { lead: lead as u16 }) {
+        match insert(head, layout.size(), weight, frame, Placed::Head { lead: lead as u16 }) {
             Some(entry) => (head, Some(entry)),
             None => (block, None),
         }
     }
 
-    /// A free off the fast path: a marked pointer (a sampled block is settled and freed with the
+    /// A free off the fast path: a marked pointer (a sampled block is counted out and freed with the
     /// layout it was allocated with), a thread without a shard, or a request the fast path does not
     /// take. Counted before the block goes back to the allocator.
     ///
@@ -330,7 +330,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         if T::EXACT || weight.is_some() {
             let here = home(self);
             let size = layout.size();
-            let counted = sampled.as_ref().map_or(here, |e| sample::home_of(e, here));
+            let counted = sampled.as_ref().map_or(here, |e| sample_life::home_of(e, here));
             with_writer!(counted, |s, W| count::<W, T>(s, false, size, usable, sampled.as_ref()));
             // Sampled frees move the thread towards folding its live figure in too, so that a thread
             // that only frees (no allocations, no clock events) still does.
@@ -339,7 +339,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             }
         }
         if let Some(e) = sampled {
-            sample::departed(&pool::calling_thread(), &e, ptr);
+            sample_life::departed(&pool::calling_thread(), &e, ptr);
             // SAFETY: the twin was allocated with the block's layout, the caller's, and goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }
@@ -386,7 +386,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     }
 
     /// `realloc`. The new size is an allocation for the clock; the old block, if sampled, is freed
-    /// as far as the sampler is concerned (settled on this thread). When the old block carries the
+    /// as far as the sampler is concerned (counted out on this thread). When the old block carries the
     /// mark, or the new one is sampled and the allocator put it where its frees would not look, the
     /// move is made by hand (allocate, copy, free), so that each block keeps the layout it was
     /// allocated with.
@@ -401,7 +401,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     #[inline(always)]
     pub(super) unsafe fn reallocate(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let frame = Frame::here();
-        pool::settle::<C>();
+        pool::rehome::<C>();
         // SAFETY: the caller's guarantees, passed on.
         with_writer!(home(self), |s, W| unsafe { self.reallocate_in::<W>(s, ptr, layout, new_size, frame) })
     }
@@ -434,22 +434,22 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             // Before the old block can go back to the allocator (its address may be reused at once).
             if let Some(e) = old {
                 sampler::remove(ptr, layout);
-                sample::departing(&e, ptr);
+                sample_life::departing(&e, ptr);
             }
             // SAFETY: forwarded with the caller's guarantees; an unmarked block has the caller's layout.
             let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
             if p.is_null() {
                 // The old block is untouched and still live: its entry goes back (an unmarked entry,
                 // so if its neighbourhood filled up meanwhile only the sample is lost).
-                if let Some(e) = old.filter(|e| sampler::keep(ptr, *e)) {
-                    sample::stayed(&e, ptr);
+                if let Some(e) = old.filter(|e| sampler::insert(ptr, *e)) {
+                    sample_life::stayed(&e, ptr);
                 }
             } else if let Some(e) = old {
-                sample::settled(&pool::calling_thread(), &e);
+                sample_life::counted_out(&pool::calling_thread(), &e);
             }
             let kept = match weight {
                 // Produced in place of an unmarked block while marking is off: its layout stays.
-                Some(w) if !p.is_null() => keep(p, new_size, w, frame, Placed::Natural),
+                Some(w) if !p.is_null() => insert(p, new_size, w, frame, Placed::Natural),
                 _ => None,
             };
             (p, kept)
@@ -463,8 +463,8 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         if T::EXACT {
             s.count_realloc::<W>((layout.size(), old_usable), (new_size, new_usable));
         } else {
-            // The old sample leaves the shard it entered (`sample::home_of`).
-            let left = old.as_ref().map_or(Home::of(s), |e| sample::home_of(e, Home::of(s)));
+            // The old sample leaves the shard it entered (`sample_life::home_of`).
+            let left = old.as_ref().map_or(Home::of(s), |e| sample_life::home_of(e, Home::of(s)));
             with_writer!(left, |o, V| count::<V, T>(o, false, layout.size(), old_usable, old.as_ref()));
             count::<W, T>(s, true, new_size, new_usable, kept.as_ref());
             if let Some(e) = kept {
@@ -475,7 +475,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     }
 
     /// A reallocation where a block carries the mark: allocate the new block (sampled or not), copy,
-    /// then settle and free the old one where and with the layout it was allocated. On failure
+    /// then count out and free the old one where and with the layout it was allocated. On failure
     /// nothing changed. Returns the new block and its entry if it is sampled.
     ///
     /// # Safety
@@ -505,7 +505,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         let (base, real) = real(self.page_class(), ptr, layout, old.as_ref());
         if let Some(e) = old {
             sampler::remove(ptr, layout);
-            sample::departed(&pool::calling_thread(), &e, ptr);
+            sample_life::departed(&pool::calling_thread(), &e, ptr);
             // SAFETY: the old block's twin, allocated with its layout, goes with it.
             unsafe { self.free_twin(e.twin, layout) };
         }

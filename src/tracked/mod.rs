@@ -10,7 +10,7 @@
 //!   class in our counters, stays the caller's;
 //! - recording never allocates, never takes a lock, never panics: counters are plain stores to the
 //!   thread's own shard (`stats::shard`), or atomic adds to the shared overflow shard; the side tables
-//!   are fixed arrays updated with compare-and-swap (`sampler::table`, `sites::table`);
+//!   are fixed arrays updated with compare-and-swap (`sampler::side_table`, `sites::site_table`);
 //! - thread-locals are const-initialised, have no `Drop`, and are read with `try_with` (`reentry`);
 //! - anything that may allocate (`frag::report()`, formatting, symbolization) runs outside
 //!   these methods, under the reentrancy guard (`reentry::Guard`).
@@ -38,7 +38,7 @@
 //! - `alloc`: the same countdown, the inner call, a null test, then the thread's shard (one
 //!   thread-local load), the size class (one table load) and a count and a byte total added to that class's
 //!   one cache line (plain load + store, no atomic read-modify-write); for backends whose usable size
-//!   is not uniform per class (glibc, mimalloc, a probe) the usable size and a block count too.
+//!   is not uniform per class (glibc, mimalloc, an `Introspect`) the usable size and a block count too.
 //! - `dealloc`: the same mark test, the shard, a test that it is the thread's own (not the parked
 //!   one), the same bookkeeping, and the inner call as a tail call.
 //!
@@ -66,7 +66,7 @@ use core::marker::PhantomData;
 
 use crate::backend::registry::{self, Registration};
 use crate::backend::usable;
-use crate::backend::{self, Probe};
+use crate::backend::{self, Introspect};
 use crate::sampler::{self, Sampling};
 use crate::stats::class::Class;
 use crate::stats::pool;
@@ -110,7 +110,7 @@ use crate::stats::shard::{Owner, Shard};
 /// ```
 pub struct Tracked<A, T: Tier = Sampled, C: Countdown = FragCountdown> {
     inner: A,
-    probe: Option<&'static dyn Probe>,
+    introspect: Option<&'static dyn Introspect>,
     sampling: Sampling,
     tier: PhantomData<fn() -> (T, C)>,
 }
@@ -150,15 +150,15 @@ impl<A, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// the static's type.
     #[must_use]
     pub const fn new(inner: A) -> Self {
-        Self { inner, probe: None, sampling: Sampling::DEFAULT, tier: PhantomData }
+        Self { inner, introspect: None, sampling: Sampling::DEFAULT, tier: PhantomData }
     }
 
-    /// Wraps an allocator this crate does not know, with a [`Probe`] that supplies its usable sizes
+    /// Wraps an allocator this crate does not know, with a [`Introspect`] that supplies its usable sizes
     /// and statistics. For the allocators this crate knows by type (see [`Backend`](crate::backend::Backend))
-    /// the probe is not consulted: their own interfaces are used.
+    /// the `Introspect` is not consulted: their own interfaces are used.
     #[must_use]
-    pub const fn with_probe(inner: A, probe: &'static dyn Probe) -> Self {
-        Self { inner, probe: Some(probe), sampling: Sampling::DEFAULT, tier: PhantomData }
+    pub const fn with_introspect(inner: A, introspect: &'static dyn Introspect) -> Self {
+        Self { inner, introspect: Some(introspect), sampling: Sampling::DEFAULT, tier: PhantomData }
     }
 
     /// Wraps `inner`, sampling at `sampling` from the process's first allocation on;
@@ -173,10 +173,10 @@ impl<A, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// ```
     #[must_use]
     pub const fn with_sampling(inner: A, sampling: Sampling) -> Self {
-        Self { inner, probe: None, sampling, tier: PhantomData }
+        Self { inner, introspect: None, sampling, tier: PhantomData }
     }
 
-    /// [`with_probe`](Self::with_probe) and [`with_sampling`](Self::with_sampling) at once.
+    /// [`with_introspect`](Self::with_introspect) and [`with_sampling`](Self::with_sampling) at once.
     ///
     /// ```no_run
     /// # use std::alloc::{GlobalAlloc, Layout, System};
@@ -186,16 +186,20 @@ impl<A, T: Tier, C: Countdown> Tracked<A, T, C> {
     /// #     unsafe fn dealloc(&self, p: *mut u8, l: Layout) { unsafe { System.dealloc(p, l) } }
     /// # }
     /// # struct MyProbe;
-    /// # impl frag::Probe for MyProbe {
+    /// # impl frag::Introspect for MyProbe {
     /// #     fn name(&self) -> &'static str { "mine" }
     /// # }
     /// #[global_allocator]
-    /// static A: frag::Tracked<Mine> = frag::Tracked::with_probe_and_sampling(Mine, &MyProbe, frag::Sampling::Off);
+    /// static A: frag::Tracked<Mine> = frag::Tracked::with_introspect_and_sampling(Mine, &MyProbe, frag::Sampling::Off);
     /// # fn main() {}
     /// ```
     #[must_use]
-    pub const fn with_probe_and_sampling(inner: A, probe: &'static dyn Probe, sampling: Sampling) -> Self {
-        Self { inner, probe: Some(probe), sampling, tier: PhantomData }
+    pub const fn with_introspect_and_sampling(
+        inner: A,
+        introspect: &'static dyn Introspect,
+        sampling: Sampling,
+    ) -> Self {
+        Self { inner, introspect: Some(introspect), sampling, tier: PhantomData }
     }
 
     /// The wrapped allocator.
@@ -217,7 +221,7 @@ impl<A: 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
             // sampled tier's fast path never asks).
             backend: backend::backend_of_value(&self.inner),
             type_name: core::any::type_name::<A>(),
-            probe: self.probe,
+            introspect: self.introspect,
         }
     }
 
@@ -259,9 +263,9 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     #[inline(always)]
     unsafe fn allocate_exact(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         let backend = backend::backend_of_value(&self.inner);
-        if let Some(rule) = usable::fast(backend, self.probe, layout) {
+        if let Some(rule) = usable::fast(backend, self.introspect, layout) {
             if pool::count_down::<C>(layout.size()) {
-                let probe = rule.probe(self.probe);
+                let introspect = rule.introspect(self.introspect);
                 // SAFETY: the caller's guarantees, passed on.
                 let ptr = unsafe { self.inner_alloc(layout, zeroed) };
                 if ptr.is_null() {
@@ -271,7 +275,7 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
                 let s = pool::current();
                 // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
                 let class = unsafe { Class::of_small(layout.size()) };
-                s.count_in::<Owner>(class, layout.size(), rule.resolve(backend, probe, ptr, layout.size()));
+                s.count_in::<Owner>(class, layout.size(), rule.resolve(backend, introspect, ptr, layout.size()));
                 return ptr;
             }
         }
@@ -288,12 +292,16 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
     unsafe fn deallocate_exact(&self, ptr: *mut u8, layout: Layout) {
         let backend = backend::backend_of_value(&self.inner);
         if !sampler::maybe_sampled(ptr, layout) {
-            if let Some(rule) = usable::fast(backend, self.probe, layout) {
+            if let Some(rule) = usable::fast(backend, self.introspect, layout) {
                 let s = pool::current();
                 if !pool::is_parked(s) {
                     // SAFETY: the fast path only takes requests of at most `class::TABLE_MAX` bytes.
                     let class = unsafe { Class::of_small(layout.size()) };
-                    s.count_out::<Owner>(class, layout.size(), rule.resolve(backend, self.probe, ptr, layout.size()));
+                    s.count_out::<Owner>(
+                        class,
+                        layout.size(),
+                        rule.resolve(backend, self.introspect, ptr, layout.size()),
+                    );
                     // SAFETY: forwarded with the caller's guarantees: `ptr` came from this allocator
                     // with `layout`, and was not sampled, so that is the layout it has.
                     return unsafe { self.inner.dealloc(ptr, layout) };
@@ -318,19 +326,20 @@ impl<A: GlobalAlloc + 'static, T: Tier, C: Countdown> Tracked<A, T, C> {
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if !sampler::maybe_sampled(ptr, layout) {
             if let (Some(old_rule), Some(new_rule)) =
-                (usable::fast(backend, self.probe, layout), usable::fast(backend, self.probe, new_layout))
+                (usable::fast(backend, self.introspect, layout), usable::fast(backend, self.introspect, new_layout))
             {
                 if pool::count_down::<C>(new_size) {
                     // Read before the call: the old block is gone after it.
-                    let old_usable = old_rule.resolve(backend, old_rule.probe(self.probe), ptr, layout.size());
-                    let probe = new_rule.probe(self.probe);
+                    let old_usable =
+                        old_rule.resolve(backend, old_rule.introspect(self.introspect), ptr, layout.size());
+                    let introspect = new_rule.introspect(self.introspect);
                     // SAFETY: forwarded with the caller's guarantees; the block was not sampled, so it
                     // has the caller's layout.
                     let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
                     if p.is_null() {
                         return Self::failed(new_size);
                     }
-                    let new_usable = new_rule.resolve(backend, probe, p, new_size);
+                    let new_usable = new_rule.resolve(backend, introspect, p, new_size);
                     pool::current().count_realloc::<Owner>((layout.size(), old_usable), (new_size, new_usable));
                     return p;
                 }

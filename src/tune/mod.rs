@@ -32,7 +32,6 @@ mod traps;
 #[cfg_attr(docsrs, doc(cfg(feature = "jemalloc")))]
 #[doc(inline)]
 pub use crate::backend::jemalloc::knobs as jemalloc;
-pub use crate::backend::knob::{Decay, Released, TuneError};
 #[cfg(feature = "mimalloc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mimalloc")))]
 #[doc(inline)]
@@ -40,14 +39,15 @@ pub use crate::backend::mimalloc::knobs as mimalloc;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[doc(inline)]
 pub use crate::backend::system::knobs as glibc;
+pub use crate::backend::tuning::{Decay, Released, TuneError};
 pub(crate) use traps::checked;
 pub use traps::{EnvReader, Trap, check};
 
-use crate::backend::introspect::Introspect;
-use crate::backend::knob::DECAY_EXPECTED;
-use crate::backend::knob::actions::Knobs;
+use crate::backend::introspect::KnownIntrospect;
 use crate::backend::list::with_backend;
 use crate::backend::registry::{Registration, registered};
+use crate::backend::tuning::DECAY_EXPECTED;
+use crate::backend::tuning::actions::Knobs;
 
 /// Calls `known` with the wrapped backend, `other` for a user's allocator (with its name), or fails
 /// with [`TuneError::NotInstalled`].

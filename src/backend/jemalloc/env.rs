@@ -3,7 +3,7 @@
 
 use super::knobs::{JemallocConfig, conf_env_var, effective};
 use crate::backend::Backend;
-use crate::backend::knob::{EnvReader, Trap};
+use crate::backend::tuning::{EnvReader, Trap};
 use crate::backend::wrapped::WrappedBackend;
 
 /// The traps in jemalloc's options variable `name` (set to `value`); `None` for a variable jemalloc

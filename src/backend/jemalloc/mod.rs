@@ -7,12 +7,12 @@ use crate::sync::{AtomicUsize, Ordering};
 use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::AllocatorStats;
-use super::interface::KnownAllocator;
-use super::introspect::{Introspect, Remedy, StatsError};
-use super::knob::actions::Knobs;
-use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
+use super::known::KnownAllocator;
+use super::introspect::{KnownIntrospect, Remedy, StatsError};
+use super::tuning::actions::Knobs;
+use super::tuning::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
-use super::split::{HeapSplit, NotSplit, Source};
+use super::heap_split::{HeapSplit, NotSplit, Source};
 use super::usable::{MIN_ALIGN, Rule, SMALL_MAX, Usable, is_plain};
 use crate::stats::snapshot::ClassUsable;
 
@@ -171,7 +171,7 @@ impl KnownAllocator for tikv_jemallocator::Jemalloc {
     }
 }
 
-impl Introspect for tikv_jemallocator::Jemalloc {
+impl KnownIntrospect for tikv_jemallocator::Jemalloc {
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {

@@ -10,7 +10,7 @@ use core::time::Duration;
 use libmimalloc_sys as sys;
 
 use crate::backend::Backend;
-use crate::backend::knob::{DECAY_EXPECTED, Decay, Released, TuneError};
+use crate::backend::tuning::{DECAY_EXPECTED, Decay, Released, TuneError};
 
 const NAME: &str = "mimalloc";
 
@@ -200,7 +200,7 @@ impl MimallocOption {
 }
 
 fn require() -> Result<Major, TuneError> {
-    crate::backend::knob::require(Backend::Mimalloc, NAME)?;
+    crate::backend::tuning::require(Backend::Mimalloc, NAME)?;
     Ok(major())
 }
 

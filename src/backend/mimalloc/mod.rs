@@ -7,12 +7,12 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::KnownAllocator;
-use super::introspect::{Introspect, Remedy, StatsError};
-use super::knob::actions::Knobs;
-use super::knob::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
+use super::known::KnownAllocator;
+use super::introspect::{KnownIntrospect, Remedy, StatsError};
+use super::tuning::actions::Knobs;
+use super::tuning::{Decay, Method, Released, ThreadMethod, Trap, TuneError};
 use super::list::Backend;
-use super::split::{HeapSplit, NotSplit, Source};
+use super::heap_split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, SMALL_MAX, Usable, is_plain};
 
 pub mod knobs;
@@ -62,7 +62,7 @@ impl KnownAllocator for ::mimalloc::MiMalloc {
     }
 }
 
-impl Introspect for ::mimalloc::MiMalloc {
+impl KnownIntrospect for ::mimalloc::MiMalloc {
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {
@@ -133,7 +133,7 @@ impl Knobs for ::mimalloc::MiMalloc {
                 knobs::MimallocOption::PurgeDelay(d) => Some(d),
                 _ => None,
             })
-            .ok_or_else(|| crate::backend::knob::unsupported(Backend::Mimalloc, "purge delay", "not in the linked mimalloc"))
+            .ok_or_else(|| crate::backend::tuning::unsupported(Backend::Mimalloc, "purge delay", "not in the linked mimalloc"))
     }
 
     /// A millisecond, the shortest mimalloc takes at run time (its default is 10 ms).

@@ -10,7 +10,7 @@
 //! middle of every arena.
 
 use crate::backend::Backend;
-use crate::backend::knob::{Method, Released, TuneError, require};
+use crate::backend::tuning::{Method, Released, TuneError, require};
 
 const NAME: &str = "glibc";
 

@@ -5,12 +5,12 @@
 use core::alloc::Layout;
 
 use super::AllocatorStats;
-use super::interface::KnownAllocator;
-use super::introspect::{Introspect, Remedy, StatsError};
-use super::knob::actions::Knobs;
-use super::knob::{Decay, EnvReader, Method, Released, ThreadMethod, Trap, TuneError, unsupported};
+use super::known::KnownAllocator;
+use super::introspect::{KnownIntrospect, Remedy, StatsError};
+use super::tuning::actions::Knobs;
+use super::tuning::{Decay, EnvReader, Method, Released, ThreadMethod, Trap, TuneError, unsupported};
 use super::list::Backend;
-use super::split::{HeapSplit, NotSplit, Source};
+use super::heap_split::{HeapSplit, NotSplit, Source};
 use super::usable::{Rule, Usable};
 use crate::stats::snapshot::ClassUsable;
 
@@ -217,7 +217,7 @@ impl KnownAllocator for std::alloc::System {
     }
 }
 
-impl Introspect for std::alloc::System {
+impl KnownIntrospect for std::alloc::System {
     const USABLE_SOURCE: &'static str = USABLE_SOURCE;
 
     fn stats() -> Result<Option<AllocatorStats>, StatsError> {

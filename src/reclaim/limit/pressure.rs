@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::knob::Decay;
+use crate::backend::tuning::Decay;
 use crate::reclaim::host::Host;
 
 /// Over the target, an action runs only when at least this much is predicted to be released.
@@ -211,7 +211,7 @@ mod tests {
     use super::*;
     use crate::reclaim::engine::{Engine, Settings};
     use crate::reclaim::model::{MIB, Model, settings};
-    use crate::reclaim::record::{Round, Skip};
+    use crate::reclaim::outcome::{Round, Skip};
 
     /// The workload the limit is for, on the model: never quiet (512 MiB allocated per 250 ms round),
     /// each round leaving 40 MiB more free in the heap over 150 MiB live, so that RSS climbs without

@@ -4,17 +4,17 @@
 //! bucket and named in [`Breakdown::not_split`], never guessed. The last bucket, `unexplained`, is RSS
 //! minus all others (signed), so the sum is exact by construction.
 //!
-//! | bucket | jemalloc | glibc | mimalloc | snmalloc; others with a probe's figures |
+//! | bucket | jemalloc | glibc | mimalloc | snmalloc; others with its `Introspect`'s figures |
 //! |---|---|---|---|---|
 //! | live, rounding, frag | tracked | tracked | tracked | tracked |
-//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split; the probe's `active` − tracked usable |
-//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split; the probe's `dirty` |
-//! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the probe's `metadata` |
-//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the probe's `resident` |
+//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split; the `Introspect`'s `active` − tracked usable |
+//! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split; the `Introspect`'s `dirty` |
+//! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the `Introspect`'s `metadata` |
+//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the `Introspect`'s `resident` |
 
-use crate::backend::introspect::Introspect;
+use crate::backend::heap_split::{HeapSplit, NotSplit, Part, Source};
+use crate::backend::introspect::KnownIntrospect;
 use crate::backend::list::with_backend;
-use crate::backend::split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::{AllocatorStats, Backend};
 use crate::report::figures::HeapCounts;
 
@@ -116,8 +116,8 @@ pub struct Sources {
 
 /// Splits `rss` (of which `anon` is anonymous memory) for `backend` (`None`: a backend `frag` does not
 /// know) from the tracked counts, frag's own usable bytes (`frag`) and the allocator's statistics:
-/// each known backend splits its heap itself ([`Introspect::split_heap`]); a user's allocator
-/// through its probe's figures.
+/// each known backend splits its heap itself ([`KnownIntrospect::split_heap`]); a user's allocator
+/// through its `Introspect`'s figures.
 pub(crate) fn split(
     rss: u64,
     anon: Option<u64>,
@@ -168,8 +168,8 @@ pub(crate) fn split(
     }
 }
 
-/// An allocator `frag` does not know, whose probe gives some of the figures: each bucket it has is
-/// measured (by the probe), the others are not split. `None` when it gives no resident figure.
+/// An allocator `frag` does not know, whose introspect gives some of the figures: each bucket it has is
+/// measured (by the `Introspect`), the others are not split. `None` when it gives no resident figure.
 fn probe_split(a: &AllocatorStats, usable: u64) -> Option<HeapSplit> {
     if a.active.is_none() && a.resident.is_none() {
         return None;

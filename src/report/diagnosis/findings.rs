@@ -1,9 +1,9 @@
 //! What the breakdown means: the findings drawn from it, graded by `thresholds`, each with its remedy
-//! (the backend's part from [`Introspect::remedy`]). One rule per kind of finding (`RULES`), each
+//! (the backend's part from [`KnownIntrospect::remedy`]). One rule per kind of finding (`RULES`), each
 //! tested on its own below.
 
 use crate::backend::Backend;
-use crate::backend::introspect::{Introspect, Remedy};
+use crate::backend::introspect::{KnownIntrospect, Remedy};
 use crate::backend::list::with_backend;
 use crate::estimate::MIN_SAMPLES_FINDING;
 use crate::format::{Approx, Bytes, ClassRange, Percent};
@@ -17,7 +17,7 @@ use super::kinds::{Finding, FindingKind, Severity};
 use super::thresholds::{
     CROSS_THREAD, HOLES, LIVE_DATA, METADATA, OUTSIDE_HEAP, RECLAIMABLE, ROUNDING, Thresholds, grade,
 };
-use crate::backend::split::{Part, Source};
+use crate::backend::heap_split::{Part, Source};
 
 /// Everything the findings are drawn from.
 pub(crate) struct Evidence<'a> {
@@ -275,7 +275,7 @@ fn reclaimable_remedy(backend: Option<Backend>) -> String {
         .to_owned()
 }
 
-/// What the wrapped backend adds to the remedy for `topic` ([`Introspect::remedy`]).
+/// What the wrapped backend adds to the remedy for `topic` ([`KnownIntrospect::remedy`]).
 fn backend_remedy(backend: Option<Backend>, topic: Remedy) -> Option<&'static str> {
     with_backend!(backend?, A => A::remedy(topic))
 }

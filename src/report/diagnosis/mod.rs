@@ -11,7 +11,7 @@ mod kinds;
 mod limit;
 mod thresholds;
 
-pub use crate::backend::split::{NotSplit, Part, Source};
+pub use crate::backend::heap_split::{NotSplit, Part, Source};
 pub use breakdown::{Breakdown, Sources};
 pub use kinds::{Finding, FindingKind, Severity};
 pub use thresholds::MIN_BYTES;

@@ -2,11 +2,11 @@
 //! misspelt ones, what the wrapped allocator finds in its own (jemalloc options it rejected or
 //! adjusted, unknown mimalloc options), and the kernel's THP mode.
 
-use crate::backend::introspect::Introspect;
-use crate::backend::knob::GLIBC_VARS;
-use crate::backend::knob::{EnvReader, Trap};
+use crate::backend::introspect::KnownIntrospect;
 use crate::backend::list::with_backend;
 use crate::backend::registry::Registration;
+use crate::backend::tuning::GLIBC_VARS;
+use crate::backend::tuning::{EnvReader, Trap};
 
 /// The traps in an environment, for a given wrapped allocator.
 pub(super) fn env_traps(wrapped: Option<Registration>, vars: &[(String, String)]) -> Vec<Trap> {
@@ -44,7 +44,7 @@ mod tests {
     use crate::backend::Backend;
 
     fn known(backend: Backend) -> Registration {
-        Registration { backend: Some(backend), type_name: "", probe: None }
+        Registration { backend: Some(backend), type_name: "", introspect: None }
     }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn glibc_variables_under_another_allocator_only_reach_c_code() {
         let traps = env_traps(
-            Some(Registration { backend: None, type_name: "custom", probe: None }),
+            Some(Registration { backend: None, type_name: "custom", introspect: None }),
             &env(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")]),
         );
         assert!(
@@ -108,7 +108,7 @@ mod tests {
         );
         assert!(
             env_traps(
-                Some(Registration { backend: None, type_name: "custom", probe: None }),
+                Some(Registration { backend: None, type_name: "custom", introspect: None }),
                 &env(&[("GLIBC_TUNABLES", "glibc.rtld.x=1")])
             )
             .is_empty()

@@ -1,15 +1,15 @@
 //! Configuration traps: settings that look applied but are not (an environment variable the wrapped
 //! allocator never reads, a misspelt one, a jemalloc option it rejected or silently adjusted) and
 //! system settings known to hurt fragmented heaps. What a trap is, and which allocator reads which
-//! variable, is the backends' vocabulary (`backend::knob::trap`); the wrapped backend checks its own
-//! variables (`Introspect::env_traps`); how the environment is read is `env`; the once-per-text
+//! variable, is the backends' vocabulary (`backend::tuning::trap`); the wrapped backend checks its own
+//! variables (`KnownIntrospect::env_traps`); how the environment is read is `env`; the once-per-text
 //! log warning is `warned`.
 
 mod env;
 mod warned;
 
-pub use crate::backend::knob::{EnvReader, Trap};
 use crate::backend::registry::registered;
+pub use crate::backend::tuning::{EnvReader, Trap};
 
 /// Finds configuration traps for the wrapped allocator: allocator environment variables it ignores
 /// or that are misspelt, jemalloc options it rejected or adjusted, and transparent huge pages set

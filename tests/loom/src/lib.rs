@@ -1,5 +1,5 @@
 //! loom models of frag-alloc's lock-free parts: the sampler's side table, its gate and page-bucket counters, and the shard registry's
-//! claim / release / recycle protocol. The modules under test are the crate's own source files,
+//! claim / vacate / recycle protocol. The modules under test are the crate's own source files,
 //! included with `#[path]`; the `sync` module below hands them loom's atomics in place of `core`'s.
 //!
 //! A crate of its own because `cfg(loom)` switches tokio (one of frag-alloc's dev-dependencies)
@@ -33,7 +33,7 @@ mod sync {
 }
 
 #[allow(dead_code)]
-#[path = "../../../src/sampler/table.rs"]
+#[path = "../../../src/sampler/side_table.rs"]
 mod table;
 
 #[allow(dead_code)]

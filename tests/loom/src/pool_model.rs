@@ -44,7 +44,7 @@ fn thread_life<const N: usize>(registry: &Registry<Slot, N>, no_slot: &AtomicUsi
             registry.expose(slot);
             // SAFETY: as above.
             slot.count.with_mut(|c| unsafe { *c = base + 1 });
-            registry.release(slot);
+            registry.vacate(slot);
         }
         None => {
             no_slot.fetch_add(1, Ordering::Relaxed);

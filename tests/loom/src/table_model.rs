@@ -1,4 +1,4 @@
-//! loom model of the sampler's side table (`src/sampler/table.rs`, included here with loom's atomics): on
+//! loom model of the sampler's side table (`src/sampler/side_table.rs`, included here with loom's atomics): on
 //! a table of four slots, where every probe wraps and every key collides, concurrent inserts, removals
 //! and hand-offs never lose, duplicate or corrupt an entry, a removed key is never found again, and
 //! the filter returns to zero.

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::backend::knob::Decay;
+use crate::backend::tuning::Decay;
 
 /// How jemalloc assigns threads to arenas (`percpu_arena`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -311,8 +311,8 @@ impl fmt::Display for JemallocConfig {
 }
 
 /// `render`'s refusals of a decay, naming the accepted range (as the run-time calls do).
-const DIRTY_DECAY_REFUSED: &str = concat!("dirty_decay: ", crate::backend::knob::decay_range!());
-const MUZZY_DECAY_REFUSED: &str = concat!("muzzy_decay: ", crate::backend::knob::decay_range!());
+const DIRTY_DECAY_REFUSED: &str = concat!("dirty_decay: ", crate::backend::tuning::decay_range!());
+const MUZZY_DECAY_REFUSED: &str = concat!("muzzy_decay: ", crate::backend::tuning::decay_range!());
 /// `render`'s refusal of a thread-cache limit jemalloc would clip.
 const TCACHE_MAX_REFUSED: &str = concat!("tcache_max: ", super::controls::tcache_max_range!());
 

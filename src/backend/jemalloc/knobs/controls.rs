@@ -4,12 +4,12 @@
 
 use super::mallctl::{ArenaKey, Key};
 use crate::backend::Backend;
-use crate::backend::knob::{Decay, TuneError};
+use crate::backend::tuning::{Decay, TuneError};
 
 pub(crate) const NAME: &str = "jemalloc";
 
 pub(super) fn require() -> Result<(), TuneError> {
-    crate::backend::knob::require(Backend::Jemalloc, NAME)
+    crate::backend::tuning::require(Backend::Jemalloc, NAME)
 }
 
 /// Which of jemalloc's two page-purging delays a call is about.

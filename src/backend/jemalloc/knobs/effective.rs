@@ -3,7 +3,7 @@
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
 use super::mallctl::{self, Key};
 use super::controls::{DecayKind, THREAD_TCACHE_ENABLED, THREAD_TCACHE_MAX, conf_env_var, decay_from, require};
-use crate::backend::knob::{Decay, TuneError};
+use crate::backend::tuning::{Decay, TuneError};
 
 /// One arena's purge delays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

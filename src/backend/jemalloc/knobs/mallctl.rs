@@ -5,7 +5,7 @@ use core::ffi::{CStr, c_char};
 
 use tikv_jemalloc_ctl::raw;
 
-use crate::backend::knob::TuneError;
+use crate::backend::tuning::TuneError;
 
 fn name_of(name: &[u8]) -> String {
     String::from_utf8_lossy(name.strip_suffix(b"\0").unwrap_or(name)).into_owned()

@@ -41,7 +41,7 @@ pub(crate) use reclaim::reclaim;
 
 use controls::{PAGE, THREAD_TCACHE_ENABLED, THREAD_TCACHE_MAX, decay_from, require, tcache_max_range};
 use mallctl::all_arenas;
-use crate::backend::knob::{DECAY_EXPECTED, Decay, Released, TuneError};
+use crate::backend::tuning::{DECAY_EXPECTED, Decay, Released, TuneError};
 
 /// What [`set_decay`] changed, as read back from jemalloc.
 #[derive(Clone, Debug, PartialEq, Eq)]

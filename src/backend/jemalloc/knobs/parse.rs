@@ -5,7 +5,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use super::conf::{JemallocConfig, MetadataThp, PercpuArena, Thp};
-use crate::backend::knob::Decay;
+use crate::backend::tuning::Decay;
 
 /// What is wrong with a `malloc_conf` string.
 #[derive(Clone, Debug, PartialEq, Eq)]

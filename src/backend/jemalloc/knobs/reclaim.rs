@@ -4,7 +4,7 @@
 use super::mallctl::{self, ArenaKey, Key};
 use super::controls::require;
 use super::mallctl::all_arenas;
-use crate::backend::knob::{Method, TuneError};
+use crate::backend::tuning::{Method, TuneError};
 
 /// Unused (dirty and muzzy) bytes per initialised arena that has any.
 fn unused_by_arena() -> Result<Vec<(usize, u64)>, TuneError> {

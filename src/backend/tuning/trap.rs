@@ -1,5 +1,5 @@
 //! Configuration traps, and which allocator reads which environment variable: the vocabulary the
-//! backends check their own variables in (`Introspect::env_traps`) and `frag::tune::check`
+//! backends check their own variables in (`KnownIntrospect::env_traps`) and `frag::tune::check`
 //! reports. Public as `frag::tune::{Trap, EnvReader}`.
 
 use core::fmt;

@@ -3,7 +3,7 @@
 
 use core::alloc::Layout;
 
-use super::probe::Probe;
+use super::custom::Introspect;
 
 /// The largest request the fast path takes (`class::TABLE_MAX`, 32 KiB).
 pub(crate) use crate::stats::class::TABLE_MAX as SMALL_MAX;
@@ -34,16 +34,16 @@ pub(crate) enum Rule {
     /// live. Holds the request's alignment, so that the layout can be rebuilt from the size alone.
     #[cfg_attr(not(any(feature = "mimalloc", feature = "snmalloc")), allow(dead_code))]
     PerBlock(usize),
-    /// A usable size a user's [`Probe`] tells (the probe goes along with the rule where it is
+    /// A usable size a user's [`Introspect`] tells (the `Introspect` goes along with the rule where it is
     /// needed), with the request's alignment.
-    Probe(usize),
+    Introspect(usize),
 }
 
 impl Rule {
-    /// `probe` where this rule needs it, else `None`: for the other rules, a constant that keeps
+    /// `introspect` where this rule needs it, else `None`: for the other rules, a constant that keeps
     /// nothing alive across the inner call.
     #[inline(always)]
-    pub(crate) fn probe(self, probe: Option<&'static dyn Probe>) -> Option<&'static dyn Probe> {
-        if matches!(self, Self::Probe(_)) { probe } else { None }
+    pub(crate) fn introspect(self, introspect: Option<&'static dyn Introspect>) -> Option<&'static dyn Introspect> {
+        if matches!(self, Self::Introspect(_)) { introspect } else { None }
     }
 }

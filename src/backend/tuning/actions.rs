@@ -2,7 +2,7 @@
 //! reclaimer's steps, or on the calling thread) and the purge delay.
 
 use super::{Decay, Method, Released, ThreadMethod, TuneError, unsupported};
-use crate::backend::interface::KnownAllocator;
+use crate::backend::known::KnownAllocator;
 
 /// A known backend's actions. Each defaults to "unsupported", with what to do instead.
 pub(crate) trait Knobs: KnownAllocator {

@@ -1,17 +1,17 @@
 //! What the allocation path needs of every known backend, implemented once per backend in its own
 //! file: its identity, how it accounts usable sizes, and what a thread can release at a sample.
-//! What the report asks of a backend is [`Introspect`](super::introspect::Introspect), what tuning
-//! and the reclaimer change is [`Knobs`](super::knob::actions::Knobs): two traits on top of this one.
+//! What the report asks of a backend is [`KnownIntrospect`](super::introspect::KnownIntrospect), what tuning
+//! and the reclaimer change is [`Knobs`](super::tuning::actions::Knobs): two traits on top of this one.
 //!
 //! It is implemented on the allocator type itself (`std::alloc::System`, `tikv_jemallocator::Jemalloc`,
 //! ...) and reached through `with_backend!` (see `list`), so every call is static: on the allocation
-//! path a constant for a fixed backend, one jump for `Select`. [`Probe`](super::probe::Probe) is the
+//! path a constant for a fixed backend, one jump for `Select`. [`Introspect`](super::custom::Introspect) is the
 //! public face of the same questions for a user's allocator.
 
 use core::alloc::{GlobalAlloc, Layout};
 
 use super::list::Backend;
-use super::rule::{Rule, Usable};
+use super::usable_rule::{Rule, Usable};
 use crate::stats::snapshot::ClassUsable;
 
 /// A backend this crate knows by type, as the allocation path sees it. Methods with a default are
@@ -25,7 +25,7 @@ pub(crate) trait KnownAllocator: GlobalAlloc + Sized + 'static {
 
     /// The largest request whose marked samples get a twin (0: none): a block of the request's own
     /// layout, allocated and freed with the marked block, in the place the block itself would have
-    /// had, so that [`slab_use`](super::introspect::Introspect::slab_use) can say how full that slab is. Only a backend that
+    /// had, so that [`slab_use`](super::introspect::KnownIntrospect::slab_use) can say how full that slab is. Only a backend that
     /// answers `slab_use` sets it; the limit keeps twins under 1% of live bytes at the default mean.
     const TWIN_MAX: usize = 0;
 

@@ -17,7 +17,7 @@ use crate::process::ProcessStats;
 #[non_exhaustive]
 pub struct Report {
     /// The wrapped allocator; `None` when no `Tracked` allocator is installed (or none has allocated
-    /// yet). Serialises as its name: `"jemalloc"`, `"system"`, a probe's name, or a type name.
+    /// yet). Serialises as its name: `"jemalloc"`, `"system"`, a custom allocator's name (its `Introspect`), or a type name.
     pub backend: Option<WrappedBackend>,
     /// How `usable_bytes` figures were obtained for this backend; `None` without a `Tracked`
     /// allocator.

@@ -4,7 +4,7 @@
 use core::fmt;
 use std::time::Duration;
 
-use crate::backend::knob::{Method, TuneError};
+use crate::backend::tuning::{Method, TuneError};
 use crate::format::Bytes;
 use crate::report::diagnosis::Part;
 

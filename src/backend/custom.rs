@@ -1,4 +1,4 @@
-//! [`Probe`]: what a user's allocator can tell the report about itself.
+//! [`Introspect`]: what a user's allocator can tell the report about itself.
 
 use core::alloc::Layout;
 
@@ -6,7 +6,7 @@ use super::stats::AllocatorStats;
 
 /// Plugs a custom allocator's knowledge into the report.
 ///
-/// Pass one to [`Tracked::with_probe`](crate::Tracked::with_probe). Every method has a default, so an
+/// Pass one to [`Tracked::with_introspect`](crate::Tracked::with_introspect). Every method has a default, so an
 /// allocator that knows nothing about itself still gets every counter plus the process view.
 ///
 /// # Example
@@ -30,7 +30,7 @@ use super::stats::AllocatorStats;
 ///
 /// struct RoundingProbe;
 ///
-/// impl frag::Probe for RoundingProbe {
+/// impl frag::Introspect for RoundingProbe {
 ///     fn name(&self) -> &'static str {
 ///         "rounding"
 ///     }
@@ -40,7 +40,7 @@ use super::stats::AllocatorStats;
 /// }
 ///
 /// #[global_allocator]
-/// static A: frag::Tracked<Rounding> = frag::Tracked::with_probe(Rounding, &RoundingProbe);
+/// static A: frag::Tracked<Rounding> = frag::Tracked::with_introspect(Rounding, &RoundingProbe);
 ///
 /// fn main() {
 ///     let v = vec![0u8; 100];
@@ -48,7 +48,7 @@ use super::stats::AllocatorStats;
 ///     drop(v);
 /// }
 /// ```
-pub trait Probe: Sync {
+pub trait Introspect: Sync {
     /// The name shown as the report's `backend`.
     fn name(&self) -> &'static str;
 
@@ -65,7 +65,7 @@ pub trait Probe: Sync {
     /// The allocator's own figures, for the report's `allocator` section. Called from `report()`,
     /// outside the allocation path: it may allocate.
     ///
-    /// The diagnosis's breakdown uses four of them when the probe gives them: `active` (bytes in
+    /// The diagnosis's breakdown uses four of them when the `Introspect` gives them: `active` (bytes in
     /// pages that hold blocks: minus the tracked usable bytes, the holes), `dirty` (free pages it
     /// could return: reclaimable), `metadata`, and `resident` (all it holds resident: the rest of
     /// RSS is outside the heap). A bucket without its figure is left in `unexplained`.

@@ -13,7 +13,7 @@
 
 use crate::estimate::SampleSums;
 use crate::origin;
-use crate::sampler::{self, table::SampledBlock};
+use crate::sampler::{self, side_table::SampledBlock};
 use crate::scope;
 use crate::sites;
 use crate::stats::live;
@@ -67,15 +67,15 @@ pub(crate) fn arrived(e: &SampledBlock, user: *const u8) {
 }
 
 /// The sample `e` at `user` departed, freed (or reallocated away) by the thread `caller`, which still
-/// holds the block: [`departing`], then [`settled`].
+/// holds the block: [`departing`], then [`counted_out`].
 pub(crate) fn departed(caller: &CallingThread, e: &SampledBlock, user: *const u8) {
     departing(e, user);
-    settled(caller, e);
+    counted_out(caller, e);
 }
 
 /// The sample `e` at `user` is departing: `otel_memory:free` fires, while the caller still holds the
 /// block (its address cannot have gone to another sample yet). A reallocation in place calls this
-/// before the allocator moves the block, then [`settled`], or [`stayed`] if the allocator failed.
+/// before the allocator moves the block, then [`counted_out`], or [`stayed`] if the allocator failed.
 #[inline(never)]
 pub(crate) fn departing(e: &SampledBlock, user: *const u8) {
     if !e.frag {
@@ -83,8 +83,8 @@ pub(crate) fn departing(e: &SampledBlock, user: *const u8) {
     }
 }
 
-/// The sample `e`, departed by the thread `caller`: settled in the origin, site and scope tallies.
-pub(crate) fn settled(caller: &CallingThread, e: &SampledBlock) {
+/// The sample `e`, departed by the thread `caller`: counted_out in the origin, site and scope tallies.
+pub(crate) fn counted_out(caller: &CallingThread, e: &SampledBlock) {
     if e.frag {
         return;
     }

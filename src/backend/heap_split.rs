@@ -1,5 +1,5 @@
 //! The vocabulary of the diagnosis's heap split, which each backend fills from its own figures
-//! ([`Introspect::split_heap`](super::introspect::Introspect::split_heap)): the buckets, how a
+//! ([`KnownIntrospect::split_heap`](super::introspect::KnownIntrospect::split_heap)): the buckets, how a
 //! figure was obtained, and why a bucket is not split. Public as `frag::report::diagnosis::*`.
 
 use core::fmt;
@@ -80,7 +80,7 @@ pub enum NotSplit {
     GlibcMallocInfo,
     /// mimalloc's commit figure does not tell free pages or bookkeeping apart: they are in holes.
     MimallocCommitted,
-    /// A [`Probe`](crate::Probe)'s statistics lack the figure of this bucket: it is in
+    /// A [`Introspect`](crate::Introspect)'s statistics lack the figure of this bucket: it is in
     /// `unexplained`.
     ProbeLacks(Part),
 }
@@ -109,7 +109,7 @@ impl fmt::Display for NotSplit {
                     Part::OutsideHeap => "resident",
                     _ => part.name(),
                 };
-                write!(f, "the probe gives no {figure} ({}): in unexplained", part.name())
+                write!(f, "the `Introspect` gives no {figure} ({}): in unexplained", part.name())
             }
         }
     }
