@@ -8,30 +8,11 @@ use super::limit::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standin
 use super::outcome::{Action, Refault, Round, Skip, Totals};
 use super::pacing::Budget;
 use super::quiet::{Activity, Quiet};
+use super::settings::Settings;
 use crate::report::diagnosis::{Breakdown, Part, Source};
 
 /// The quiet window grows at most to this multiple of the configured one after refaults.
 pub(crate) const MAX_BACKOFF: u32 = 8;
-
-/// The settings, checked by `Reclaimer::check`.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Settings {
-    pub(crate) poll: Duration,
-    pub(crate) quiet: Duration,
-    pub(crate) quiet_share: f64,
-    pub(crate) min_bytes: u64,
-    pub(crate) min_share: f64,
-    pub(crate) keep: u64,
-    pub(crate) min_interval: Duration,
-    pub(crate) cpu_share: f64,
-    pub(crate) refault_window: Duration,
-    /// The share of the limit over which the controller acts.
-    pub(crate) target_share: f64,
-    /// The most CPU share the controller spends, at the limit.
-    pub(crate) max_cpu_share: f64,
-    /// Warns when RSS will reach the limit within this long.
-    pub(crate) eta_horizon: Duration,
-}
 
 /// An action whose refault window is open.
 #[derive(Debug)]

@@ -30,6 +30,8 @@
 //! wraps, so it never starts a second one. A child of `fork` starts without it.
 
 mod engine;
+mod error;
+mod handle;
 mod host;
 mod limit;
 #[cfg(test)]
@@ -38,100 +40,30 @@ mod outcome;
 mod output;
 mod pacing;
 mod quiet;
+mod settings;
 mod this_process;
 mod threads;
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use self::engine::{Engine, Settings};
+use self::engine::Engine;
+pub use self::error::ReclaimError;
+pub use self::handle::ReclaimerHandle;
+use self::handle::{RUNNING, Shared, read};
 use self::limit::follow::{Follow, Setting};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
 pub use self::outcome::{Action, Refault, Round, Skip, Skips, Totals};
+use self::settings::{Settings, check};
 use self::this_process::ThisProcess;
 pub use self::threads::{ThreadReleases, idle, thread_releases};
-use crate::backend::tuning::TuneError;
 pub use crate::backend::tuning::{Method, ThreadMethod};
 use crate::publish::names::{self, Series};
 use crate::publish::worker::Worker;
 
 /// The most actions kept for [`Reclaimer::actions`].
 const KEPT_ACTIONS: usize = 256;
-
-/// The process that runs a spawned reclaimer, if any (0: none): one per process.
-static RUNNING: AtomicU32 = AtomicU32::new(0);
-
-/// Why a reclaimer cannot run.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ReclaimError {
-    /// A setting is out of range.
-    InvalidSetting {
-        /// The setting.
-        setting: &'static str,
-        /// The value given, as text.
-        value: String,
-        /// The accepted values.
-        expected: &'static str,
-    },
-    /// No allocator to act on: no `Tracked` installed ([`TuneError::NotInstalled`]), or one that
-    /// cannot return memory on request ([`TuneError::Unsupported`]: snmalloc, a user's allocator).
-    Backend(TuneError),
-    /// The memory limit was refused: `FRAG_MEMORY_LIMIT`'s text (`from_env`), or a limit given that
-    /// cannot be resolved on this machine.
-    Limit {
-        /// Whether the limit came from `FRAG_MEMORY_LIMIT`.
-        from_env: bool,
-        /// Why it was refused.
-        error: LimitError,
-    },
-    /// A spawned reclaimer is already running in this process.
-    AlreadyRunning,
-    /// The thread could not be spawned.
-    Spawn(std::io::Error),
-}
-
-impl core::fmt::Display for ReclaimError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::InvalidSetting { setting, value, expected } => {
-                write!(f, "reclaimer setting {setting} = {value}: expected {expected}")
-            }
-            Self::Backend(e) => write!(f, "the reclaimer has nothing to act on: {e}"),
-            Self::Limit { from_env: true, error } => write!(f, "{}: {error}", limit::ENV_VAR),
-            Self::Limit { from_env: false, error } => error.fmt(f),
-            Self::AlreadyRunning => f.write_str("a reclaimer is already running in this process"),
-            Self::Spawn(e) => write!(f, "spawning the reclaimer thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReclaimError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Backend(e) => Some(e),
-            Self::Spawn(e) => Some(e),
-            Self::Limit { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
-
-/// What a running reclaimer shares with its handle.
-#[derive(Debug, Default)]
-struct Shared {
-    totals: Totals,
-    actions: VecDeque<Action>,
-    /// A limit set through the handle, for the thread's next round to take.
-    new_limit: Option<Setting>,
-}
-
-/// Reads `Shared` for [`Reclaimer`] and [`ReclaimerHandle`] alike.
-fn read<T>(shared: &Mutex<Shared>, f: impl FnOnce(&Shared) -> T) -> T {
-    f(&shared.lock().unwrap_or_else(PoisonError::into_inner))
-}
 
 /// A paced reclaimer: a builder, then [`spawn`](Self::spawn) for a thread of its own or
 /// [`round`](Self::round) from a task you already run. See the [module docs](self) for what a round
@@ -213,32 +145,6 @@ impl Reclaimer {
     /// Default horizon of the time-to-limit warning.
     pub const DEFAULT_LIMIT_HORIZON: Duration = Duration::from_secs(300);
 
-    /// Every setting at its default; metrics with the prefix `frag_`.
-    #[must_use]
-    pub fn new() -> Self {
-        Self {
-            settings: Settings {
-                poll: Self::DEFAULT_POLL,
-                quiet: Self::DEFAULT_QUIET,
-                quiet_share: Self::DEFAULT_QUIET_SHARE,
-                min_bytes: Self::DEFAULT_MIN_BYTES,
-                min_share: Self::DEFAULT_MIN_SHARE,
-                keep: 0,
-                min_interval: Self::DEFAULT_MIN_INTERVAL,
-                cpu_share: Self::DEFAULT_CPU_SHARE,
-                refault_window: Self::DEFAULT_REFAULT_WINDOW,
-                target_share: Self::DEFAULT_LIMIT_TARGET,
-                max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
-                eta_horizon: Self::DEFAULT_LIMIT_HORIZON,
-            },
-            series: Series::new(crate::publish::Publisher::DEFAULT_PREFIX, names::of_reclaimer),
-            engine: None,
-            shared: Arc::default(),
-            output: output::Output::default(),
-            limit: Follow::new(Setting::from_env()),
-        }
-    }
-
     /// A soft memory limit: while RSS is over its target ([`limit_target`](Self::limit_target) of it),
     /// the reclaimer acts whether or not the heap is quiet, at least every round, spending more CPU
     /// the further over RSS is (up to [`max_cpu_share`](Self::max_cpu_share)), and the backend's
@@ -283,24 +189,6 @@ impl Reclaimer {
         limit_horizon(horizon: Duration) => eta_horizon;
     }
 
-    /// Sets or removes the limit of a reclaimer run from a task of your own, from its next round.
-    ///
-    /// # Errors
-    ///
-    /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
-    /// stays.
-    pub fn set_limit(&mut self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
-        let setting = Setting::given(limit);
-        let bytes = setting.resolve()?;
-        if let Some(engine) = &mut self.engine {
-            engine.set_limit(bytes);
-            self.limit.replace(setting, Some(Instant::now()));
-        } else {
-            self.limit.replace(setting, None);
-        }
-        Ok(bytes)
-    }
-
     settings! {
         /// Time between rounds of a spawned reclaimer (10 ms to 1 min).
         poll(every: Duration) => poll;
@@ -337,6 +225,52 @@ impl Reclaimer {
     }
 
     names::series_settings!(", as the publisher's");
+}
+
+impl Reclaimer {
+    /// Every setting at its default; metrics with the prefix `frag_`.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            settings: Settings {
+                poll: Self::DEFAULT_POLL,
+                quiet: Self::DEFAULT_QUIET,
+                quiet_share: Self::DEFAULT_QUIET_SHARE,
+                min_bytes: Self::DEFAULT_MIN_BYTES,
+                min_share: Self::DEFAULT_MIN_SHARE,
+                keep: 0,
+                min_interval: Self::DEFAULT_MIN_INTERVAL,
+                cpu_share: Self::DEFAULT_CPU_SHARE,
+                refault_window: Self::DEFAULT_REFAULT_WINDOW,
+                target_share: Self::DEFAULT_LIMIT_TARGET,
+                max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
+                eta_horizon: Self::DEFAULT_LIMIT_HORIZON,
+            },
+            series: Series::new(crate::publish::Publisher::DEFAULT_PREFIX, names::of_reclaimer),
+            engine: None,
+            shared: Arc::default(),
+            output: output::Output::default(),
+            limit: Follow::new(Setting::from_env()),
+        }
+    }
+
+    /// Sets or removes the limit of a reclaimer run from a task of your own, from its next round.
+    ///
+    /// # Errors
+    ///
+    /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
+    /// stays.
+    pub fn set_limit(&mut self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
+        let setting = Setting::given(limit);
+        let bytes = setting.resolve()?;
+        if let Some(engine) = &mut self.engine {
+            engine.set_limit(bytes);
+            self.limit.replace(setting, Some(Instant::now()));
+        } else {
+            self.limit.replace(setting, None);
+        }
+        Ok(bytes)
+    }
 
     /// Every metric name the reclaimer emits, with its prefix.
     #[must_use]
@@ -480,103 +414,11 @@ impl Reclaimer {
             }
         });
         match worker {
-            Ok(worker) => Ok(ReclaimerHandle { worker, shared }),
+            Ok(worker) => Ok(ReclaimerHandle::new(worker, shared)),
             Err(e) => {
                 RUNNING.store(0, Ordering::Release);
                 Err(ReclaimError::Spawn(e))
             }
         }
-    }
-}
-
-/// Checks every setting's range.
-fn check(s: &Settings) -> Result<(), ReclaimError> {
-    let invalid = |setting: &'static str, value: String, expected: &'static str| {
-        Err(ReclaimError::InvalidSetting { setting, value, expected })
-    };
-    let share = |v: f64| v > 0.0 && v <= 1.0;
-    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&s.poll) {
-        return invalid("poll", format!("{:?}", s.poll), "10 ms to 1 min");
-    }
-    if s.quiet > Duration::from_secs(600) {
-        return invalid("quiet", format!("{:?}", s.quiet), "at most 10 min");
-    }
-    if !share(s.quiet_share) {
-        return invalid("quiet_share", s.quiet_share.to_string(), "above 0, at most 1");
-    }
-    if !(0.0..=1.0).contains(&s.min_share) {
-        return invalid("threshold share", s.min_share.to_string(), "0 to 1");
-    }
-    if s.min_interval > Duration::from_secs(3600) {
-        return invalid("min_interval", format!("{:?}", s.min_interval), "at most 1 h");
-    }
-    if !share(s.cpu_share) {
-        return invalid("cpu_share", s.cpu_share.to_string(), "above 0, at most 1");
-    }
-    if s.refault_window > Duration::from_secs(600) {
-        return invalid("refault_window", format!("{:?}", s.refault_window), "at most 10 min");
-    }
-    if !(0.5..=1.0).contains(&s.target_share) {
-        return invalid("limit_target", s.target_share.to_string(), "0.5 to 1");
-    }
-    if !share(s.max_cpu_share) {
-        return invalid("max_cpu_share", s.max_cpu_share.to_string(), "above 0, at most 1");
-    }
-    if s.eta_horizon > Duration::from_secs(86_400) {
-        return invalid("limit_horizon", format!("{:?}", s.eta_horizon), "at most 1 day");
-    }
-    Ok(())
-}
-
-/// A running reclaimer thread; dropping it stops the thread (after the round in progress). In a
-/// child of `fork`, which starts without the thread, dropping it does nothing.
-#[derive(Debug)]
-pub struct ReclaimerHandle {
-    worker: Worker,
-    shared: Arc<Mutex<Shared>>,
-}
-
-impl ReclaimerHandle {
-    /// Everything done so far.
-    #[must_use]
-    pub fn totals(&self) -> Totals {
-        read(&self.shared, |s| s.totals)
-    }
-
-    /// The latest actions (up to 256), oldest first.
-    #[must_use]
-    pub fn actions(&self) -> Vec<Action> {
-        read(&self.shared, |s| s.actions.iter().cloned().collect())
-    }
-
-    /// Sets or removes the memory limit; the thread takes it at its next round.
-    ///
-    /// # Errors
-    ///
-    /// [`ReclaimError::Limit`] when it cannot be resolved on this machine; the limit in force then
-    /// stays.
-    pub fn set_limit(&self, limit: Option<MemoryLimit>) -> Result<Option<u64>, ReclaimError> {
-        let setting = Setting::given(limit);
-        let bytes = setting.resolve()?;
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).new_limit = Some(setting);
-        Ok(bytes)
-    }
-
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.worker.stop();
-        crate::report::diagnosis::set_limit_in_force(None);
-        // In a fork's child this clears the parent's claim from the child's copy, where none runs.
-        let _ = RUNNING.compare_exchange(self.worker.pid(), 0, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
-
-impl Drop for ReclaimerHandle {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }

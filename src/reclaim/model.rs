@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::engine::Settings;
 use super::host::{Host, Statm};
+use super::settings::Settings;
 use crate::backend::tuning::{Decay, Method, TuneError};
 use crate::report::diagnosis::{Breakdown, Source, Sources};
 

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::setting::{LimitError, MemoryLimit};
-use crate::reclaim::ReclaimError;
+use crate::reclaim::error::ReclaimError;
 
 /// The limit asked for and where it came from.
 #[derive(Clone, Debug)]

@@ -209,9 +209,10 @@ impl Pressure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reclaim::engine::{Engine, Settings};
+    use crate::reclaim::engine::Engine;
     use crate::reclaim::model::{MIB, Model, settings};
     use crate::reclaim::outcome::{Round, Skip};
+    use crate::reclaim::settings::Settings;
 
     /// The workload the limit is for, on the model: never quiet (512 MiB allocated per 250 ms round),
     /// each round leaving 40 MiB more free in the heap over 150 MiB live, so that RSS climbs without
