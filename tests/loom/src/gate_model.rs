@@ -9,7 +9,7 @@ use loom::thread;
 
 use crate::gate::{Gate, Query};
 use crate::model;
-use crate::table::{SampledBlock, Table};
+use crate::side_table::{SampledBlock, Table};
 
 type Small = Table<4>;
 

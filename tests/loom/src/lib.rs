@@ -34,7 +34,7 @@ mod sync {
 
 #[allow(dead_code)]
 #[path = "../../../src/sampler/side_table.rs"]
-mod table;
+mod side_table;
 
 #[allow(dead_code)]
 #[path = "../../../src/sampler/gate.rs"]

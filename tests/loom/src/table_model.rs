@@ -8,7 +8,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
 use crate::model;
-use crate::table::{SampledBlock, Table};
+use crate::side_table::{SampledBlock, Table};
 
 type Small = Table<4>;
 
