@@ -554,7 +554,7 @@ enum Work {
 ///     the rest by the next one, 1% kept for good) with gaps of light activity, in which the workers wait for work as a pool's do. Variants:
 ///     "without" a reclaimer, "with reclaimer", and "with reclaimer and idle hook" (the workers call
 ///     `frag::reclaim::idle` each time they are about to wait). Per burst: RSS at its end and 4 s
-///     after it, live bytes, and what idle threads released.
+///     after it, live bytes, and what idle threads released. Quick: one burst and its gap.
 pub fn handoff(scale: Scale, variant: &str) -> Outcome {
     const WORKERS: usize = 4;
     let reclaimer = (variant != "without").then(|| frag::reclaim::Reclaimer::new().spawn());
@@ -563,7 +563,7 @@ pub fn handoff(scale: Scale, variant: &str) -> Outcome {
     if let Some(Err(e)) = &reclaimer {
         rows.push(Row { case: format!("no reclaimer: {e}"), figures: Vec::new() });
     }
-    let (bursts, blocks, gap) = scale.pick((4, 20_000, 7_000), (2, 20_000, 5_000));
+    let (bursts, blocks, gap) = scale.pick((4, 20_000, 7_000), (1, 20_000, 5_000));
     let (done_tx, done) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
     let mut orders = Vec::new();
     let mut workers = Vec::new();
