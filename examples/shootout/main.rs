@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release --all-features --example shootout            # about 260 s on 2 cores
-//! cargo run --release --all-features --example shootout -- --quick # about a minute
+//! cargo run --release --all-features --example shootout -- --quick # about three minutes
 //! cargo run --release --all-features --example shootout -- --no-sampling # no sampled (marked) blocks
 //! ```
 //!
