@@ -83,11 +83,6 @@ impl Engine {
         self.pressure.limit.map(|l| (l.bytes, l.target))
     }
 
-    /// The limit in force, in bytes.
-    pub(crate) fn limit_bytes(&self) -> Option<u64> {
-        self.pressure.limit.map(|l| l.bytes)
-    }
-
     /// How long to wait before the next round: the poll, or longer while polls would use more than
     /// their part of the budget, or while it is in debt (without a limit in force).
     pub(crate) fn wait(&self) -> Duration {

@@ -346,7 +346,7 @@ impl Reclaimer {
         if let Some(setting) = from_handle {
             self.limit.replace(setting, None);
         }
-        engine.set_limit(self.limit.follow(now, engine.limit_bytes()));
+        engine.set_limit(self.limit.follow(now, engine.limit().map(|(bytes, _)| bytes)));
         let step = engine.round(now, &mut process);
         engine.totals.threads = thread_releases();
         (engine.totals.assists, engine.totals.assist_cpu) = crate::backend::assist::made();

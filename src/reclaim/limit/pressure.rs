@@ -153,10 +153,9 @@ impl Pressure {
         } else if now.saturating_duration_since(*self.under_since.get_or_insert(now)) >= RESTORE_AFTER {
             self.restore(host);
         }
-        let warning = match (self.warn_eta(now, horizon), self.limit) {
-            (Some(eta), Some(limit)) => Some(Warning::Eta { eta, slope: self.slope, limit: limit.bytes }),
-            _ => None,
-        };
+        let slope = self.slope;
+        let warning =
+            self.warn_eta(now, horizon).zip(self.limit).map(|(eta, l)| Warning::Eta { eta, slope, limit: l.bytes });
         (over, warning)
     }
 
