@@ -264,11 +264,8 @@ fn collect(steps: u64) -> u64 {
     for _ in 0..steps {
         let r = next(&mut rng);
         let start = (r % words.len() as u64) as usize;
-        let kept: Vec<String> = words[start..]
-            .iter()
-            .filter(|w| w.len() > (r >> 40) as usize % 4)
-            .map(|w| w.to_uppercase())
-            .collect();
+        let kept: Vec<String> =
+            words[start..].iter().filter(|w| w.len() > (r >> 40) as usize % 4).map(|w| w.to_uppercase()).collect();
         sum = sum.wrapping_add(kept.iter().map(String::len).sum::<usize>() as u64);
     }
     sum
