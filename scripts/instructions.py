@@ -530,9 +530,14 @@ def main():
                     failures.append(f"{backend} service, {tier}: {100 * rel:+.2f}% instructions per request > "
                                     f"+{100 * budget:.1f}%")
 
+    verdict(failures, args.check)
+
+
+def verdict(failures, check):
+    """Prints the budgets a run went over, or that it kept them; exits 1 on one over with `check`."""
     if failures:
         print("\nover budget:\n  " + "\n  ".join(failures))
-        if args.check:
+        if check:
             sys.exit(1)
     else:
         print("\nwithin budget")

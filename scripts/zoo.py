@@ -119,12 +119,7 @@ def main():
             if added[worst] > BUDGET[profile]:
                 failures.append(f"{backend} {BUILDS[profile]}: {worst} +{added[worst]:.2f} instructions per step "
                                 f"> +{BUDGET[profile]:g}")
-    if failures:
-        print("\nover budget:\n  " + "\n  ".join(failures))
-        if args.check:
-            sys.exit(1)
-    else:
-        print("\nwithin budget")
+    instructions.verdict(failures, args.check)
 
 
 if __name__ == "__main__":
