@@ -235,6 +235,12 @@ VARIANTS = {"bare": "1", "sampled": "", "sampled-nostacks": "", "sampled-scoped"
 JEPROF_ENV = {"_RJEM_MALLOC_CONF": "prof:true,prof_active:true,lg_prof_sample:19"}
 
 
+def example_features(backend):
+    """The features every example build of this script (and `scripts/zoo.py`) takes on `backend`:
+    one set, so that the service, the churn and the zoo share one build of the library per profile."""
+    return ["serde", "tokio"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+
+
 def build_service(backend, variant, salt=0):
     """The service example, release, with `variant`'s global allocator (only that differs). A non-zero
     `salt` adds `-C metadata=salt<N>` to the example crate alone: its symbol hashes, and so how rustc
@@ -242,7 +248,7 @@ def build_service(backend, variant, salt=0):
     do not. The spread over salts is the build-to-build spread a service delta carries."""
     if variant in ("sampled-nostacks", "sampled-scoped"):
         variant = "sampled"  # the same build, run with --no-stacks or --scoped
-    feats = ["serde", "tokio"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    feats = example_features(backend)
     if variant == "jeprof":
         feats.append("tikv-jemallocator/profiling")
     if variant == "in-jemalloc":
@@ -262,7 +268,7 @@ def build_churn(backend, variant):
     """The churn example (`examples/churn.rs`), release, with `variant`'s global allocator inlined
     into its loop, as into any caller's, the example's crate in one codegen unit
     (`CHURN_CODEGEN_UNITS`). The service's features, so that both share one build of the library."""
-    feats = ["serde", "tokio"] + ([FEATURES[backend]] if FEATURES[backend] else []) + EXTRA_FEATURES
+    feats = example_features(backend)
     run(["cargo", "rustc", "--quiet", "--release", "--example", "churn", "--no-default-features",
          "--features", ",".join(feats), "--", "-C", f"codegen-units={CHURN_CODEGEN_UNITS}"],
         {"FRAG_BARE_ALLOCATOR": VARIANTS[variant]})

@@ -54,8 +54,7 @@ CALLERS = tuple(STEPS)
 def build(backend, profile, variant):
     """The zoo example with `variant`'s global allocator (`tracked`, `bare`, `count`), the one build
     difference a `--cfg` on the example's crate alone, so that all builds share the library's."""
-    feats = ["serde", "tokio"] + ([instructions.FEATURES[backend]] if instructions.FEATURES[backend] else []) \
-        + instructions.EXTRA_FEATURES
+    feats = instructions.example_features(backend)
     cfg = [] if variant == "tracked" else ["--", "--cfg", f'frag_zoo="{variant}"']
     instructions.run(["cargo", "rustc", "--quiet", "--profile", profile, "--example", "zoo", "--no-default-features",
                       "--features", ",".join(feats)] + cfg)
