@@ -11,9 +11,12 @@ churn, `HashMap<String, Vec<u8>>` insert/remove, `BTreeMap` growth and shrink, a
 `format!` and `push_str`, `serde_json::from_slice` into a `Value`, an iterator chain that collects.
 
 Each figure is the difference of two run lengths (N2 - N1 steps) counted inside the caller's own
-function, everything it calls included (the allocator's out-of-line code, frag's samples), so that
-start-up and set-up cancel; the median of `--repeat` runs (jemalloc's decay runs by wall time and
-moves a run's count). A step of some callers allocates many times (the JSON document about 34): the
+function, everything it calls included (the allocator's entry points, frag's out-of-line code and
+its samples), so that start-up and set-up cancel; the median of `--repeat` runs. The allocator's
+slow paths (its internal C functions: refills, flushes, decay, extents) are counted apart and
+printed beside: jemalloc's decay runs by wall time and moves them by up to ±4 a step between two
+runs of one binary, which buried differences of a few instructions; they are the allocator's code,
+the same in both builds. Without them a caller's count repeats to within 0.1 a step. A step of some callers allocates many times (the JSON document about 34): the
 judged unit is a step that allocates at most once, so a caller's added instructions are divided by
 its allocations and reallocations per step where that is more than one (counted by a build whose
 global allocator counts calls, `--cfg 'frag_zoo="count"'`).
@@ -26,9 +29,11 @@ Usage:
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import instructions  # noqa: E402  (the callgrind helpers, one home)
@@ -77,12 +82,51 @@ def calls_per_step(exe, caller):
     return (counts[1] - counts[0]) / (n2 - n1)
 
 
+# The allocator's public entry points (jemalloc's, prefixed as tikv-jemallocator builds it, and
+# glibc's): counted. Its other C functions (refills, flushes, decay, extents: `_rjem_je_*` and its
+# static helpers, glibc's `_int_*`, and the locks they take) are its slow paths: counted apart,
+# since jemalloc's decay runs by wall time and moves them by up to ±4 a step between two runs of
+# the same binary (the same code in both builds: they are the allocator's, not the caller's).
+PUBLIC = re.compile(r"^(_rjem_)?(malloc|mallocx|calloc|sdallocx|dallocx|free|realloc|rallocx|xallocx|"
+                    r"posix_memalign|aligned_alloc|memalign|malloc_usable_size|sallocx|nallocx)$")
+
+
+def slow_path(function):
+    """Whether `function` (a callgrind name) is one of the allocator's slow paths: C (no Rust path),
+    not an entry point, not a `mem*` copy."""
+    return "::" not in function and not PUBLIC.match(function) and not function.lstrip("_").startswith("mem")
+
+
+def counted(exe, caller, n):
+    """Instructions inside `caller` over a run of `n` steps: (everything, the allocator's slow paths)."""
+    with tempfile.NamedTemporaryFile(prefix="callgrind.zoo.", delete=False) as f:
+        path = f.name
+    try:
+        instructions.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", "--dump-instr=no",
+                          f"--toggle-collect=zoo::{caller}", exe, caller, str(n)])
+        out = instructions.run(["callgrind_annotate", "--threshold=100", path]).stdout
+    finally:
+        os.unlink(path)
+    total = slow = 0
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+\S*?:(.*?) \[", line)
+        if m:
+            ir = int(m.group(1).replace(",", ""))
+            total += ir
+            slow += ir if slow_path(m.group(2)) else 0
+    return total, slow
+
+
 def per_step(exe, caller, repeat):
-    """The median and range of `repeat` counts of instructions per step inside `caller`."""
-    name = f"zoo::{caller}"
-    runs = [instructions.per_op(lambda n: [exe, caller, str(n)], STEPS[caller],
-                                extra=(f"--toggle-collect={name}",))["Ir"] for _ in range(repeat)]
-    return statistics.median(runs), min(runs), max(runs)
+    """Instructions per step inside `caller` without the allocator's slow paths: the median and
+    range of `repeat` runs; and the median of its slow paths' own."""
+    n1, n2 = STEPS[caller]
+    fast, slow = [], []
+    for _ in range(repeat):
+        (t1, s1), (t2, s2) = counted(exe, caller, n1), counted(exe, caller, n2)
+        fast.append(((t2 - s2) - (t1 - s1)) / (n2 - n1))
+        slow.append((s2 - s1) / (n2 - n1))
+    return statistics.median(fast), min(fast), max(fast), statistics.median(slow)
 
 
 def main():
@@ -100,10 +144,12 @@ def main():
         unit = {c: max(1.0, calls_per_step(counting, c)) for c in CALLERS}
         for profile in BUILDS:
             exes = {v: build(backend, profile, v) for v in ("bare", "tracked")}
-            print(f"\n{backend}, {BUILDS[profile]}: instructions per step inside the caller (median of "
-                  f"{args.repeat}, range), added per step that allocates at most once\n")
-            print("| caller | allocations per step | bare | tracked | added per step | added per allocation |")
-            print("|---|---|---|---|---|---|")
+            print(f"\n{backend}, {BUILDS[profile]}: instructions per step inside the caller without the "
+                  f"allocator's slow paths (median of {args.repeat}, range; the slow paths' own median apart), "
+                  f"added per step that allocates at most once\n")
+            print("| caller | allocations per step | bare | tracked | added per step | added per allocation "
+                  "| slow paths, bare / tracked |")
+            print("|---|---|---|---|---|---|---|")
             added = {}
             for caller in CALLERS:
                 r = {v: per_step(exes[v], caller, args.repeat) for v in exes}
@@ -111,7 +157,7 @@ def main():
                 added[caller] = step / unit[caller]
                 print(f"| {caller} | {unit[caller]:.2f} | {r['bare'][0]:.1f} [{r['bare'][1]:.1f}, {r['bare'][2]:.1f}] | "
                       f"{r['tracked'][0]:.1f} [{r['tracked'][1]:.1f}, {r['tracked'][2]:.1f}] | {step:+.1f} | "
-                      f"{added[caller]:+.2f} |", flush=True)
+                      f"{added[caller]:+.2f} | {r['bare'][3]:.1f} / {r['tracked'][3]:.1f} |", flush=True)
             worst = max(added, key=added.get)
             print(f"\nmaximum {added[worst]:+.2f} ({worst}), median {statistics.median(added.values()):+.2f}; "
                   f"budget +{BUDGET[profile]:g}")
