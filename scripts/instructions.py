@@ -159,16 +159,23 @@ CAPTURE = "frag::sites::capture"
 HOOK_WALK = "frag::hooked::hooks::backtrace"
 
 
+def functions(path, inclusive=False):
+    """Every function's instructions in a callgrind output, as (name, Ir) in callgrind_annotate's
+    order: each its own alone, or with `inclusive` everything it called too."""
+    out = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", path],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*?:(.*?) \[", line)
+        if m:
+            found.append((m.group(2), int(m.group(1).replace(",", ""))))
+    return found
+
+
 def inclusive(path, name, inclusive=True):
     """The inclusive instructions of function `name` in a callgrind output (0 if it never ran); its
     own alone with `inclusive=False`."""
-    out = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", path],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*:" + re.escape(name) + r" ", line)
-        if m:
-            return int(m.group(1).replace(",", ""))
-    return 0
+    return next((ir for function, ir in functions(path, inclusive) if function == name), 0)
 
 
 def calls_to(path, name):

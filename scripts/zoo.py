@@ -16,7 +16,8 @@ its samples), so that start-up and set-up cancel; the median of `--repeat` runs.
 slow paths (its internal C functions: refills, flushes, decay, extents) are counted apart and
 printed beside: jemalloc's decay runs by wall time and moves them by up to ±4 a step between two
 runs of one binary, which buried differences of a few instructions; they are the allocator's code,
-the same in both builds. Without them a caller's count repeats to within 0.1 a step. A step of some callers allocates many times (the JSON document about 34): the
+the same in both builds. Without them most callers' runs count the same to 0.1 a step, the hash
+map's within 3. A step of some callers allocates many times (the JSON document about 34): the
 judged unit is a step that allocates at most once, so a caller's added instructions are divided by
 its allocations and reallocations per step where that is more than one (counted by a build whose
 global allocator counts calls, `--cfg 'frag_zoo="count"'`).
@@ -83,10 +84,8 @@ def calls_per_step(exe, caller):
 
 
 # The allocator's public entry points (jemalloc's, prefixed as tikv-jemallocator builds it, and
-# glibc's): counted. Its other C functions (refills, flushes, decay, extents: `_rjem_je_*` and its
-# static helpers, glibc's `_int_*`, and the locks they take) are its slow paths: counted apart,
-# since jemalloc's decay runs by wall time and moves them by up to ±4 a step between two runs of
-# the same binary (the same code in both builds: they are the allocator's, not the caller's).
+# glibc's), counted with the caller; its other C functions (`_rjem_je_*` and its static helpers,
+# glibc's `_int_*`, the locks they take) are its slow paths (see the module's docs).
 PUBLIC = re.compile(r"^(_rjem_)?(malloc|mallocx|calloc|sdallocx|dallocx|free|realloc|rallocx|xallocx|"
                     r"posix_memalign|aligned_alloc|memalign|malloc_usable_size|sallocx|nallocx)$")
 
@@ -104,17 +103,10 @@ def counted(exe, caller, n):
     try:
         instructions.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", "--dump-instr=no",
                           f"--toggle-collect=zoo::{caller}", exe, caller, str(n)])
-        out = instructions.run(["callgrind_annotate", "--threshold=100", path]).stdout
+        found = instructions.functions(path)
     finally:
         os.unlink(path)
-    total = slow = 0
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+\S*?:(.*?) \[", line)
-        if m:
-            ir = int(m.group(1).replace(",", ""))
-            total += ir
-            slow += ir if slow_path(m.group(2)) else 0
-    return total, slow
+    return sum(ir for _, ir in found), sum(ir for function, ir in found if slow_path(function))
 
 
 def per_step(exe, caller, repeat):
