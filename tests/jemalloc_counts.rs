@@ -95,6 +95,9 @@ fn workload(n: usize) -> Vec<(usize, usize)> {
 fn jemalloc_counts_equal_the_exact_tier_once_the_cache_is_flushed() {
     // Sampled blocks move to page-aligned copies in another jemalloc class: count natural blocks only.
     frag::set_sampling(frag::Sampling::Off).unwrap();
+    // The counts are the process's, and jemalloc's lag for any other thread that allocates
+    // meanwhile; this thread's own waiting is flushed with its cache.
+    common::others_asleep();
     frag::tune::jemalloc::flush_thread_tcache().unwrap();
     let before = counts();
     let kept = workload(common::scaled(60_000));

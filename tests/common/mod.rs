@@ -510,6 +510,35 @@ pub fn scaled(n: usize) -> usize {
     (n / divisor.max(1)).max(1)
 }
 
+/// Waits until every other thread of this process is asleep (state `S` in `/proc/self/task/*/stat`),
+/// as the test harness's main thread is once it has started a test's thread and waits for it: its
+/// bookkeeping right after the spawn (a few allocations, served from its own thread cache) would
+/// otherwise land inside a counting window that opens at the test's first lines. Panics after 30 s.
+pub fn others_asleep() {
+    let me = std::process::id().to_string();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() }.to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let awake: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .flatten()
+            .map(|t| t.file_name().to_string_lossy().into_owned())
+            .filter(|t| *t != tid)
+            .filter(|t| {
+                let stat = std::fs::read_to_string(format!("/proc/self/task/{t}/stat")).unwrap_or_default();
+                // The state follows the command's closing parenthesis (the command may hold spaces).
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('S'))
+            })
+            .collect();
+        if awake.is_empty() {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "threads of {me} still awake after 30 s: {awake:?}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Whether the suite runs under valgrind's memcheck (`.ci/run` sets `FRAG_MEMCHECK`). Its allocator
 /// replaces glibc's and keeps freed blocks in a quarantine, so resident-memory bounds do not apply.
 pub fn under_memcheck() -> bool {
