@@ -515,7 +515,6 @@ pub fn scaled(n: usize) -> usize {
 /// bookkeeping right after the spawn (a few allocations, served from its own thread cache) would
 /// otherwise land inside a counting window that opens at the test's first lines. Panics after 30 s.
 pub fn others_asleep() {
-    let me = std::process::id().to_string();
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() }.to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -534,7 +533,7 @@ pub fn others_asleep() {
         if awake.is_empty() {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "threads of {me} still awake after 30 s: {awake:?}");
+        assert!(std::time::Instant::now() < deadline, "threads still awake after 30 s: {awake:?}");
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
