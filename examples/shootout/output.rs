@@ -27,7 +27,7 @@ const WORKLOADS: [(&str, &str); 11] = [
     ("refault", "190 MiB touched, returned with MADV_DONTNEED, touched again: the cost of reusing released memory"),
     (
         "limit",
-        "4 workers that never pause, live set 480 MiB then 96 MiB; the reclaimer without and with a 320 MiB limit",
+        "4 workers that never pause, live set about 770 MiB then 150 MiB (48 MiB of it long-lived small blocks); the reclaimer without and with a 320 MiB limit",
     ),
 ];
 

@@ -82,6 +82,7 @@ metrics_table! {
     MemoryLimit: Gauge, "memory_limit_bytes", Unit::Bytes, "The soft memory limit the reclaimer keeps RSS under (absent without one)";
     MemoryLimitTarget: Gauge, "memory_limit_target_bytes", Unit::Bytes, "The RSS over which the reclaimer acts while the heap is busy: the limit's target share";
     ReclaimOverTarget: Total, "reclaim_over_target_seconds_total", Unit::Seconds, "Seconds RSS spent over the memory limit's target (a gauge that only grows)";
+    MemoryLimitHeld: Gauge, "memory_limit_held_bytes", Unit::Bytes, "While RSS is over the memory limit's target: resident bytes by what holds them (label part: live, holes, reclaimable, other), from the last round's breakdown; 0 under the target. A release returns reclaimable; holes come back only as the live blocks in their pages are freed";
     ReclaimAssists: Counter, "reclaim_assists_total", Unit::Count, "Releases allocating threads made at their sampled allocations while RSS was over the memory limit's target";
     ReclaimAssistSeconds: Total, "reclaim_assist_seconds_total", Unit::Seconds, "CPU seconds those assists took on the allocating threads (a gauge that only grows)";
     ReclaimCpuShare: Gauge, "reclaim_cpu_share", Unit::Count, "The share of one core the reclaimer may spend now: cpu_share, rising to max_cpu_share as RSS goes over the limit's target";

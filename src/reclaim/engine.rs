@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::host::{Host, Reading};
 use super::limit::pressure::{Exhausted, Limit, OVER_MIN_BYTES, Pressure, Standing, Warning};
-use super::outcome::{Action, Refault, Round, Skip, Totals};
+use super::outcome::{Action, Held, Refault, Round, Skip, Totals};
 use super::pacing::Budget;
 use super::quiet::{Activity, Quiet};
 use super::settings::Settings;
@@ -48,8 +48,9 @@ pub(crate) struct Engine {
     asking: bool,
     busy_since_asked: bool,
     pressure: Pressure,
-    /// The assists' CPU time as of the last round, and whether they are asked for now.
-    assist_cpu: Duration,
+    /// The assists' CPU time (process-wide) as of the last round, `None` before the first: what
+    /// threads spent before this engine began is not its to pay. And whether they are asked for now.
+    assist_cpu: Option<Duration>,
     assisting: bool,
     pub(crate) totals: Totals,
 }
@@ -68,7 +69,7 @@ impl Engine {
             asking: false,
             busy_since_asked: false,
             pressure: Pressure::default(),
-            assist_cpu: Duration::ZERO,
+            assist_cpu: None,
             assisting: false,
         }
     }
@@ -127,7 +128,9 @@ impl Engine {
         // The allocating threads' assists are spent from the same budget, not as the round's own
         // cost (which paces the polls).
         let assists = host.assist_cpu();
-        self.budget.charge(assists.saturating_sub(core::mem::replace(&mut self.assist_cpu, assists)));
+        if let Some(before) = self.assist_cpu.replace(assists) {
+            self.budget.charge(assists.saturating_sub(before));
+        }
         let t = &mut self.totals;
         t.elapsed = now.saturating_duration_since(self.started);
         t.rounds += 1;
@@ -242,11 +245,13 @@ impl Engine {
         let limit = self.pressure.limit?;
         let rss = reading.rss(host)?;
         if rss <= limit.target {
+            self.totals.held = None;
             // Near the target, threads help already: what only they can release takes rounds.
             self.pace(Pressure::share(limit, rss, cpu_share, max_share), rss > limit.near(), host);
             return None;
         }
         let breakdown = reading.breakdown(host);
+        self.totals.held = breakdown.map(Held::from);
         let Some((available, from, rss)) = breakdown.and_then(reclaimable) else {
             self.pace(cpu_share, false, host);
             return Some(Round::Skipped(Skip::NotSplit));
@@ -261,7 +266,8 @@ impl Engine {
                 self.pace(cpu_share, false, host);
                 if self.pressure.warn_exhausted() {
                     let live = breakdown.map_or(0, |b| b.live_bytes);
-                    warnings.push(Warning::Exhausted(Exhausted { rss, live, releasable: predicted, limit }));
+                    let pinned = breakdown.filter(|_| from == Part::Reclaimable).map_or(0, |b| b.holes_bytes);
+                    warnings.push(Warning::Exhausted(Exhausted { rss, live, releasable: predicted, pinned, limit }));
                 }
                 self.totals.exhausted_rounds += 1;
                 None

@@ -54,7 +54,7 @@ pub use self::handle::ReclaimerHandle;
 use self::handle::{RUNNING, Shared, read};
 use self::limit::follow::{Follow, Setting};
 pub use self::limit::{ENV_VAR as LIMIT_ENV_VAR, LimitError, MemoryLimit};
-pub use self::outcome::{Action, Refault, Round, Skip, Skips, Totals};
+pub use self::outcome::{Action, Held, Refault, Round, Skip, Skips, Totals};
 use self::settings::{Settings, check};
 use self::this_process::ThisProcess;
 pub use self::threads::{ThreadReleases, idle, thread_releases};

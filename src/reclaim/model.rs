@@ -30,6 +30,8 @@ pub(crate) struct Model {
     /// How often the process's memory (`statm`) and the breakdown were read.
     pub(crate) statm_reads: u32,
     pub(crate) breakdowns: u32,
+    /// The allocating threads' assists' CPU time, process-wide.
+    pub(crate) assist_cpu: Duration,
 }
 
 impl Host for Model {
@@ -93,7 +95,7 @@ impl Host for Model {
         self.assists_wanted.push(on);
     }
     fn assist_cpu(&mut self) -> Duration {
-        Duration::ZERO
+        self.assist_cpu
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::tuning::{Method, TuneError};
 use crate::format::Bytes;
-use crate::report::diagnosis::Part;
+use crate::report::diagnosis::{Breakdown, Part};
 
 /// The outcome of one reclaimer round.
 #[derive(Clone, Debug, PartialEq)]
@@ -274,6 +274,50 @@ pub struct Totals {
     pub limit_bytes: Option<u64>,
     /// Its target: the RSS over which the reclaimer acts while the heap is busy.
     pub target_bytes: Option<u64>,
+    /// What held RSS over the target at the last round, by part; `None` under it (or where the
+    /// backend's figures do not split the heap).
+    pub held: Option<Held>,
+}
+
+/// Resident memory over the memory limit's target, by what holds it: the report's breakdown at the
+/// round, in the parts that decide whether a release can help. A release returns `reclaimable`;
+/// `holes` come back only as the live blocks in their pages are freed; `live` is the program's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// The process's RSS at the round.
+    pub rss: u64,
+    /// The program's live blocks, their rounding and frag's own.
+    pub live: u64,
+    /// Free space inside pages that still hold live blocks (with free pages not yet returned, on a
+    /// backend that does not tell them apart: mimalloc).
+    pub holes: u64,
+    /// Free pages a release returns.
+    pub reclaimable: u64,
+    /// The allocator's bookkeeping, memory outside the heap and what the split leaves unexplained.
+    pub other: u64,
+}
+
+impl Held {
+    /// The parts by their label in `frag_memory_limit_held_bytes{part}`.
+    #[must_use]
+    pub fn parts(&self) -> [(&'static str, u64); 4] {
+        [("live", self.live), ("holes", self.holes), ("reclaimable", self.reclaimable), ("other", self.other)]
+    }
+}
+
+impl From<&Breakdown> for Held {
+    fn from(b: &Breakdown) -> Self {
+        let live = b.live_bytes + b.rounding_bytes + b.frag_bytes;
+        let (holes, reclaimable) = (b.holes_bytes, b.reclaimable_bytes);
+        Self {
+            rss: b.rss_bytes,
+            live,
+            holes,
+            reclaimable,
+            other: b.rss_bytes.saturating_sub(live + holes + reclaimable),
+        }
+    }
 }
 
 impl Totals {

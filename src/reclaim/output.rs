@@ -78,19 +78,29 @@ impl Output {
     }
 }
 
-/// Says that live data and the allocator's floor exceed the limit.
+/// Says that live data and the allocator's floor exceed the limit, and which of them keeps RSS over.
 fn warn_exhausted(e: Exhausted) {
+    let why = if e.by_holes() {
+        format!(
+            "{} of it is free space inside pages that still hold live blocks (holes), which the allocator \
+             returns only once those blocks are freed: this is fragmentation, and the report's holes finding \
+             names the classes and sites that pin it",
+            Bytes(e.pinned)
+        )
+    } else {
+        "this is the program's data, not fragmentation: raise the limit or hold less".to_owned()
+    };
     tracing::warn!(
         target: "frag",
         rss = e.rss,
         live_bytes = e.live,
         releasable_bytes = e.releasable,
+        holes_bytes = e.pinned,
         limit = e.limit.bytes,
         target_bytes = e.limit.target,
         "frag reclaimer: RSS {} is over the memory limit's target {} (limit {}), and releasing all {} the heap \
          holds free would not bring it under: the program's live data ({}) and the allocator's floor exceed \
-         the limit. This is the program's data, not fragmentation: raise the limit or hold less. The reclaimer \
-         goes on at its base CPU share.",
+         the limit; {why}. The reclaimer goes on at its base CPU share.",
         Bytes(e.rss),
         Bytes(e.limit.target),
         Bytes(e.limit.bytes),
@@ -163,6 +173,9 @@ fn writes(round: &Round, refault: Option<&Refault>, totals: &Totals, published: 
         out.push(set(Metric::MemoryLimit, limit as f64));
         out.push(set(Metric::MemoryLimitTarget, target as f64));
         out.push(set(Metric::ReclaimOverTarget, totals.over_target.as_secs_f64()));
+        for (part, bytes) in totals.held.unwrap_or_default().parts() {
+            out.push(Write { metric: Metric::MemoryLimitHeld, label: Some(("part", part)), op: Op::Set(bytes as f64) });
+        }
     }
     let (now, before) = (totals.threads, core::mem::replace(&mut published.threads, totals.threads));
     for method in [ThreadMethod::Idle, ThreadMethod::Collect] {
@@ -240,5 +253,18 @@ mod tests {
         // Nothing new: the assists counter stays registered at zero more.
         let w = writes(&Round::Skipped(Skip::FirstRound), None, &totals, &mut published);
         assert_eq!(find(&w, Metric::ReclaimAssists), [(None, Op::Increment(0))]);
+        // Under the target every part of what holds RSS over it reads 0; over it, the round's parts.
+        assert!(find(&w, Metric::MemoryLimitHeld).iter().all(|(_, op)| *op == Op::Set(0.0)));
+        totals.held = Some(super::super::outcome::Held { rss: 100, live: 40, holes: 45, reclaimable: 5, other: 10 });
+        let w = writes(&Round::Skipped(Skip::FirstRound), None, &totals, &mut published);
+        assert_eq!(
+            find(&w, Metric::MemoryLimitHeld),
+            [
+                (Some(("part", "live")), Op::Set(40.0)),
+                (Some(("part", "holes")), Op::Set(45.0)),
+                (Some(("part", "reclaimable")), Op::Set(5.0)),
+                (Some(("part", "other")), Op::Set(10.0))
+            ]
+        );
     }
 }

@@ -9,14 +9,49 @@ use std::time::Duration;
 use frag::reclaim::{MemoryLimit, Reclaimer, Round, Skip, Totals};
 
 use super::churn::Churn;
+use super::free_churn::FreeChurn;
 use super::reclaim::{BUSY_RATE, Driven, reclaimer};
 use super::rss_bytes;
 
 const MIB: u64 = 1 << 20;
 
-/// Steps of the churn, each followed by a round, for `clock` on the clock; returns the highest RSS
-/// seen after a round.
-pub fn run(rounds: &mut Driven, churn: &mut Churn, clock: Duration) -> u64 {
+/// A steady workload the clock follows: a step is `bytes` of the workload's allocations.
+pub trait Load {
+    /// Allocates `bytes` more (in replacements of live blocks).
+    fn step(&mut self, bytes: u64);
+    /// Frees until about `live` churned bytes are left.
+    fn shrink_to(&mut self, live: u64);
+    /// The live bytes held.
+    fn live(&self) -> u64;
+}
+
+impl Load for Churn {
+    fn step(&mut self, bytes: u64) {
+        Churn::step(self, bytes);
+    }
+    fn shrink_to(&mut self, live: u64) {
+        Churn::shrink_to(self, live);
+    }
+    fn live(&self) -> u64 {
+        Churn::live(self)
+    }
+}
+
+impl Load for FreeChurn {
+    fn step(&mut self, bytes: u64) {
+        FreeChurn::step(self, bytes);
+    }
+    fn shrink_to(&mut self, live: u64) {
+        FreeChurn::shrink_to(self, live);
+    }
+    fn live(&self) -> u64 {
+        FreeChurn::live(self)
+    }
+}
+
+/// Steps of the workload, each followed by a round, for `clock` on the clock; returns the highest
+/// RSS seen after a round.
+pub fn run(rounds: &mut Driven, churn: &mut impl Load, clock: Duration) -> u64 {
     let end = rounds.now + clock;
     let mut highest = 0;
     while rounds.now < end {
@@ -30,6 +65,8 @@ pub fn run(rounds: &mut Driven, churn: &mut Churn, clock: Duration) -> u64 {
 
 /// What [`live_set_drops`] saw.
 pub struct Dropped {
+    /// The live set before the drop.
+    pub high: u64,
     /// The highest RSS before the drop.
     pub peak: u64,
     /// RSS after the drop, the highest in each half second: (seconds after the drop, bytes).
@@ -49,15 +86,21 @@ pub const LOW: u64 = 96 * MIB;
 
 /// `HIGH` live bytes churned for 4 s on the clock, then `LOW` for 12 s, with a [`LIMIT`]; then the
 /// limit is removed. `during` runs after each half second of the low phase.
-pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
+pub fn live_set_drops(during: impl FnMut()) -> Dropped {
+    live_set_drops_on(Churn::new(HIGH), LOW, during)
+}
+
+/// The drop of [`live_set_drops`] on `churn` (made with its high live set), down to `low` churned
+/// bytes.
+pub fn live_set_drops_on(mut churn: impl Load, low: u64, mut during: impl FnMut()) -> Dropped {
     let limit = LIMIT;
-    // The live set first: made between two rounds, it would set a busiest rate that the churn never
-    // comes near, and the heap would count as quiet.
-    let mut churn = Churn::new(HIGH);
+    // The live set first (the caller's): made between two rounds, it would set a busiest rate that
+    // the churn never comes near, and the heap would count as quiet.
+    let high = churn.live();
     let mut rounds = Driven::new(reclaimer().limit(MemoryLimit::Bytes(limit)));
     let peak = run(&mut rounds, &mut churn, Duration::from_secs(4));
-    let high = over_limit();
-    churn.shrink_to(LOW);
+    let high_finding = over_limit();
+    churn.shrink_to(low);
     let dropped = rounds.now;
     let mut after = Vec::new();
     while rounds.now < dropped + Duration::from_secs(12) {
@@ -65,7 +108,7 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
         after.push(((rounds.now - dropped).as_secs_f64(), highest));
         during();
     }
-    let low = over_limit();
+    let low_finding = over_limit();
     rounds.set_limit(None);
     run(&mut rounds, &mut churn, Duration::from_millis(200));
     let (reclaimer, _) = rounds.stop();
@@ -78,7 +121,7 @@ pub fn live_set_drops(mut during: impl FnMut()) -> Dropped {
         after.iter().map(|(s, b)| ((s * 10.0).round() / 10.0, b / MIB)).collect::<Vec<_>>()
     );
     let rounds = Driven::new(Reclaimer::new().no_limit());
-    Dropped { peak, after, totals, over_limit: [high, low], rounds }
+    Dropped { high, peak, after, totals, over_limit: [high_finding, low_finding], rounds }
 }
 
 /// The report's over-limit finding, if any.
@@ -105,7 +148,7 @@ pub fn check(d: &Dropped, floor: u64) {
     // The report says so while it lasts, naming the live bytes, and not once live data fits.
     let high = d.over_limit[0].as_ref().expect("an over-limit finding while live data exceeds the limit");
     assert!(high.summary.contains("live data") && high.severity == frag::report::diagnosis::Severity::Warn, "{high:?}");
-    assert!(high.bytes > 0 && high.bytes <= HIGH, "{high:?}");
+    assert!(high.bytes > 0 && high.bytes <= d.high, "{high:?}");
     assert!(d.over_limit[1].is_none(), "{:?}", d.over_limit[1]);
 }
 
@@ -165,16 +208,6 @@ pub fn live_below_the_limit() -> [u64; 2] {
             run(&mut rounds, &mut churn, Duration::from_secs(1));
         }
         let (reclaimer, _) = rounds.stop();
-        for a in reclaimer.actions() {
-            eprintln!(
-                "DEBUG at {:?} before {} after {} wall {:?} cpu {:?}",
-                a.at,
-                a.rss_before >> 20,
-                a.rss_after >> 20,
-                a.wall,
-                a.cpu
-            );
-        }
         peaks[i] = peak_rss();
         eprintln!("limited {limited}: peak {} MiB, longest wait {longest:?}; {}", peaks[i] / MIB, reclaimer.totals());
     }

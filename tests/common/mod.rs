@@ -3,6 +3,7 @@
 
 pub mod churn;
 pub mod example;
+pub mod free_churn;
 pub mod go;
 pub mod limit;
 pub mod otel;

@@ -99,7 +99,16 @@ pub(crate) struct Exhausted {
     pub(crate) rss: u64,
     pub(crate) live: u64,
     pub(crate) releasable: u64,
+    /// Holes, where the backend splits them from what it can release (0 where it does not).
+    pub(crate) pinned: u64,
     pub(crate) limit: Limit,
+}
+
+impl Exhausted {
+    /// Whether the holes, not live data, keep RSS over the target: without them it would be under.
+    pub(crate) fn by_holes(&self) -> bool {
+        self.pinned > 0 && self.rss.saturating_sub(self.releasable).saturating_sub(self.pinned) <= self.limit.target
+    }
 }
 
 impl Pressure {
@@ -293,7 +302,21 @@ mod tests {
         assert!(busy > 100, "{busy}");
         assert_eq!(exhausted.len(), 1, "{exhausted:?}");
         assert_eq!(exhausted[0].live, 150 * MIB);
+        assert!(!exhausted[0].by_holes(), "the model's heap has no holes: {:?}", exhausted[0]);
         assert!(e.totals.exhausted_rounds > 100);
+        let held = e.totals.held.expect("over the target: what holds RSS there");
+        assert_eq!((held.rss, held.live, held.holes, held.reclaimable), (150 * MIB, 150 * MIB, 0, 0));
+    }
+
+    /// Holes, where the backend tells them from what it can release, are what keeps RSS over the
+    /// target when RSS without them would be under it.
+    #[test]
+    fn exhausted_tells_holes_from_live_data() {
+        let limit = Limit::new(400 * MIB, 0.95);
+        let at = |rss, releasable, pinned| Exhausted { rss, live: 100 * MIB, releasable, pinned, limit };
+        assert!(at(500 * MIB, 50 * MIB, 200 * MIB).by_holes(), "250 MiB without the holes");
+        assert!(!at(500 * MIB, 50 * MIB, 20 * MIB).by_holes(), "430 MiB without them");
+        assert!(!at(500 * MIB, 50 * MIB, 0).by_holes(), "holes not split");
     }
 
     /// A limit set, changed and removed at run time: each takes effect at the next round, and the
@@ -336,6 +359,30 @@ mod tests {
         e.round(t0, &mut m);
         e.round(t0 + Duration::from_millis(250), &mut m);
         assert!((e.totals.share - 0.2).abs() < 1e-9, "{}", e.totals.share);
+    }
+
+    /// Assists made before an engine began (another reclaimer's: the figure is process-wide) are
+    /// not its debt: over the target, it acts at once. What threads spend after it began is.
+    #[test]
+    fn assists_before_the_engine_are_not_its_debt() {
+        let t0 = Instant::now();
+        let (mut e, mut m) = (Engine::new(settings(), t0), busy_model());
+        m.assist_cpu = Duration::from_secs(5);
+        e.set_limit(Some(400 * MIB));
+        let mut at = Duration::ZERO;
+        let mut round = |e: &mut Engine, m: &mut Model| {
+            (m.rss, m.reclaimable) = (600 * MIB, 300 * MIB);
+            m.allocated += 512 * MIB;
+            let r = e.round(t0 + at, m).round;
+            at += e.wait();
+            r
+        };
+        let first: Vec<Round> = (0..4).map(|_| round(&mut e, &mut m)).collect();
+        assert!(first.iter().any(|r| matches!(r, Round::Acted(_))), "{first:?}");
+        // Charged at the end of the round that reads them: the rounds after it wait.
+        m.assist_cpu += Duration::from_secs(5);
+        let after: Vec<Round> = (0..4).map(|_| round(&mut e, &mut m)).collect();
+        assert!(after[1..].iter().all(|r| matches!(r, Round::Skipped(Skip::Budget { .. }))), "{after:?}");
     }
 
     #[test]

@@ -7,10 +7,10 @@
 //! | bucket | jemalloc | glibc | mimalloc | snmalloc; others with its `Introspect`'s figures |
 //! |---|---|---|---|---|
 //! | live, rounding, frag | tracked | tracked | tracked | tracked |
-//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed − tracked usable (with reclaimable and metadata, not split) | not split; the `Introspect`'s `active` − tracked usable |
+//! | holes | `active` − tracked usable | free chunks − reclaimable (estimated) | committed (at most anonymous RSS) − tracked usable (with reclaimable and metadata, not split) | not split; the `Introspect`'s `active` − tracked usable |
 //! | reclaimable | dirty + muzzy pages, less what jemalloc counts resident above anonymous RSS | `keepcost` + whole pages in free chunks (`malloc_info`), at most anonymous RSS − chunks in use − thread arenas' tops (estimated) | not split | not split; the `Introspect`'s `dirty` |
 //! | metadata | `stats.metadata` | in-use chunks − tracked usable (chunk headers, C code's blocks) | not split | not split; the `Introspect`'s `metadata` |
-//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed | not split; RSS − the `Introspect`'s `resident` |
+//! | outside heap | RSS − `stats.resident` (capped at anonymous RSS) | RSS − heap − mmapped blocks (capped at anonymous RSS; estimated) | RSS − committed (capped at anonymous RSS) | not split; RSS − the `Introspect`'s `resident` |
 
 use crate::backend::heap_split::{HeapSplit, NotSplit, Part, Source};
 use crate::backend::introspect::KnownIntrospect;

@@ -17,7 +17,7 @@ use super::kinds::{Finding, FindingKind, Severity};
 use super::thresholds::{
     CROSS_THREAD, HOLES, LIVE_DATA, METADATA, OUTSIDE_HEAP, RECLAIMABLE, ROUNDING, Thresholds, grade,
 };
-use crate::backend::heap_split::{Part, Source};
+use crate::backend::heap_split::{NotSplit, Part, Source};
 
 /// Everything the findings are drawn from.
 pub(crate) struct Evidence<'a> {
@@ -211,23 +211,52 @@ fn over_limit(e: &Evidence<'_>) -> Option<Finding> {
     if b.rss_bytes <= target || kept <= target {
         return None;
     }
+    // What stays after a release, by what holds it: the program's data with the process around
+    // the heap, or free space its blocks pin.
+    let data = b.live_bytes + b.rounding_bytes + b.frag_bytes + b.metadata_bytes + b.outside_heap_bytes;
+    let (summary, remedy) = if data > target || b.holes_bytes == 0 {
+        (
+            format!(
+                "the heap cannot release enough to meet the memory limit: {} resident, of which {} is live data \
+                 and {} could be released, against the limit's target {} (limit {})",
+                Bytes(b.rss_bytes),
+                Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
+                Approx(Bytes(b.reclaimable_bytes), estimated(b, Part::Reclaimable)),
+                Bytes(target),
+                Bytes(limit)
+            ),
+            "this is the program's data, not fragmentation: raise the limit (FRAG_MEMORY_LIMIT, \
+             Reclaimer::limit) or hold less; the sites section names what holds the live bytes"
+                .to_owned(),
+        )
+    } else {
+        let unsplit = b.not_split.iter().any(|n| matches!(n, NotSplit::MimallocCommitted));
+        (
+            format!(
+                "the heap cannot release enough to meet the memory limit: {} resident against the limit's target \
+                 {} (limit {}), and what stays over it is {} of free space inside pages that still hold live \
+                 blocks{}, which the allocator returns only once those blocks are freed; live data is {}",
+                Bytes(b.rss_bytes),
+                Bytes(target),
+                Bytes(limit),
+                Approx(Bytes(b.holes_bytes), estimated(b, Part::Holes)),
+                if unsplit {
+                    " (free pages not yet purged counted in: this backend does not tell them apart)"
+                } else {
+                    ""
+                },
+                Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
+            ),
+            holes_remedy(e),
+        )
+    };
     Some(Finding {
         kind: FindingKind::OverLimit,
         severity: Severity::Warn,
         bytes: kept - target,
-        estimated: estimated(b, Part::Live) || estimated(b, Part::Reclaimable),
-        summary: format!(
-            "the heap cannot release enough to meet the memory limit: {} resident, of which {} is live data \
-             and {} could be released, against the limit's target {} (limit {})",
-            Bytes(b.rss_bytes),
-            Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
-            Approx(Bytes(b.reclaimable_bytes), estimated(b, Part::Reclaimable)),
-            Bytes(target),
-            Bytes(limit)
-        ),
-        remedy: "this is the program's data, not fragmentation: raise the limit (FRAG_MEMORY_LIMIT, \
-                 Reclaimer::limit) or hold less; the sites section names what holds the live bytes"
-            .to_owned(),
+        estimated: estimated(b, Part::Live) || estimated(b, Part::Reclaimable) || estimated(b, Part::Holes),
+        summary,
+        remedy,
     })
 }
 
@@ -419,6 +448,18 @@ mod tests {
         assert!(over_limit(&evidence(&b, Some((99 * MIB, 96 * MIB)))).is_none(), "releasable down to 95 MiB");
         let f = over_limit(&evidence(&b, Some((90 * MIB, 85 * MIB)))).expect("over");
         assert_eq!((f.kind, f.bytes), (FindingKind::OverLimit, 10 * MIB));
+        assert!(f.summary.contains("live data") && f.remedy.contains("raise the limit"), "{f:?}");
+    }
+
+    /// Over the limit with live data under its target: what stays is holes, and the finding says so,
+    /// with the holes' remedy.
+    #[test]
+    fn over_limit_names_the_holes_when_live_data_fits() {
+        let b = breakdown([40, 5, 45, 0, 2, 8]);
+        let f = over_limit(&evidence(&b, Some((90 * MIB, 85 * MIB)))).expect("over");
+        assert_eq!((f.kind, f.bytes), (FindingKind::OverLimit, 15 * MIB));
+        assert!(f.summary.contains("45.0 MiB of free space inside pages"), "{}", f.summary);
+        assert!(!f.remedy.contains("raise the limit"), "{}", f.remedy);
     }
 
     /// `find` runs every rule and orders the findings by bytes, largest first.
