@@ -1,9 +1,10 @@
 //! The steady workload of `churn`, with workers that never park: four threads replace random blocks
 //! of 32 B – 48 KiB in their live sets without pause, each handing every other block it replaces to
-//! the next worker to free, and keep long-lived small blocks (32–511 B, one replaced every 64th
-//! replacement) scattered over the pages the churn uses. The test reads how much they have
-//! allocated (`allocated`) and waits for a number of bytes of work between rounds, so that its
-//! clock moves with the work, not with the machine's load; the workers go on meanwhile.
+//! the next worker to free (a bounded queue, [`HANDED`]), and keep long-lived small blocks (32–511
+//! B, one replaced every 64th replacement) scattered over the pages the churn uses. The test reads
+//! how much they have allocated (`allocated`) and waits for a number of bytes of work between
+//! rounds, so that its clock moves with the work, not with the machine's load; the workers go on
+//! meanwhile.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, mpsc};
@@ -20,6 +21,12 @@ use super::xorshift;
 /// the clock's second must carry a real second's work: at the busy rate itself (256 MiB), RSS 2 s
 /// after the drop was 437–653 MiB on mimalloc, against 266–289 MiB here (2026-12).
 pub const SPEED: u64 = 16;
+
+/// How many batches of handed blocks (128 blocks, about 1.1 MiB) a worker's inbox holds; when it
+/// is full, the handing worker frees its batch itself and goes on. Unbounded, a worker off the CPU
+/// let its inbox grow at the handing worker's rate (about 0.5 GiB/s): one half-second window rose
+/// to 364 MiB at 4 s after the drop in CI, the others at 261-282 MiB (2026-12).
+const HANDED: usize = 4;
 
 /// What the workers share with the test.
 struct Shared {
@@ -61,7 +68,7 @@ fn work(
     long_lived: u64,
     shared: &Shared,
     inbox: &mpsc::Receiver<Vec<Vec<u8>>>,
-    next: &mpsc::Sender<Vec<Vec<u8>>>,
+    next: &mpsc::SyncSender<Vec<Vec<u8>>>,
 ) {
     let mut rng = 0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1234_5678);
     let (mut blocks, mut have) = (Vec::<Vec<u8>>::new(), 0u64);
@@ -109,7 +116,8 @@ fn work(
         }
         shared.live[i].store(have, Relaxed);
         shared.allocated.fetch_add(made, Relaxed);
-        let _ = next.send(handed);
+        // Full (or gone): the error returns the batch, freed here.
+        let _ = next.try_send(handed);
     }
 }
 
@@ -124,7 +132,7 @@ impl FreeChurn {
             allowed: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
         });
-        let (senders, inboxes): (Vec<_>, Vec<_>) = (0..WORKERS).map(|_| mpsc::channel()).unzip();
+        let (senders, inboxes): (Vec<_>, Vec<_>) = (0..WORKERS).map(|_| mpsc::sync_channel(HANDED)).unzip();
         let threads = inboxes
             .into_iter()
             .enumerate()
