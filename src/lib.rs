@@ -35,6 +35,8 @@
 //! - memory by tenant, request kind or task: a [`Scope`], entered or polled in ([`ScopeExt`]);
 //! - Go's `/debug/pprof/heap`, `/allocs` and `/symbol` for `go tool pprof`: `profile::http` (feature `http`);
 //! - resident memory under a limit, and free pages given back: [`reclaim::Reclaimer`];
+//! - what the heap looked like at a step an hour ago: [`history()`], every [`Publisher`] round kept
+//!   in a bounded history (also `/debug/frag/history` on `profile::http`);
 //! - the allocator's knobs, typed and read back, and settings that look applied but are not:
 //!   [`tune`];
 //! - one binary on several allocators, picked at start-up (`FRAG_ALLOCATOR`): [`Select`].
@@ -61,6 +63,7 @@
 //! | [`scope`] | what [`Scope`] and [`ScopeExt`] return |
 //! | [`publish`] | [`Publisher`]'s handle, and one report published at once |
 //! | [`watch`] | the stair-step and growth alerts a [`Publisher`] raises |
+//! | [`history`](mod@history) | the heap's flight recorder: the bounded [`History`](history::History) of a [`Publisher`]'s rounds |
 //! | [`profile`] | pprof heap profiles, and Go's debug endpoints on the `http` crate's types |
 //! | [`reclaim`] | the reclaimer and the memory limit |
 //! | [`tune`] | each allocator's knobs, and the environment's traps |
@@ -104,6 +107,7 @@ pub mod backend;
 mod estimate;
 mod fork;
 mod format;
+pub mod history;
 #[cfg(feature = "jemalloc")]
 mod hooked;
 mod loader;
@@ -137,6 +141,7 @@ pub mod countdown {
 }
 
 pub use backend::{Introspect, Select};
+pub use history::history;
 #[cfg(feature = "jemalloc")]
 pub use hooked::{InJemallocError, sample_in_jemalloc, sampling_in_jemalloc};
 pub use publish::Publisher;

@@ -38,6 +38,7 @@ const LAYERS: &[&str] = &[
     // What reads the counters and the allocator: tuning, the report (with its diagnosis), outputs.
     "tune",
     "report",
+    "history",
     "profile",
     "watch",
     "publish",

@@ -46,8 +46,9 @@ impl RequestBody for &str {
 /// `GET .../debug/pprof/allocs` (see [`go_answer`](super::go_answer) for the profile and
 /// [`GoQuery`](super::GoQuery) for the parameters), and `.../debug/pprof/symbol` (`GET` for whether
 /// names are to be had, `POST` with addresses for their names: [`symbol_answer`]), which
-/// `go tool pprof http://…/debug/pprof/heap` asks to name an unsymbolized profile's addresses.
-/// 404 for another path, 405 for another method, 400 for a bad query, and the refusals of the
+/// `go tool pprof http://…/debug/pprof/heap` asks to name an unsymbolized profile's addresses;
+/// and `GET .../debug/frag/history`, the heap's [`history()`](crate::history()) as JSON (feature
+/// `serde`). 404 for another path, 405 for another method, 400 for a bad query, and the refusals of the
 /// [`Serving`](super::Serving) limits (400, 413, 429 with `Retry-After`, 503); every refusal is
 /// text that says what was wrong and what is accepted, with Go's `X-Go-Pprof: 1` (which `go tool
 /// pprof` takes as leave to print it).
@@ -82,7 +83,28 @@ pub fn handle<B: RequestBody>(request: &Request<B>) -> Response<Vec<u8>> {
             query.as_bytes()
         })),
         Route::Profile(endpoint) => respond(go_answer_to_query(endpoint, query)),
+        Route::History => history(),
     }
+}
+
+/// `.../history`: [`history()`](crate::history()) as JSON (feature `serde`; without it, 404 says so).
+fn history() -> Response<Vec<u8>> {
+    #[cfg(feature = "serde")]
+    {
+        let body =
+            crate::own::handed_over(|| serde_json::to_vec(&crate::history::history()).map_err(|e| e.to_string()));
+        match body {
+            Ok(body) => {
+                let mut r = Response::new(body);
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+                r
+            }
+            Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("the history as JSON: {e}\n")),
+        }
+    }
+    #[cfg(not(feature = "serde"))]
+    plain(StatusCode::NOT_FOUND, "the history is JSON: frag-alloc was built without its serde feature\n")
 }
 
 /// Where a request goes.
@@ -93,6 +115,8 @@ enum Route {
     Symbol,
     /// `/debug/pprof/heap` or `/allocs`, `GET`.
     Profile(Endpoint),
+    /// `/debug/frag/history`, `GET`.
+    History,
 }
 
 fn route(method: &Method, path: &str) -> Route {
@@ -102,10 +126,13 @@ fn route(method: &Method, path: &str) -> Route {
             _ => Route::Answered(not_allowed("GET, POST")),
         };
     }
+    if path.rsplit('/').next() == Some("history") {
+        return if method == Method::GET { Route::History } else { Route::Answered(not_allowed("GET")) };
+    }
     let Some(endpoint) = Endpoint::from_path(path) else {
         return Route::Answered(plain(
             StatusCode::NOT_FOUND,
-            "not a memory profile: expected .../heap, .../allocs or .../symbol\n",
+            "not a memory profile: expected .../heap, .../allocs, .../symbol or .../history\n",
         ));
     };
     if method != Method::GET {
@@ -167,6 +194,10 @@ where
             respond(on_tokio::symbol_answer(addresses).await)
         }
         Route::Profile(endpoint) => respond(on_tokio::go_answer(endpoint, query).await),
+        // Copying and encoding up to a thousand snapshots takes milliseconds: off the runtime.
+        Route::History => tokio::task::spawn_blocking(history)
+            .await
+            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "the history task failed\n")),
     }
 }
 

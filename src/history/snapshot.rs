@@ -1,0 +1,220 @@
+//! One round of the history: what a report says of where the resident bytes are and who holds them,
+//! kept small; and two adjacent rounds merged into one.
+
+use core::time::Duration;
+
+use crate::backend::AllocatorStats;
+use crate::report::Report;
+
+/// Sites a snapshot keeps: the report's listed ones (the most bytes in use, then the most pinned).
+pub const SITES: usize = 13;
+/// Frames of a site's stack a snapshot keeps, from the leaf: enough to name it as the report does.
+pub const SITE_FRAMES: usize = 4;
+/// Scopes a snapshot keeps, the most bytes in use first.
+pub const SCOPES: usize = 8;
+/// Bytes of a scope's name a snapshot keeps (cut at a character boundary).
+pub const SCOPE_NAME: usize = 48;
+/// Size classes a snapshot keeps, the most free bytes in their slabs first.
+pub const CLASSES: usize = 24;
+
+/// The resident split of one round ([`Breakdown`](crate::report::diagnosis::Breakdown)'s parts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Split {
+    /// Bytes the program asked for and still holds.
+    pub live_bytes: u64,
+    /// What the allocator's size classes add to the live blocks.
+    pub rounding_bytes: u64,
+    /// Free space in pages that also hold live blocks.
+    pub holes_bytes: u64,
+    /// Free pages the allocator could give back now.
+    pub reclaimable_bytes: u64,
+    /// The allocator's own bookkeeping.
+    pub metadata_bytes: u64,
+    /// Resident memory outside the heap (code, stacks, other mappings).
+    pub outside_heap_bytes: u64,
+}
+
+/// A site as a snapshot keeps it: its leaf frames, for naming, and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct SiteMark {
+    /// The return addresses of the site's first frames, from the leaf (unused ones 0); the same
+    /// site has the same frames in every snapshot.
+    pub frames: [u64; SITE_FRAMES],
+    /// Estimated bytes in use ([`SiteRow::inuse_bytes`](crate::report::SiteRow::inuse_bytes)).
+    pub inuse_bytes: u64,
+    /// Estimated free bytes its blocks pin ([`SiteRow::pinned_bytes`](crate::report::SiteRow::pinned_bytes)).
+    pub pinned_bytes: Option<u64>,
+}
+
+/// A scope as a snapshot keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ScopeMark {
+    /// Its name, at most [`SCOPE_NAME`] bytes; `None` for a scope without one.
+    pub name: Option<Box<str>>,
+    /// Estimated bytes in use.
+    pub inuse_bytes: u64,
+}
+
+/// A size class's holes as a snapshot keeps them (the allocator's own classes: jemalloc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ClassHoles {
+    /// The class's block size.
+    pub size: u64,
+    /// Free bytes in its slabs.
+    pub holes_bytes: u64,
+}
+
+/// One round of the [`History`](super::History), or several adjacent ones merged: the figures are
+/// those of the last round it covers, with the lowest and highest resident bytes over all of them.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// When the first round it covers was taken, on the history's clock (since the history began).
+    #[cfg_attr(feature = "serde", serde(rename = "from_ms", serialize_with = "millis"))]
+    pub from: Duration,
+    /// When its last round was taken, on the same clock.
+    #[cfg_attr(feature = "serde", serde(rename = "to_ms", serialize_with = "millis"))]
+    pub to: Duration,
+    /// Wall-clock time of its last round, in milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// How many rounds it covers.
+    pub rounds: u32,
+    /// Resident bytes at its last round (the allocator's figure where it has one, else the
+    /// process's, as the watch reads them).
+    pub rss_bytes: u64,
+    /// The lowest resident bytes over its rounds.
+    pub rss_low_bytes: u64,
+    /// The highest resident bytes over its rounds.
+    pub rss_high_bytes: u64,
+    /// Tracked allocated bytes.
+    pub allocated_bytes: u64,
+    /// The resident split; `None` without a diagnosis (no `/proc`).
+    pub split: Option<Split>,
+    /// The allocator's own figures.
+    pub allocator: Option<AllocatorStats>,
+    /// The report's listed sites, at most [`SITES`].
+    pub sites: Box<[SiteMark]>,
+    /// The scopes holding the most, at most [`SCOPES`].
+    pub scopes: Box<[ScopeMark]>,
+    /// The size classes with the most free bytes in their slabs, at most [`CLASSES`], largest first.
+    pub hole_classes: Box<[ClassHoles]>,
+    /// Frees so far (estimated), for the cross-thread share between two snapshots.
+    pub frees: u64,
+    /// Cross-thread frees so far (estimated).
+    pub cross_thread_frees: u64,
+    /// The memory limit and its target, in bytes, when a reclaimer keeps one.
+    pub limit: Option<(u64, u64)>,
+}
+
+#[cfg(feature = "serde")]
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `name` cut to at most [`SCOPE_NAME`] bytes, at a character boundary.
+fn cut(name: &str) -> Box<str> {
+    let mut end = name.len().min(SCOPE_NAME);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].into()
+}
+
+impl Snapshot {
+    /// The snapshot of `report`, taken at `at` on the history's clock and `unix_ms` on the wall
+    /// clock; `None` when the report has no resident figure.
+    #[must_use]
+    pub fn of(report: &Report, at: Duration, unix_ms: u64) -> Option<Self> {
+        let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes)?;
+        let split = report.diagnosis.as_ref().map(|d| {
+            let b = &d.breakdown;
+            Split {
+                live_bytes: b.live_bytes,
+                rounding_bytes: b.rounding_bytes,
+                holes_bytes: b.holes_bytes,
+                reclaimable_bytes: b.reclaimable_bytes,
+                metadata_bytes: b.metadata_bytes,
+                outside_heap_bytes: b.outside_heap_bytes,
+            }
+        });
+        let sites = report.sites.as_ref().map_or(Box::default(), |s| {
+            s.top
+                .iter()
+                .take(SITES)
+                .map(|row| {
+                    let mut frames = [0; SITE_FRAMES];
+                    for (to, from) in frames.iter_mut().zip(&row.stack) {
+                        *to = *from;
+                    }
+                    SiteMark { frames, inuse_bytes: row.inuse_bytes, pinned_bytes: row.pinned_bytes }
+                })
+                .collect()
+        });
+        let scopes = report.scopes.as_ref().map_or(Box::default(), |s| {
+            let mut rows: Vec<_> = s.rows.iter().collect();
+            rows.sort_by_key(|r| core::cmp::Reverse(r.inuse_bytes));
+            rows.iter()
+                .take(SCOPES)
+                .map(|r| ScopeMark { name: r.name.as_deref().map(cut), inuse_bytes: r.inuse_bytes })
+                .collect()
+        });
+        let mut classes: Vec<_> = report
+            .allocator_classes
+            .iter()
+            .map(|c| ClassHoles { size: c.size, holes_bytes: c.free_in_slabs() })
+            .filter(|c| c.holes_bytes > 0)
+            .collect();
+        classes.sort_by_key(|c| core::cmp::Reverse(c.holes_bytes));
+        classes.truncate(CLASSES);
+        let (frees, cross_thread_frees) = report.origin.as_ref().map_or((0, 0), |o| (o.frees, o.cross_thread_frees));
+        Some(Self {
+            from: at,
+            to: at,
+            unix_ms,
+            rounds: 1,
+            rss_bytes: rss,
+            rss_low_bytes: rss,
+            rss_high_bytes: rss,
+            allocated_bytes: report.tracked.allocated_bytes,
+            split,
+            allocator: report.allocator,
+            sites,
+            scopes,
+            hole_classes: classes.into_boxed_slice(),
+            frees,
+            cross_thread_frees,
+            limit: crate::report::diagnosis::limit_in_force(),
+        })
+    }
+
+    /// `self` and the next snapshot after it as one: the later one's figures, over both spans.
+    pub(super) fn merge(self, later: Self) -> Self {
+        Self {
+            from: self.from,
+            rounds: self.rounds.saturating_add(later.rounds),
+            rss_low_bytes: self.rss_low_bytes.min(later.rss_low_bytes),
+            rss_high_bytes: self.rss_high_bytes.max(later.rss_high_bytes),
+            ..later
+        }
+    }
+
+    /// The heap bytes this snapshot holds beyond its own size.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let names: usize = self.scopes.iter().filter_map(|s| s.name.as_ref()).map(|n| n.len()).sum();
+        size_of_val(&*self.sites) + size_of_val(&*self.scopes) + size_of_val(&*self.hole_classes) + names
+    }
+
+    /// The most heap bytes a snapshot can hold beyond its own size: the bound the module states.
+    pub(super) const MAX_HEAP_BYTES: usize = SITES * size_of::<SiteMark>()
+        + SCOPES * (size_of::<ScopeMark>() + SCOPE_NAME)
+        + CLASSES * size_of::<ClassHoles>();
+}
