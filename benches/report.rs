@@ -1,6 +1,7 @@
 //! What a report costs: `report()` (the breakdown and findings included), `totals()` and
 //! `ProcessStats::read()`, with 10, 100 and 1,000 live threads that each allocated (so each holds a
-//! shard). Goal: `report()` within 1 ms at 1,000 threads.
+//! shard). Goal: `report()` within 1 ms at 1,000 threads. And what the history adds to a
+//! publisher's round at 4,096 sites: a snapshot of the report and its recording in a full history.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -38,6 +39,65 @@ fn live_threads(n: usize) -> (Arc<Barrier>, Vec<std::thread::JoinHandle<()>>) {
     (done, handles)
 }
 
+/// Allocates a 64 KiB block (sampled about once in 8 at the default rate) at the end of one of
+/// 4,096 distinct stacks: `bits` picks, level by level, which of two functions recurses.
+#[inline(never)]
+fn left(level: u32, bits: u32, kept: &mut Vec<Vec<u8>>) {
+    site(level, bits, kept);
+    black_box(());
+}
+
+#[inline(never)]
+fn right(level: u32, bits: u32, kept: &mut Vec<Vec<u8>>) {
+    site(level, bits, kept);
+    black_box(());
+}
+
+#[inline(never)]
+fn site(level: u32, bits: u32, kept: &mut Vec<Vec<u8>>) {
+    match level {
+        0 => kept.push(vec![1u8; 64 << 10]),
+        _ if bits & 1 == 0 => left(level - 1, bits >> 1, kept),
+        _ => right(level - 1, bits >> 1, kept),
+    }
+}
+
+/// A snapshot of a report of 4,096 sites, and its recording in a history that is full.
+fn history(c: &mut Criterion) {
+    let mut kept = Vec::new();
+    for round in 0..16 {
+        for bits in 0..4096 {
+            site(12, bits, &mut kept);
+            if round % 2 == 0 {
+                kept.pop();
+            }
+        }
+        kept.truncate(4096);
+    }
+    let report = frag::report();
+    let sites = report.sites.as_ref().map_or(0, |s| s.sites);
+    eprintln!("history: {sites} sites in the report");
+    let mut history = frag::history::History::new();
+    let mut at = 0u64;
+    let mut next = || {
+        at += 5;
+        Duration::from_secs(at)
+    };
+    for _ in 0..30_000 {
+        history.record(frag::history::Snapshot::of(&report, next(), 0).expect("a resident figure"));
+    }
+    let mut group = c.benchmark_group("history");
+    group.bench_function("snapshot_4096_sites", |b| {
+        b.iter(|| black_box(frag::history::Snapshot::of(&report, next(), 0)))
+    });
+    group.bench_function("snapshot_and_record_4096_sites", |b| {
+        b.iter(|| history.record(frag::history::Snapshot::of(&report, next(), 0).expect("a resident figure")))
+    });
+    group.bench_function("report_4096_sites", |b| b.iter(|| black_box(frag::report())));
+    group.finish();
+    drop(kept);
+}
+
 fn main() {
     let mut c = Criterion::default()
         .configure_from_args()
@@ -61,5 +121,6 @@ fn main() {
         handles.into_iter().for_each(|h| h.join().expect("join"));
     }
     group.finish();
+    history(&mut c);
     c.final_summary();
 }
