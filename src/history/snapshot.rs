@@ -88,8 +88,8 @@ pub struct Snapshot {
     pub unix_ms: u64,
     /// How many rounds it covers.
     pub rounds: u32,
-    /// Resident bytes at its last round (the allocator's figure where it has one, else the
-    /// process's, as the watch reads them).
+    /// Resident bytes at its last round, as the watch reads them (the allocator's figure where it
+    /// has one, else the process's).
     pub rss_bytes: u64,
     /// The lowest resident bytes over its rounds.
     pub rss_low_bytes: u64,
@@ -134,7 +134,7 @@ impl Snapshot {
     /// clock; `None` when the report has no resident figure.
     #[must_use]
     pub fn of(report: &Report, at: Duration, unix_ms: u64) -> Option<Self> {
-        let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes)?;
+        let rss = report.resident_bytes()?;
         let split = report.diagnosis.as_ref().map(|d| {
             let b = &d.breakdown;
             Split {

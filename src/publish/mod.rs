@@ -98,9 +98,10 @@ pub fn once(report: &Report) {
 /// or [`publish_once`](Self::publish_once) from a task you already run.
 ///
 /// Each round takes a [`report()`], publishes it like [`once`], records it in the process's
-/// [`history()`](crate::history()), feeds resident and allocated bytes to a [`Watch`] and turns its alerts into `tracing` warnings (target `frag`), each with its
-/// figures as fields. The first round also emits one `info` event with the backend, the allocator's
-/// effective configuration and the origin sample rate.
+/// [`history()`](crate::history()), feeds resident and allocated bytes to a [`Watch`] and turns its
+/// alerts into `tracing` warnings (target `frag`), each with its figures as fields. The first round
+/// also emits one `info` event with the backend, the allocator's effective configuration and the
+/// origin sample rate.
 ///
 /// # Example
 ///
@@ -250,7 +251,7 @@ impl Publisher {
         let (names, labels) = self.series.names();
         emit(names, labels, report, threads);
         crate::history::record(report);
-        let rss = report.allocator.and_then(|a| a.resident).or(report.process.rss_bytes);
+        let rss = report.resident_bytes();
         let Some(rss) = rss else { return Vec::new() };
         let alerts =
             self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);

@@ -58,6 +58,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Resident bytes as the watch and the history read them: the allocator's own figure where it
+    /// has one (jemalloc's `resident`), else the process's RSS; `None` with neither.
+    pub(crate) fn resident_bytes(&self) -> Option<u64> {
+        self.allocator.and_then(|a| a.resident).or(self.process.rss_bytes)
+    }
+
     /// The report as pretty-printed JSON (the `Serialize` form).
     #[cfg(feature = "serde")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
