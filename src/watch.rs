@@ -7,6 +7,8 @@
 use core::time::Duration;
 
 use crate::format::Bytes;
+use crate::history::{Comparison, History};
+use crate::report::Report;
 
 /// Thresholds of a [`Watch`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,7 +102,7 @@ impl WatchConfig {
 }
 
 /// What a [`Watch`] found.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Alert {
     /// Resident memory rose to a new plateau that live data does not explain.
@@ -113,6 +115,14 @@ pub enum Alert {
         allocated_from: u64,
         /// Tracked allocated bytes now.
         allocated_to: u64,
+        /// When the previous plateau was last seen (its last sample before the rise), on the clock
+        /// [`Watch::observe`] is given.
+        before: Duration,
+        /// When the new plateau held long enough (this sample).
+        at: Duration,
+        /// What moved between the two, part by part, and why: set by [`explain`](Alert::explain)
+        /// (the publisher explains each step from the process's history); `None` from a bare watch.
+        cause: Option<Box<Comparison>>,
     },
     /// Resident memory rose to a new plateau **with** live data: a leak or real growth of the
     /// program's data, not fragmentation (tracked allocated bytes grew by at least
@@ -126,6 +136,12 @@ pub enum Alert {
         allocated_from: u64,
         /// Tracked allocated bytes now.
         allocated_to: u64,
+        /// When the previous plateau was last seen.
+        before: Duration,
+        /// When the new plateau held long enough.
+        at: Duration,
+        /// What moved, as for [`StairStep`](Alert::StairStep).
+        cause: Option<Box<Comparison>>,
     },
     /// The fragmentation ratio stayed above the threshold.
     HighFragmentation {
@@ -139,8 +155,14 @@ pub enum Alert {
 /// The alert in one sentence, with what it means and where to look, as the publisher logs it.
 impl core::fmt::Display for Alert {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match *self {
-            Self::StairStep { rss_from, rss_to, allocated_from, allocated_to } => write!(
+        match self {
+            Self::StairStep { cause: Some(c), .. } => {
+                write!(f, "resident memory stepped up to a new plateau: {c}")
+            }
+            Self::LiveGrowth { cause: Some(c), .. } => {
+                write!(f, "resident memory rose to a new plateau with live data: {c}")
+            }
+            &Self::StairStep { rss_from, rss_to, allocated_from, allocated_to, .. } => write!(
                 f,
                 "resident memory stepped up from {} to {} while live data went from {} to {}: fragmentation, not \
                  a leak (see frag::report() size classes and origin)",
@@ -149,7 +171,7 @@ impl core::fmt::Display for Alert {
                 Bytes(allocated_from),
                 Bytes(allocated_to)
             ),
-            Self::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => write!(
+            &Self::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to, .. } => write!(
                 f,
                 "resident memory rose from {} to {} with live data, from {} to {}: the program's own data grew \
                  (a leak or real growth), not fragmentation (see frag::report() live_data)",
@@ -158,9 +180,51 @@ impl core::fmt::Display for Alert {
                 Bytes(allocated_from),
                 Bytes(allocated_to)
             ),
-            Self::HighFragmentation { ratio, samples } => {
+            &Self::HighFragmentation { ratio, samples } => {
                 write!(f, "fragmentation ratio {ratio:.2} for {samples} consecutive reports")
             }
+        }
+    }
+}
+
+impl Alert {
+    /// The two moments a step alert compares: when the previous plateau was last seen and when the
+    /// new one held; `None` for the other alerts.
+    #[must_use]
+    pub fn span(&self) -> Option<(Duration, Duration)> {
+        match *self {
+            Self::StairStep { before, at, .. } | Self::LiveGrowth { before, at, .. } => Some((before, at)),
+            Self::HighFragmentation { .. } => None,
+        }
+    }
+
+    /// What moved, for a step alert that has been [explained](Self::explain).
+    #[must_use]
+    pub fn cause(&self) -> Option<&Comparison> {
+        match self {
+            Self::StairStep { cause, .. } | Self::LiveGrowth { cause, .. } => cause.as_deref(),
+            Self::HighFragmentation { .. } => None,
+        }
+    }
+
+    /// Explains a step alert from `history`, kept on the same clock as the watch was fed: the
+    /// snapshot of the previous plateau against that of the new one
+    /// ([`History::compare`]), its sites named and the remedy taken from `report`
+    /// ([`Comparison::explain`]). Does nothing to the other alerts, or where the history has no
+    /// snapshot.
+    pub fn explain(&mut self, history: &History, report: &Report) {
+        if let Some((before, at)) = self.span() {
+            self.set_cause(history.compare(before, at), report);
+        }
+    }
+
+    /// Sets the cause of a step alert to `comparison`, explained from `report`.
+    pub(crate) fn set_cause(&mut self, comparison: Option<Comparison>, report: &Report) {
+        if let Self::StairStep { cause, .. } | Self::LiveGrowth { cause, .. } = self {
+            *cause = comparison.map(|mut c| {
+                c.explain(report);
+                Box::new(c)
+            });
         }
     }
 }
@@ -193,6 +257,8 @@ pub struct Watch {
     config: WatchConfig,
     /// The current plateau: resident and allocated bytes.
     base: Option<(u64, u64)>,
+    /// When it was last seen.
+    base_at: Duration,
     candidate: Option<Candidate>,
     /// Samples below the plateau by a step, for lowering it.
     below: usize,
@@ -209,6 +275,7 @@ impl Watch {
         Self {
             config: config.normalized(),
             base: None,
+            base_at: Duration::ZERO,
             candidate: None,
             below: 0,
             high_ratio: 0,
@@ -242,6 +309,7 @@ impl Watch {
         let c = self.config;
         let Some((base_rss, base_alloc)) = self.base else {
             self.base = Some((rss, allocated));
+            self.base_at = at;
             return alerts;
         };
         let step = (base_rss as f64 * c.step_ratio) as u64;
@@ -256,13 +324,30 @@ impl Watch {
                 let low = cand.low;
                 self.candidate = None;
                 self.base = Some((low, allocated));
+                let before = core::mem::replace(&mut self.base_at, at);
                 let (rss_from, rss_to, allocated_from, allocated_to) = (base_rss, low, base_alloc, allocated);
                 if (grown as f64) < c.explained_share * rise as f64 {
                     if Self::allowed(&mut self.last_step, at, c.window) {
-                        alerts.push(Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to });
+                        alerts.push(Alert::StairStep {
+                            rss_from,
+                            rss_to,
+                            allocated_from,
+                            allocated_to,
+                            before,
+                            at,
+                            cause: None,
+                        });
                     }
                 } else if Self::allowed(&mut self.last_growth, at, c.window) {
-                    alerts.push(Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to });
+                    alerts.push(Alert::LiveGrowth {
+                        rss_from,
+                        rss_to,
+                        allocated_from,
+                        allocated_to,
+                        before,
+                        at,
+                        cause: None,
+                    });
                 }
             }
         } else if let Some(cand) = self.candidate {
@@ -271,16 +356,19 @@ impl Watch {
                 self.candidate = Some(Candidate { held: cand.held + 1, low: cand.low.min(rss) });
             } else {
                 self.candidate = None;
+                self.base_at = at;
             }
         } else if rss + step < base_rss {
             // Resident memory fell by a step: once that holds, it is the new plateau.
             self.below += 1;
             if self.below >= c.plateau_samples {
                 self.base = Some((rss, allocated));
+                self.base_at = at;
                 self.below = 0;
             }
         } else {
             self.below = 0;
+            self.base_at = at;
         }
 
         match ratio {
@@ -333,7 +421,10 @@ mod tests {
                 rss_from: 100 * MIB,
                 rss_to: 130 * MIB,
                 allocated_from: 40 * MIB,
-                allocated_to: 40 * MIB
+                allocated_to: 40 * MIB,
+                before: Duration::from_secs(20),
+                at: Duration::from_secs(50),
+                cause: None,
             }]
         );
     }
@@ -367,7 +458,10 @@ mod tests {
                 rss_from: 100 * MIB,
                 rss_to: 140 * MIB,
                 allocated_from: 60 * MIB,
-                allocated_to: 95 * MIB
+                allocated_to: 95 * MIB,
+                before: Duration::from_secs(10),
+                at: Duration::from_secs(40),
+                cause: None,
             }]
         );
     }

@@ -8,13 +8,15 @@
 //! one, the first three 56 minutes, all eight 34 hours before the oldest snapshot starts to widen).
 //! A merged snapshot keeps its last round's figures and the lowest and highest resident bytes of
 //! all its rounds. With at most [`MAX_SNAPSHOTS`] snapshots of bounded size, the history never
-//! holds more than [`History::MAX_BYTES`] (1.6 MiB), whatever the program does; what it
+//! holds more than [`History::MAX_BYTES`] (1.4 MiB), whatever the program does; what it
 //! holds is frag's own memory, never the program's.
 //!
 //! [`Publisher`](crate::Publisher) records each of its rounds here; [`history()`] returns a copy.
 
+mod compare;
 mod snapshot;
 
+use core::time::Duration;
 use std::collections::VecDeque;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,7 +24,8 @@ use crate::fork::Lock;
 use crate::own;
 use crate::report::Report;
 
-pub use snapshot::{CLASSES, ClassHoles, SCOPE_NAME, SCOPES, SITE_FRAMES, SITES, ScopeMark, SiteMark, Snapshot, Split};
+pub use compare::{ClassSpan, Comparison, CrossThreadShare, MOVED_SCOPES, MOVED_SITES, PartMove, ScopeMove, SiteMove};
+pub use snapshot::{CLASSES, ClassHoles, SCOPE_NAME, SCOPES, SITES, ScopeMark, SiteMark, Snapshot, Split};
 
 /// Levels of the history.
 pub const LEVELS: usize = 8;
@@ -109,7 +112,7 @@ impl History {
     /// The snapshot covering `at` on the history's clock: the last one that began at or before it
     /// (the first when `at` is before them all); `None` when empty.
     #[must_use]
-    pub fn at(&self, at: core::time::Duration) -> Option<&Snapshot> {
+    pub fn at(&self, at: Duration) -> Option<&Snapshot> {
         let mut found = None;
         for s in self.snapshots() {
             if found.is_some() && s.from > at {
@@ -118,6 +121,30 @@ impl History {
             found = Some(s);
         }
         found
+    }
+
+    /// What moved between the snapshots covering `before` and `after` on the history's clock (see
+    /// [`at`](Self::at)), part by part, and why; `None` when empty. The cross-thread share before
+    /// is taken over as long a time before `before`. [`Comparison::explain`] names the sites and
+    /// adds the remedy.
+    ///
+    /// ```no_run
+    /// # #[global_allocator]
+    /// # static A: frag::Tracked<std::alloc::System> = frag::Tracked::new(std::alloc::System);
+    /// use std::time::Duration;
+    ///
+    /// // The step seen in a dashboard between minutes 50 and 52 of the history.
+    /// let history = frag::history();
+    /// if let Some(mut c) = history.compare(Duration::from_secs(50 * 60), Duration::from_secs(52 * 60)) {
+    ///     c.explain(&frag::report());
+    ///     println!("{c}");
+    /// }
+    /// ```
+    #[must_use]
+    pub fn compare(&self, before: Duration, after: Duration) -> Option<Comparison> {
+        let (b, a) = (self.at(before)?, self.at(after)?);
+        let earlier = self.at(b.to.saturating_sub(a.to.saturating_sub(b.to)))?;
+        Some(Comparison::between(earlier, b, a))
     }
 
     /// The heap bytes it holds now: its levels' buffers and what its snapshots hold.
@@ -151,17 +178,23 @@ impl serde::Serialize for History {
 /// Held across a `fork` (`fork::Lock`): a child goes on with the parent's history.
 static RECORDED: Lock<(Option<Instant>, History)> = Lock::new((None, History::new()));
 
-/// Records `report` as a round of the process's history, as frag's own work (a publisher's round).
-pub(crate) fn record(report: &Report) {
+/// Records `report` as a round of the process's history, as frag's own work (a publisher's round);
+/// returns when, on the history's clock, or `None` when the report has no resident figure.
+pub(crate) fn record(report: &Report) -> Option<Duration> {
     let unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     own::run(|| {
         let mut recorded = RECORDED.lock();
         let (started, history) = &mut *recorded;
         let at = started.get_or_insert_with(Instant::now).elapsed();
-        if let Some(snapshot) = Snapshot::of(report, at, unix_ms) {
-            history.record(snapshot);
-        }
-    });
+        let snapshot = Snapshot::of(report, at, unix_ms)?;
+        history.record(snapshot);
+        Some(at)
+    })
+}
+
+/// [`History::compare`] on the process's history, as frag's own work.
+pub(crate) fn compare(before: Duration, after: Duration) -> Option<Comparison> {
+    own::run(|| RECORDED.lock().1.compare(before, after))
 }
 
 /// A copy of the history the process's [`Publisher`](crate::Publisher)s have recorded, oldest
@@ -246,6 +279,6 @@ mod tests {
     /// The stated bound is what the module docs say.
     #[test]
     fn the_bound_is_what_the_docs_say() {
-        assert_eq!(format!("{:.1} MiB", History::MAX_BYTES as f64 / f64::from(1 << 20)), "1.6 MiB");
+        assert_eq!(format!("{:.1} MiB", History::MAX_BYTES as f64 / f64::from(1 << 20)), "1.4 MiB");
     }
 }

@@ -4,12 +4,12 @@
 use core::time::Duration;
 
 use crate::backend::AllocatorStats;
+use crate::backend::heap_split::Part;
 use crate::report::Report;
+use crate::stats::clock::splitmix64;
 
 /// Sites a snapshot keeps: the report's listed ones (the most bytes in use, then the most pinned).
 pub const SITES: usize = 13;
-/// Frames of a site's stack a snapshot keeps, from the leaf: enough to name it as the report does.
-pub const SITE_FRAMES: usize = 4;
 /// Scopes a snapshot keeps, the most bytes in use first.
 pub const SCOPES: usize = 8;
 /// Bytes of a scope's name a snapshot keeps (cut at a character boundary).
@@ -26,6 +26,8 @@ pub struct Split {
     pub live_bytes: u64,
     /// What the allocator's size classes add to the live blocks.
     pub rounding_bytes: u64,
+    /// frag's own live blocks (reports, symbolizing, profiles, this history).
+    pub frag_bytes: u64,
     /// Free space in pages that also hold live blocks.
     pub holes_bytes: u64,
     /// Free pages the allocator could give back now.
@@ -36,14 +38,31 @@ pub struct Split {
     pub outside_heap_bytes: u64,
 }
 
-/// A site as a snapshot keeps it: its leaf frames, for naming, and its bytes.
+impl Split {
+    /// The bytes of `part`.
+    #[must_use]
+    pub fn bytes(&self, part: Part) -> u64 {
+        match part {
+            Part::Live => self.live_bytes,
+            Part::Rounding => self.rounding_bytes,
+            Part::Frag => self.frag_bytes,
+            Part::Holes => self.holes_bytes,
+            Part::Reclaimable => self.reclaimable_bytes,
+            Part::Metadata => self.metadata_bytes,
+            Part::OutsideHeap => self.outside_heap_bytes,
+        }
+    }
+}
+
+/// A site as a snapshot keeps it: the key of its stack, for finding it in other snapshots and for
+/// naming it, and its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct SiteMark {
-    /// The return addresses of the site's first frames, from the leaf (unused ones 0); the same
-    /// site has the same frames in every snapshot.
-    pub frames: [u64; SITE_FRAMES],
+    /// A hash of the site's whole stack ([`SiteRow::stack`](crate::report::SiteRow::stack)): the
+    /// same site has the same key in every snapshot of the process.
+    pub key: u64,
     /// Estimated bytes in use ([`SiteRow::inuse_bytes`](crate::report::SiteRow::inuse_bytes)).
     pub inuse_bytes: u64,
     /// Estimated free bytes its blocks pin ([`SiteRow::pinned_bytes`](crate::report::SiteRow::pinned_bytes)).
@@ -116,8 +135,13 @@ pub struct Snapshot {
 }
 
 #[cfg(feature = "serde")]
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The key of a site's stack ([`SiteMark::key`]).
+pub(crate) fn stack_key(stack: &[u64]) -> u64 {
+    stack.iter().fold(0x9e37_79b9_7f4a_7c15 ^ stack.len() as u64, |h, &pc| splitmix64(h ^ pc))
 }
 
 /// `name` cut to at most [`SCOPE_NAME`] bytes, at a character boundary.
@@ -140,6 +164,7 @@ impl Snapshot {
             Split {
                 live_bytes: b.live_bytes,
                 rounding_bytes: b.rounding_bytes,
+                frag_bytes: b.frag_bytes,
                 holes_bytes: b.holes_bytes,
                 reclaimable_bytes: b.reclaimable_bytes,
                 metadata_bytes: b.metadata_bytes,
@@ -150,12 +175,10 @@ impl Snapshot {
             s.top
                 .iter()
                 .take(SITES)
-                .map(|row| {
-                    let mut frames = [0; SITE_FRAMES];
-                    for (to, from) in frames.iter_mut().zip(&row.stack) {
-                        *to = *from;
-                    }
-                    SiteMark { frames, inuse_bytes: row.inuse_bytes, pinned_bytes: row.pinned_bytes }
+                .map(|row| SiteMark {
+                    key: stack_key(&row.stack),
+                    inuse_bytes: row.inuse_bytes,
+                    pinned_bytes: row.pinned_bytes,
                 })
                 .collect()
         });

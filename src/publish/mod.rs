@@ -7,7 +7,7 @@ mod samples;
 pub(crate) mod worker;
 
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metrics::Label;
 
@@ -17,6 +17,7 @@ use crate::backend::WrappedBackend;
 use crate::own;
 use crate::report::Report;
 use crate::report::collect::report;
+use crate::report::diagnosis::{FindingKind, Severity};
 use crate::watch::{Alert, Watch, WatchConfig};
 
 /// The metrics the publisher emits (the reclaimer emits the others).
@@ -125,7 +126,6 @@ pub struct Publisher {
     threads: Option<usize>,
     thread_cap: usize,
     watch: Watch,
-    started: Instant,
     announced: bool,
 }
 
@@ -166,7 +166,6 @@ impl Publisher {
             threads: None,
             thread_cap: Self::DEFAULT_THREAD_CAP,
             watch: Watch::new(WatchConfig::default()),
-            started: Instant::now(),
             announced: false,
         }
     }
@@ -250,21 +249,30 @@ impl Publisher {
         let threads = self.threads;
         let (names, labels) = self.series.names();
         emit(names, labels, report, threads);
-        crate::history::record(report);
-        let rss = report.resident_bytes();
-        let Some(rss) = rss else { return Vec::new() };
-        let alerts =
-            self.watch.observe(self.started.elapsed(), rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
+        // The watch runs on the history's clock, so that a step's two moments are snapshots of it.
+        let (Some(at), Some(rss)) = (crate::history::record(report), report.resident_bytes()) else {
+            return Vec::new();
+        };
+        let mut alerts = self.watch.observe(at, rss, report.tracked.allocated_bytes, report.fragmentation.ratio);
         let backend = report.backend.map_or("none", WrappedBackend::name);
-        for alert in &alerts {
+        for alert in &mut alerts {
+            if let Some((before, after)) = alert.span() {
+                alert.set_cause(crate::history::compare(before, after), report);
+                let severity = if matches!(alert, Alert::StairStep { .. }) { Severity::Warn } else { Severity::Info };
+                if let Some(c) = alert.cause() {
+                    crate::report::diagnosis::set_last_step(c.finding(severity));
+                }
+            }
+            let cause = alert.cause().and_then(|c| c.cause).map_or("unknown", FindingKind::name);
             match *alert {
-                Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to }
-                | Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to } => tracing::warn!(
+                Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to, .. }
+                | Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to, .. } => tracing::warn!(
                     target: "frag",
                     rss_from,
                     rss_to,
                     allocated_from,
                     allocated_to,
+                    cause,
                     backend = %backend,
                     "{alert}"
                 ),

@@ -130,6 +130,7 @@ fn report_now() -> Report {
     let wrapped = reg.map(|r| r.wrapped());
     let known = wrapped.and_then(WrappedBackend::known);
     let frag_itself = counters::frag_itself();
+    let step = diagnosis::recent_step(std::time::Instant::now());
     let diagnosis = process.rss_bytes.map(|rss| {
         let breakdown =
             diagnosis::split(rss, process.anon_bytes, known, &tracked, frag_itself.usable_bytes, allocator.as_ref());
@@ -141,6 +142,7 @@ fn report_now() -> Report {
             sites: sites.as_ref(),
             traps,
             limit: diagnosis::limit_in_force(),
+            step: step.as_ref(),
         };
         Diagnosis { findings: diagnosis::find(&evidence), breakdown }
     });

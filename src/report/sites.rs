@@ -101,7 +101,7 @@ impl Sites {
 /// The names of each stack's frames, from the leaf: the first [`LEAF_FRAMES`], or as many more as
 /// it takes to tell it from the others. `None` where the process cannot symbolize (see
 /// [`Symbols::new`]).
-pub(super) fn told_apart(stacks: &[Vec<usize>]) -> Option<Vec<Vec<String>>> {
+pub(crate) fn told_apart(stacks: &[Vec<usize>]) -> Option<Vec<Vec<String>>> {
     let mut symbols = Symbols::new()?;
     let named: Vec<Vec<String>> = stacks.iter().map(|stack| named_frames(&mut symbols, stack, MAX_NAMED)).collect();
     let told = named

@@ -29,6 +29,8 @@ pub(crate) struct Evidence<'a> {
     pub traps: &'a [Trap],
     /// The soft memory limit a reclaimer keeps, and its target.
     pub limit: Option<(u64, u64)>,
+    /// The last step of resident memory the watch explained, while recent (`step`).
+    pub step: Option<&'a Finding>,
 }
 
 /// A class row's request sizes, `64..=80 B`.
@@ -47,7 +49,12 @@ fn top_classes(classes: &[SizeClassRow], n: usize, key: fn(&SizeClassRow) -> u64
 /// The rules, one per kind of finding that has bytes: each reads the evidence and draws its finding,
 /// or none.
 const RULES: &[fn(&Evidence<'_>) -> Option<Finding>] =
-    &[live_data, rounding, holes, reclaimable, cross_thread, metadata, outside_heap, over_limit];
+    &[live_data, rounding, holes, reclaimable, cross_thread, metadata, outside_heap, over_limit, step];
+
+/// The last step explained, as it was explained.
+fn step(e: &Evidence<'_>) -> Option<Finding> {
+    e.step.cloned()
+}
 
 /// The findings, largest effect first (traps, which have no bytes, last among equals).
 pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
@@ -62,6 +69,40 @@ pub(crate) fn find(e: &Evidence<'_>) -> Vec<Finding> {
         remedy: t.remedy(),
     }));
     out
+}
+
+/// What to change for `kind` on the evidence's backend: the remedy of the kind's finding, which a
+/// step explained by the history repeats (a step's own is the remedy for its cause).
+pub(crate) fn remedy(e: &Evidence<'_>, kind: FindingKind) -> String {
+    match kind {
+        FindingKind::LiveData => {
+            format!("look at what holds it: most live bytes in {}", top_classes(e.classes, 3, |c| c.live_bytes))
+        }
+        FindingKind::Rounding => format!(
+            "requests just above a class boundary waste most; largest waste in {}: size those buffers to \
+             the class (e.g. Vec::with_capacity to a class size) or pool them",
+            top_classes(e.classes, 3, |c| c.internal_bytes)
+        ),
+        FindingKind::Holes => holes_remedy(e),
+        FindingKind::Reclaimable => reclaimable_remedy(e.backend),
+        FindingKind::CrossThread => {
+            let advice = backend_remedy(e.backend, Remedy::CrossThread).map(|r| format!("; {r}")).unwrap_or_default();
+            format!(
+                "keep a buffer's allocation and free on one thread (thread-per-core, or return buffers to their \
+                 owner); snmalloc and mimalloc handle remote frees cheaply{advice}"
+            )
+        }
+        FindingKind::Metadata => backend_remedy(e.backend, Remedy::Metadata)
+            .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
+            .to_owned(),
+        FindingKind::OutsideHeap => "not heap fragmentation: look at thread stacks, memory-mapped files, other \
+                                     libraries' own heaps (C code's malloc) and code (/proc/<pid>/smaps lists each \
+                                     mapping)"
+            .to_owned(),
+        FindingKind::ConfigTrap => e.traps.iter().map(Trap::remedy).collect::<Vec<_>>().join("; "),
+        FindingKind::OverLimit => over_limit(e).map(|f| f.remedy).unwrap_or_default(),
+        FindingKind::Step => e.step.map(|f| f.remedy.clone()).unwrap_or_default(),
+    }
 }
 
 /// Resident bytes, as the divisor of every share (at least 1).
@@ -93,7 +134,7 @@ fn live_data(e: &Evidence<'_>) -> Option<Finding> {
             Approx(Bytes(b.live_bytes), estimated(b, Part::Live)),
             Approx(Bytes(b.rounding_bytes), estimated(b, Part::Rounding)),
         ),
-        remedy: format!("look at what holds it: most live bytes in {}", top_classes(e.classes, 3, |c| c.live_bytes)),
+        remedy: remedy(e, FindingKind::LiveData),
     })
 }
 
@@ -113,11 +154,7 @@ fn rounding(e: &Evidence<'_>) -> Option<Finding> {
             Bytes(b.rounding_bytes),
             Percent(share, 0)
         ),
-        remedy: format!(
-            "requests just above a class boundary waste most; largest waste in {}: size those buffers to \
-             the class (e.g. Vec::with_capacity to a class size) or pool them",
-            top_classes(e.classes, 3, |c| c.internal_bytes)
-        ),
+        remedy: remedy(e, FindingKind::Rounding),
     })
 }
 
@@ -155,7 +192,7 @@ fn holes(e: &Evidence<'_>) -> Option<Finding> {
                 Percent(share, 0)
             )
         },
-        || holes_remedy(e),
+        || remedy(e, FindingKind::Holes),
     )
 }
 
@@ -171,7 +208,7 @@ fn reclaimable(e: &Evidence<'_>) -> Option<Finding> {
                 Percent(share, 0)
             )
         },
-        || reclaimable_remedy(e.backend),
+        || remedy(e, FindingKind::Reclaimable),
     )
 }
 
@@ -181,11 +218,7 @@ fn metadata(e: &Evidence<'_>) -> Option<Finding> {
         e,
         (FindingKind::Metadata, Part::Metadata, &METADATA),
         |bytes, share| format!("allocator bookkeeping takes {} ({} of resident)", Bytes(bytes), Percent(share, 0)),
-        || {
-            backend_remedy(e.backend, Remedy::Metadata)
-                .unwrap_or("nothing to tune directly: it follows the number of arenas, threads and extents")
-                .to_owned()
-        },
+        || remedy(e, FindingKind::Metadata),
     )
 }
 
@@ -195,11 +228,7 @@ fn outside_heap(e: &Evidence<'_>) -> Option<Finding> {
         e,
         (FindingKind::OutsideHeap, Part::OutsideHeap, &OUTSIDE_HEAP),
         |bytes, share| format!("{} ({} of resident) is not the Rust heap", Bytes(bytes), Percent(share, 0)),
-        || {
-            "not heap fragmentation: look at thread stacks, memory-mapped files, other libraries' own heaps (C \
-             code's malloc) and code (/proc/<pid>/smaps lists each mapping)"
-                .to_owned()
-        },
+        || remedy(e, FindingKind::OutsideHeap),
     )
 }
 
@@ -323,7 +352,6 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
         let names: Vec<String> = c.iter().take(3).map(|c| class_name(c).to_string()).collect();
         if names.is_empty() { String::new() } else { format!(" (mostly {})", names.join(", ")) }
     };
-    let advice = backend_remedy(e.backend, Remedy::CrossThread).map(|r| format!("; {r}")).unwrap_or_default();
     Some(Finding {
         kind: FindingKind::CrossThread,
         severity,
@@ -337,10 +365,7 @@ fn cross_thread(e: &Evidence<'_>) -> Option<Finding> {
             o.sampled_frees,
             Approx(Bytes(bytes), true),
         ),
-        remedy: format!(
-            "keep a buffer's allocation and free on one thread (thread-per-core, or return buffers to their \
-             owner); snmalloc and mimalloc handle remote frees cheaply{advice}"
-        ),
+        remedy: remedy(e, FindingKind::CrossThread),
     })
 }
 
@@ -404,7 +429,7 @@ mod tests {
     }
 
     fn evidence(b: &Breakdown, limit: Option<(u64, u64)>) -> Evidence<'_> {
-        Evidence { backend: None, breakdown: b, classes: &[], origin: None, sites: None, traps: &[], limit }
+        Evidence { backend: None, breakdown: b, classes: &[], origin: None, sites: None, traps: &[], limit, step: None }
     }
 
     /// Each rule on its own: quiet below its threshold, `info` from it, `warn` from the next, with

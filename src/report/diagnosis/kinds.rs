@@ -25,11 +25,14 @@ pub enum FindingKind {
     /// What the heap cannot release (live data, rounding, holes, the allocator's bookkeeping) exceeds
     /// the soft memory limit's target: no reclaimer can keep RSS under it.
     OverLimit,
+    /// Resident memory stepped up to a new plateau lately, and what moved it, part by part (the
+    /// publisher's watch and the history explain each step; the finding stays an hour).
+    Step,
 }
 
 impl FindingKind {
     /// Every kind.
-    pub const ALL: [FindingKind; 9] = [
+    pub const ALL: [FindingKind; 10] = [
         FindingKind::LiveData,
         FindingKind::Rounding,
         FindingKind::Holes,
@@ -39,6 +42,7 @@ impl FindingKind {
         FindingKind::OutsideHeap,
         FindingKind::ConfigTrap,
         FindingKind::OverLimit,
+        FindingKind::Step,
     ];
 
     /// The kind's name as in the JSON report.
@@ -54,6 +58,7 @@ impl FindingKind {
             FindingKind::OutsideHeap => "outside_heap",
             FindingKind::ConfigTrap => "config_trap",
             FindingKind::OverLimit => "over_limit",
+            FindingKind::Step => "step",
         }
     }
 }

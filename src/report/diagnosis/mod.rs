@@ -9,16 +9,19 @@ mod breakdown;
 mod findings;
 mod kinds;
 mod limit;
+mod step;
 mod thresholds;
 
 pub use crate::backend::heap_split::{NotSplit, Part, Source};
 pub use breakdown::{Breakdown, Sources};
 pub use kinds::{Finding, FindingKind, Severity};
+pub use step::STEP_FINDING_FOR;
 pub use thresholds::MIN_BYTES;
 
 pub(crate) use breakdown::split;
-pub(crate) use findings::{Evidence, find};
+pub(crate) use findings::{Evidence, find, remedy};
 pub(crate) use limit::{in_force as limit_in_force, set_in_force as set_limit_in_force};
+pub(crate) use step::{recent as recent_step, set_last as set_last_step};
 
 /// Where resident memory goes, and what it means.
 ///
