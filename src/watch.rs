@@ -301,6 +301,16 @@ impl Watch {
         }
     }
 
+    /// Raises the current plateau by `bytes` of resident memory that are not the program's: frag's
+    /// own work between two samples, such as the symbolizing that explains a step, whose freed
+    /// pages the allocator may keep resident for a while. They make no step; once the allocator
+    /// gives them back, the plateau comes down as after any fall.
+    pub fn absorb(&mut self, bytes: u64) {
+        if let Some((rss, _)) = &mut self.base {
+            *rss = rss.saturating_add(bytes);
+        }
+    }
+
     /// One sample: the time since any fixed start, resident bytes, tracked allocated bytes and the
     /// fragmentation ratio if known. Returns the alerts this sample completes (rate-limited to one
     /// per kind per window).

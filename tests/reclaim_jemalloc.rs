@@ -9,6 +9,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::pins::{arena_sum, dirty_bytes, hand_purge_releases};
 use common::reclaim::{Driven, QUIET, check_pacing, check_release, first_action, reclaimer};
 use common::rss_bytes;
 use frag::reclaim::{Method, Reclaimer};
@@ -18,50 +19,11 @@ static A: frag::Tracked<tikv_jemallocator::Jemalloc> = frag::Tracked::new(tikv_j
 
 const MIB: u64 = 1 << 20;
 
-/// jemalloc's own sum over every arena of the `size_t` statistic `stats.arenas.<i>.<name>`.
-fn arena_sum(name: &str) -> u64 {
-    tikv_jemalloc_ctl::epoch::advance().unwrap();
-    let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
-    (0..arenas)
-        .filter_map(|i| {
-            let key = format!("stats.arenas.{i}.{name}\0");
-            // SAFETY: the key names a `size_t` statistic, read into a `usize`.
-            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key.as_bytes()) }.ok()
-        })
-        .sum::<usize>() as u64
-}
-
-/// jemalloc's own count of dirty pages, in bytes, every arena.
-fn dirty_bytes() -> u64 {
-    // SAFETY: `arenas.page` is a `size_t`.
-    let page = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"arenas.page\0") }.unwrap() as u64;
-    arena_sum("pdirty") * page
-}
-
 /// A burst of `bytes` in 16 KiB blocks, touched, then freed: dirty pages jemalloc keeps for 10 s.
 fn freed_pages(rounds: &mut Driven, bytes: u64) {
     let mut blocks: Vec<Vec<u8>> = Vec::new();
     rounds.burst(bytes, |n| blocks.extend((0..n / (16 << 10)).map(|i| vec![i as u8 | 1; 16 << 10])));
     drop(blocks);
-}
-
-/// What a purge of every arena called by hand releases now, by `/proc`.
-fn hand_purge_releases() -> u64 {
-    let before = rss_bytes();
-    let name = c"arena.4096.purge"; // 4096: MALLCTL_ARENAS_ALL
-    // SAFETY: a NUL-terminated name of a control that neither reads nor writes a value: every
-    // pointer null, length 0.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            name.as_ptr(),
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "arena.<all>.purge");
-    before.saturating_sub(rss_bytes())
 }
 
 #[test]

@@ -21,8 +21,8 @@ pub const MOVED_SCOPES: usize = 3;
 /// The share of the holes' rise the class span covers (the classes that grew the most, until they
 /// add up to it).
 const CLASS_COVER: f64 = 0.8;
-/// Frees between two snapshots below which no cross-thread share is given.
-const MIN_FREES: u64 = 100;
+/// Bytes freed between two snapshots below which no cross-thread share is given.
+const MIN_FREED: u64 = 1 << 20;
 /// A cross-thread share during the comparison at least this, and twice the one before, makes
 /// cross-thread frees the cause of a rise in holes or free pages.
 const CROSS_SHARE: f64 = 0.25;
@@ -106,12 +106,15 @@ pub struct ClassSpan {
     pub holes_rise_bytes: u64,
 }
 
-/// The share of frees that crossed threads, between the two snapshots and before them.
+/// The share of freed bytes that crossed threads (freed on another thread than the allocating
+/// one), between the two snapshots and before them. By bytes, as the diagnosis's cross-thread
+/// finding: a count of frees estimated from samples is dominated by the rare sampled small block,
+/// whose weight is large.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct CrossThreadShare {
-    /// Cross-thread frees over frees between the two snapshots (estimates).
+    /// Cross-thread bytes over bytes freed between the two snapshots (estimates).
     pub during: f64,
     /// The same over as long a time before the first snapshot (or since the start, where the
     /// history is shorter); `None` with too few frees.
@@ -133,7 +136,8 @@ pub struct Comparison {
     pub after: Duration,
     /// Wall-clock times of the two, in milliseconds since the Unix epoch.
     pub unix_ms: (u64, u64),
-    /// Resident bytes before and after.
+    /// Resident bytes before and after: the process's, which the parts split, where both snapshots
+    /// have a split; else as the watch reads them ([`Snapshot::rss_bytes`]).
     pub rss_bytes: (u64, u64),
     /// Tracked allocated bytes before and after.
     pub allocated_bytes: (u64, u64),
@@ -147,7 +151,7 @@ pub struct Comparison {
     pub scopes: Vec<ScopeMove>,
     /// The size classes whose holes grew the most (jemalloc's classes); `None` where none grew.
     pub hole_classes: Option<ClassSpan>,
-    /// The cross-thread share of frees; `None` with too few frees between the two.
+    /// The cross-thread share of freed bytes; `None` with under 1 MiB freed between the two.
     pub cross_thread: Option<CrossThreadShare>,
     /// What moved resident memory the most, as the diagnosis names it; `None` without a split, or
     /// where frag's own memory moved it.
@@ -165,18 +169,22 @@ fn signed(before: u64, after: u64) -> i64 {
     }
 }
 
-/// The share `cross / frees` of the frees between two cumulative counts.
+/// The share `cross / freed` of the bytes freed between two cumulative counts.
 fn share(earlier: (u64, u64), later: (u64, u64)) -> Option<f64> {
-    let frees = later.0.checked_sub(earlier.0)?;
-    let cross = later.1.saturating_sub(earlier.1).min(frees);
-    (frees >= MIN_FREES).then(|| cross as f64 / frees as f64)
+    let freed = later.0.checked_sub(earlier.0)?;
+    let cross = later.1.saturating_sub(earlier.1).min(freed);
+    (freed >= MIN_FREED).then(|| cross as f64 / freed as f64)
 }
 
 impl Comparison {
     /// `before` against `after`; `earlier`, as long before `before` as `after` is after it, gives
     /// the cross-thread share before.
     pub(super) fn between(earlier: &Snapshot, before: &Snapshot, after: &Snapshot) -> Self {
-        let rise = signed(before.rss_bytes, after.rss_bytes);
+        let rss_bytes = match (before.split, after.split) {
+            (Some(b), Some(a)) => (b.rss_bytes, a.rss_bytes),
+            _ => (before.rss_bytes, after.rss_bytes),
+        };
+        let rise = signed(rss_bytes.0, rss_bytes.1);
         let parts = match (before.split, after.split) {
             (Some(b), Some(a)) => {
                 let mut parts: Vec<PartMove> = Part::ALL
@@ -188,7 +196,7 @@ impl Comparison {
             }
             _ => Vec::new(),
         };
-        let counts = |s: &Snapshot| (s.frees, s.cross_thread_frees);
+        let counts = |s: &Snapshot| (s.freed_bytes, s.cross_thread_bytes);
         let cross_thread = share(counts(before), counts(after)).map(|during| CrossThreadShare {
             during,
             before: if earlier.to < before.to {
@@ -203,7 +211,7 @@ impl Comparison {
             before: before.to,
             after: after.to,
             unix_ms: (before.unix_ms, after.unix_ms),
-            rss_bytes: (before.rss_bytes, after.rss_bytes),
+            rss_bytes,
             allocated_bytes: (before.allocated_bytes, after.allocated_bytes),
             parts,
             sites: moved_sites(before, after, by_pins),
@@ -491,8 +499,11 @@ impl Comparison {
                 Part::Live if p.delta() > 0 && !by_pins => {
                     self.write_sites(f, false)?;
                     for s in &self.scopes {
-                        let name = s.name.as_deref().unwrap_or("an unnamed scope");
-                        write!(f, ", scope `{name}` ({})", Delta(signed(s.inuse_bytes.0, s.inuse_bytes.1)))?;
+                        let grew = Delta(signed(s.inuse_bytes.0, s.inuse_bytes.1));
+                        match s.name.as_deref() {
+                            Some(name) => write!(f, ", scope `{name}` ({grew})")?,
+                            None => write!(f, ", outside every scope ({grew})")?,
+                        }
                     }
                 }
                 _ => {}
@@ -524,7 +535,7 @@ mod tests {
 
     /// A round at `i` × 5 s: resident bytes the sum of `split`, the cumulative frees given.
     fn round(i: u64, split: Split, sites: &[(u64, u64, u64)], classes: &[(u64, u64)], frees: (u64, u64)) -> Snapshot {
-        let rss = Part::ALL.iter().map(|&p| split.bytes(p)).sum();
+        let rss = split.rss_bytes;
         Snapshot {
             from: Duration::from_secs(5 * i),
             to: Duration::from_secs(5 * i),
@@ -542,14 +553,15 @@ mod tests {
                 .collect(),
             scopes: vec![ScopeMark { name: Some("uploads".into()), inuse_bytes: split.live_bytes / 2 }].into(),
             hole_classes: classes.iter().map(|&(size, holes_bytes)| ClassHoles { size, holes_bytes }).collect(),
-            frees: frees.0,
-            cross_thread_frees: frees.1,
+            freed_bytes: frees.0,
+            cross_thread_bytes: frees.1,
             limit: None,
         }
     }
 
     fn split(live: u64, holes: u64, reclaimable: u64) -> Split {
         Split {
+            rss_bytes: (live + holes + reclaimable + 20) * MIB,
             live_bytes: live * MIB,
             holes_bytes: holes * MIB,
             reclaimable_bytes: reclaimable * MIB,
@@ -564,12 +576,12 @@ mod tests {
         let mut h = History::new();
         let before = split(100, 10, 2);
         for i in 0..40 {
-            let frees = 1_000 * i;
+            let frees = MIB * i;
             let f = if i < 20 {
                 (frees, frees * cross.0 / 100)
             } else {
-                let c0 = 20_000 * cross.0 / 100;
-                (frees, c0 + (frees - 20_000) * cross.1 / 100)
+                let c0 = 20 * MIB * cross.0 / 100;
+                (frees, c0 + (frees - 20 * MIB) * cross.1 / 100)
             };
             let s = if i < 20 {
                 round(i, before, &[(1, 10 * MIB, MIB), (2, 30 * MIB, 0)], &[(16_384, 4 * MIB), (64, MIB)], f)

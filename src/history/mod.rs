@@ -236,8 +236,8 @@ mod tests {
             sites: Box::default(),
             scopes: Box::default(),
             hole_classes: Box::default(),
-            frees: 0,
-            cross_thread_frees: 0,
+            freed_bytes: 0,
+            cross_thread_bytes: 0,
             limit: None,
         }
     }

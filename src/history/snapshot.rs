@@ -22,6 +22,9 @@ pub const CLASSES: usize = 24;
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Split {
+    /// The process's resident bytes the split divides (the parts, and what none explains, add up
+    /// to it).
+    pub rss_bytes: u64,
     /// Bytes the program asked for and still holds.
     pub live_bytes: u64,
     /// What the allocator's size classes add to the live blocks.
@@ -74,7 +77,7 @@ pub struct SiteMark {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct ScopeMark {
-    /// Its name, at most [`SCOPE_NAME`] bytes; `None` for a scope without one.
+    /// Its name, at most [`SCOPE_NAME`] bytes; `None` for allocations made outside every scope.
     pub name: Option<Box<str>>,
     /// Estimated bytes in use.
     pub inuse_bytes: u64,
@@ -126,10 +129,10 @@ pub struct Snapshot {
     pub scopes: Box<[ScopeMark]>,
     /// The size classes with the most free bytes in their slabs, at most [`CLASSES`], largest first.
     pub hole_classes: Box<[ClassHoles]>,
-    /// Frees so far (estimated), for the cross-thread share between two snapshots.
-    pub frees: u64,
-    /// Cross-thread frees so far (estimated).
-    pub cross_thread_frees: u64,
+    /// Requested bytes freed so far (estimated), for the cross-thread share between two snapshots.
+    pub freed_bytes: u64,
+    /// Of them, bytes freed on another thread than the allocating one (estimated).
+    pub cross_thread_bytes: u64,
     /// The memory limit and its target, in bytes, when a reclaimer keeps one.
     pub limit: Option<(u64, u64)>,
 }
@@ -162,6 +165,7 @@ impl Snapshot {
         let split = report.diagnosis.as_ref().map(|d| {
             let b = &d.breakdown;
             Split {
+                rss_bytes: b.rss_bytes,
                 live_bytes: b.live_bytes,
                 rounding_bytes: b.rounding_bytes,
                 frag_bytes: b.frag_bytes,
@@ -198,7 +202,8 @@ impl Snapshot {
             .collect();
         classes.sort_by_key(|c| core::cmp::Reverse(c.holes_bytes));
         classes.truncate(CLASSES);
-        let (frees, cross_thread_frees) = report.origin.as_ref().map_or((0, 0), |o| (o.frees, o.cross_thread_frees));
+        let (freed_bytes, cross_thread_bytes) =
+            report.origin.as_ref().map_or((0, 0), |o| (o.freed_bytes, o.cross_thread_bytes));
         Some(Self {
             from: at,
             to: at,
@@ -213,8 +218,8 @@ impl Snapshot {
             sites,
             scopes,
             hole_classes: classes.into_boxed_slice(),
-            frees,
-            cross_thread_frees,
+            freed_bytes,
+            cross_thread_bytes,
             limit: crate::report::diagnosis::limit_in_force(),
         })
     }

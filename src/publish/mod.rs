@@ -257,7 +257,13 @@ impl Publisher {
         let backend = report.backend.map_or("none", WrappedBackend::name);
         for alert in &mut alerts {
             if let Some((before, after)) = alert.span() {
+                // Naming the sites reads the debug information; the pages it frees may stay
+                // resident a while, and are no step of the program's.
+                let resident = crate::report::collect::resident_bytes();
                 alert.set_cause(crate::history::compare(before, after), report);
+                if let (Some(was), Some(now)) = (resident, crate::report::collect::resident_bytes()) {
+                    self.watch.absorb(now.saturating_sub(was));
+                }
                 let severity = if matches!(alert, Alert::StairStep { .. }) { Severity::Warn } else { Severity::Info };
                 if let Some(c) = alert.cause() {
                     crate::report::diagnosis::set_last_step(c.finding(severity));

@@ -67,6 +67,17 @@ pub fn allocator_classes() -> Vec<crate::backend::AllocatorClass> {
     }
 }
 
+/// Resident bytes as [`Report::resident_bytes`] reads them (the allocator's figure, else the
+/// process's), without the rest of a report.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let guard = Guard::enter();
+    let allocator = match (registered(), guard) {
+        (Some(r), Some(_)) => r.stats().ok().flatten(),
+        _ => None,
+    };
+    allocator.and_then(|a| a.resident).or_else(|| ProcessStats::read().rss_bytes)
+}
+
 /// Takes a snapshot of the heap: per-thread counters, size classes, the allocator's own figures, the
 /// process view and the fragmentation ratio.
 ///

@@ -44,6 +44,9 @@ pub struct Origin {
     pub cross_thread_frees: u64,
     /// `cross_thread_frees / frees`.
     pub cross_thread_free_ratio: Option<f64>,
+    /// Estimated requested bytes freed, local and cross-thread. JSON: `est_freed_bytes`.
+    #[cfg_attr(feature = "serde", serde(rename = "est_freed_bytes"))]
+    pub freed_bytes: u64,
     /// Estimated requested bytes freed on another thread than the allocating one. JSON: `est_cross_thread_bytes`.
     #[cfg_attr(feature = "serde", serde(rename = "est_cross_thread_bytes"))]
     pub cross_thread_bytes: u64,
@@ -253,6 +256,7 @@ pub(super) fn section(
         too_few_samples: sampled_frees < MIN_SAMPLES_SHARE,
         cross_thread_frees,
         cross_thread_free_ratio: ratio,
+        freed_bytes: units(bytes_w).min(max_bytes),
         cross_thread_bytes,
         cross_thread_byte_ratio: share(all.remote_bytes, bytes_w),
         ratio_interval: interval,

@@ -1,5 +1,6 @@
 //! Helpers of the pins tests (jemalloc): sites whose blocks land in jemalloc's 48-byte class, and
-//! jemalloc's own free space per class, read by name (independent of frag's reading by MIB).
+//! jemalloc's own free space per class and dirty pages, read by name (independent of frag's
+//! reading by MIB).
 
 const MALLCTL_ARENAS_ALL: usize = 4096;
 
@@ -110,4 +111,43 @@ pub fn pinned_by(ptrs: &[usize], region: u64) -> (f64, usize) {
         }
     }
     (sum, counted)
+}
+
+/// jemalloc's own sum over every arena of the `size_t` statistic `stats.arenas.<i>.<name>`.
+pub fn arena_sum(name: &str) -> u64 {
+    tikv_jemalloc_ctl::epoch::advance().unwrap();
+    let arenas = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
+    (0..arenas)
+        .filter_map(|i| {
+            let key = format!("stats.arenas.{i}.{name}\0");
+            // SAFETY: the key names a `size_t` statistic, read into a `usize`.
+            unsafe { tikv_jemalloc_ctl::raw::read::<usize>(key.as_bytes()) }.ok()
+        })
+        .sum::<usize>() as u64
+}
+
+/// jemalloc's own count of dirty pages, in bytes, every arena.
+pub fn dirty_bytes() -> u64 {
+    // SAFETY: `arenas.page` is a `size_t`.
+    let page = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"arenas.page\0") }.unwrap() as u64;
+    arena_sum("pdirty") * page
+}
+
+/// What a purge of every arena called by hand releases now, by `/proc`.
+pub fn hand_purge_releases() -> u64 {
+    let before = super::rss_bytes();
+    let name = c"arena.4096.purge"; // 4096: MALLCTL_ARENAS_ALL
+    // SAFETY: a NUL-terminated name of a control that neither reads nor writes a value: every
+    // pointer null, length 0.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0, "arena.<all>.purge");
+    before.saturating_sub(super::rss_bytes())
 }
