@@ -467,6 +467,38 @@ impl Comparison {
         }
     }
 
+    /// The step in a few words, as the history's picture labels it: the resident move and the part
+    /// that moved most, with the classes and the site behind it.
+    ///
+    /// `RSS +41.0 MiB: holes +33.0 MiB in classes 14.0 KiB..=16.0 KiB, pinned by upload::handle`
+    #[must_use]
+    pub fn headline(&self) -> String {
+        let mut s = format!("RSS {}", Delta(self.rss_delta()));
+        let Some(p) = self.parts.first().filter(|p| p.delta() != 0) else { return s };
+        s += &format!(": {} {}", p.part.name().replace('_', " "), Delta(p.delta()));
+        let site = self.sites.first().and_then(SiteMove::function);
+        match p.part {
+            Part::Holes if p.delta() > 0 => {
+                if let Some(c) = self.hole_classes {
+                    s += &format!(" in classes {}..={}", Bytes(c.min_size), Bytes(c.max_size));
+                }
+                if let Some(f) = site {
+                    s += &format!(", pinned by {f}");
+                }
+            }
+            Part::Live if p.delta() > 0 => {
+                if let Some(f) = site {
+                    s += &format!(", held by {f}");
+                }
+            }
+            _ => {}
+        }
+        if self.cause == Some(FindingKind::CrossThread) {
+            s += ", cross-thread frees";
+        }
+        s
+    }
+
     fn write(&self, f: &mut Formatter<'_>, with_remedy: bool) -> fmt::Result {
         let rise = self.rss_delta();
         write!(

@@ -15,6 +15,7 @@
 
 mod compare;
 mod snapshot;
+mod svg;
 
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -33,6 +34,30 @@ pub const LEVELS: usize = 8;
 pub const LEVEL_LEN: usize = 96;
 /// The most snapshots a history holds.
 pub const MAX_SNAPSHOTS: usize = LEVELS * LEVEL_LEN;
+
+/// The most steps a history keeps marked, the newest.
+pub const STEPS: usize = 32;
+/// Bytes of a step's label a history keeps (cut at a character boundary).
+pub const STEP_LABEL: usize = 160;
+
+/// A step of resident memory the watch saw, marked in the history with its cause in a few words.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct StepMark {
+    /// When the previous plateau was last seen, on the history's clock.
+    #[cfg_attr(feature = "serde", serde(rename = "before_ms", serialize_with = "snapshot::millis"))]
+    pub before: Duration,
+    /// When the new plateau held.
+    #[cfg_attr(feature = "serde", serde(rename = "after_ms", serialize_with = "snapshot::millis"))]
+    pub after: Duration,
+    /// Resident bytes before and after.
+    pub rss_bytes: (u64, u64),
+    /// The cause, as the diagnosis names it.
+    pub cause: Option<crate::report::diagnosis::FindingKind>,
+    /// [`Comparison::headline`], at most [`STEP_LABEL`] bytes.
+    pub label: Box<str>,
+}
 
 /// A bounded history of snapshots, oldest first (see the module docs for how it stays bounded).
 ///
@@ -55,19 +80,23 @@ pub const MAX_SNAPSHOTS: usize = LEVELS * LEVEL_LEN;
 pub struct History {
     /// Newest level first; within a level, oldest first.
     levels: [VecDeque<Snapshot>; LEVELS],
+    /// The steps marked, oldest first, at most [`STEPS`].
+    steps: VecDeque<StepMark>,
 }
 
 impl History {
     /// The most heap bytes a history holds (as requested of the allocator): its levels' buffers
     /// (each one snapshot longer than its level, for the one that moves on) and every snapshot at
     /// its largest.
-    pub const MAX_BYTES: usize =
-        LEVELS * (LEVEL_LEN + 1) * size_of::<Snapshot>() + MAX_SNAPSHOTS * Snapshot::MAX_HEAP_BYTES;
+    pub const MAX_BYTES: usize = LEVELS * (LEVEL_LEN + 1) * size_of::<Snapshot>()
+        + MAX_SNAPSHOTS * Snapshot::MAX_HEAP_BYTES
+        + (STEPS + 1) * size_of::<StepMark>()
+        + STEPS * STEP_LABEL;
 
     /// An empty history.
     #[must_use]
     pub const fn new() -> Self {
-        Self { levels: [const { VecDeque::new() }; LEVELS] }
+        Self { levels: [const { VecDeque::new() }; LEVELS], steps: VecDeque::new() }
     }
 
     /// Adds a round, after every snapshot recorded before: its `from` should not be earlier than
@@ -90,6 +119,28 @@ impl History {
             }
             moving = merged;
         }
+    }
+
+    /// Marks the step `comparison` explains (the newest [`STEPS`] are kept), for the picture.
+    pub fn mark(&mut self, comparison: &Comparison) {
+        if self.steps.capacity() < STEPS + 1 {
+            self.steps.reserve_exact(STEPS + 1 - self.steps.len());
+        }
+        self.steps.push_back(StepMark {
+            before: comparison.before,
+            after: comparison.after,
+            rss_bytes: comparison.rss_bytes,
+            cause: comparison.cause,
+            label: snapshot::cut(&comparison.headline(), STEP_LABEL),
+        });
+        if self.steps.len() > STEPS {
+            self.steps.pop_front();
+        }
+    }
+
+    /// The steps marked, oldest first.
+    pub fn steps(&self) -> impl DoubleEndedIterator<Item = &StepMark> {
+        self.steps.iter()
     }
 
     /// How many snapshots it holds.
@@ -150,16 +201,19 @@ impl History {
     /// The heap bytes it holds now: its levels' buffers and what its snapshots hold.
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.levels
+        let levels: usize = self
+            .levels
             .iter()
             .map(|l| l.capacity() * size_of::<Snapshot>() + l.iter().map(Snapshot::heap_bytes).sum::<usize>())
-            .sum()
+            .sum();
+        let labels: usize = self.steps.iter().map(|s| s.label.len()).sum();
+        levels + self.steps.capacity() * size_of::<StepMark>() + labels
     }
 }
 
 #[cfg(feature = "serde")]
 impl serde::Serialize for History {
-    /// As `{"snapshots": [...]}`, oldest first.
+    /// As `{"snapshots": [...], "steps": [...]}`, oldest first.
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         struct Seq<'a>(&'a History);
@@ -168,8 +222,9 @@ impl serde::Serialize for History {
                 s.collect_seq(self.0.snapshots())
             }
         }
-        let mut out = s.serialize_struct("History", 1)?;
+        let mut out = s.serialize_struct("History", 2)?;
         out.serialize_field("snapshots", &Seq(self))?;
+        out.serialize_field("steps", &self.steps)?;
         out.end()
     }
 }
@@ -195,6 +250,11 @@ pub(crate) fn record(report: &Report) -> Option<Duration> {
 /// [`History::compare`] on the process's history, as frag's own work.
 pub(crate) fn compare(before: Duration, after: Duration) -> Option<Comparison> {
     own::run(|| RECORDED.lock().1.compare(before, after))
+}
+
+/// [`History::mark`] on the process's history, as frag's own work.
+pub(crate) fn mark(comparison: &Comparison) {
+    own::run(|| RECORDED.lock().1.mark(comparison));
 }
 
 /// A copy of the history the process's [`Publisher`](crate::Publisher)s have recorded, oldest

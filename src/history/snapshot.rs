@@ -147,9 +147,9 @@ pub(crate) fn stack_key(stack: &[u64]) -> u64 {
     stack.iter().fold(0x9e37_79b9_7f4a_7c15 ^ stack.len() as u64, |h, &pc| splitmix64(h ^ pc))
 }
 
-/// `name` cut to at most [`SCOPE_NAME`] bytes, at a character boundary.
-fn cut(name: &str) -> Box<str> {
-    let mut end = name.len().min(SCOPE_NAME);
+/// `name` cut to at most `max` bytes, at a character boundary.
+pub(super) fn cut(name: &str, max: usize) -> Box<str> {
+    let mut end = name.len().min(max);
     while !name.is_char_boundary(end) {
         end -= 1;
     }
@@ -191,7 +191,7 @@ impl Snapshot {
             rows.sort_by_key(|r| core::cmp::Reverse(r.inuse_bytes));
             rows.iter()
                 .take(SCOPES)
-                .map(|r| ScopeMark { name: r.name.as_deref().map(cut), inuse_bytes: r.inuse_bytes })
+                .map(|r| ScopeMark { name: r.name.as_deref().map(|n| cut(n, SCOPE_NAME)), inuse_bytes: r.inuse_bytes })
                 .collect()
         });
         let mut classes: Vec<_> = report

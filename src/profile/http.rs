@@ -47,8 +47,8 @@ impl RequestBody for &str {
 /// [`GoQuery`](super::GoQuery) for the parameters), and `.../debug/pprof/symbol` (`GET` for whether
 /// names are to be had, `POST` with addresses for their names: [`symbol_answer`]), which
 /// `go tool pprof http://…/debug/pprof/heap` asks to name an unsymbolized profile's addresses;
-/// and `GET .../debug/frag/history`, the heap's [`history()`](crate::history()) as JSON (feature
-/// `serde`). 404 for another path, 405 for another method, 400 for a bad query, and the refusals of the
+/// `GET .../debug/frag/history`, the heap's [`history()`](crate::history()) as JSON (feature
+/// `serde`), and `GET .../debug/frag/history.svg`, its picture ([`History::svg`](crate::history::History::svg)). 404 for another path, 405 for another method, 400 for a bad query, and the refusals of the
 /// [`Serving`](super::Serving) limits (400, 413, 429 with `Retry-After`, 503); every refusal is
 /// text that says what was wrong and what is accepted, with Go's `X-Go-Pprof: 1` (which `go tool
 /// pprof` takes as leave to print it).
@@ -84,7 +84,17 @@ pub fn handle<B: RequestBody>(request: &Request<B>) -> Response<Vec<u8>> {
         })),
         Route::Profile(endpoint) => respond(go_answer_to_query(endpoint, query)),
         Route::History => history(),
+        Route::HistorySvg => history_svg(),
     }
+}
+
+/// `.../history.svg`: [`History::svg`](crate::history::History::svg) of the process's history.
+fn history_svg() -> Response<Vec<u8>> {
+    let body = crate::own::handed_over(|| crate::history::history().svg().into_bytes());
+    let mut r = Response::new(body);
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("image/svg+xml"));
+    r.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
 }
 
 /// `.../history`: [`history()`](crate::history()) as JSON (feature `serde`; without it, 404 says so).
@@ -117,6 +127,8 @@ enum Route {
     Profile(Endpoint),
     /// `/debug/frag/history`, `GET`.
     History,
+    /// `/debug/frag/history.svg`, `GET`.
+    HistorySvg,
 }
 
 fn route(method: &Method, path: &str) -> Route {
@@ -126,13 +138,16 @@ fn route(method: &Method, path: &str) -> Route {
             _ => Route::Answered(not_allowed("GET, POST")),
         };
     }
-    if path.rsplit('/').next() == Some("history") {
-        return if method == Method::GET { Route::History } else { Route::Answered(not_allowed("GET")) };
+    match path.rsplit('/').next() {
+        Some("history") if method == Method::GET => return Route::History,
+        Some("history.svg") if method == Method::GET => return Route::HistorySvg,
+        Some("history" | "history.svg") => return Route::Answered(not_allowed("GET")),
+        _ => {}
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
         return Route::Answered(plain(
             StatusCode::NOT_FOUND,
-            "not a memory profile: expected .../heap, .../allocs, .../symbol or .../history\n",
+            "not a memory profile: expected .../heap, .../allocs, .../symbol, .../history or .../history.svg\n",
         ));
     };
     if method != Method::GET {
@@ -196,6 +211,9 @@ where
         Route::Profile(endpoint) => respond(on_tokio::go_answer(endpoint, query).await),
         // Copying and encoding up to a thousand snapshots takes milliseconds: off the runtime.
         Route::History => tokio::task::spawn_blocking(history)
+            .await
+            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "the history task failed\n")),
+        Route::HistorySvg => tokio::task::spawn_blocking(history_svg)
             .await
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "the history task failed\n")),
     }

@@ -267,6 +267,7 @@ impl Publisher {
                 let severity = if matches!(alert, Alert::StairStep { .. }) { Severity::Warn } else { Severity::Info };
                 if let Some(c) = alert.cause() {
                     crate::report::diagnosis::set_last_step(c.finding(severity));
+                    crate::history::mark(c);
                 }
             }
             let cause = alert.cause().and_then(|c| c.cause).map_or("unknown", FindingKind::name);

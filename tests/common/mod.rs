@@ -9,7 +9,10 @@ pub mod limit;
 pub mod otel;
 #[cfg(feature = "jemalloc")]
 pub mod pins;
+pub mod png;
 pub mod reclaim;
+#[cfg(feature = "http")]
+pub mod server;
 #[cfg(all(feature = "serde", feature = "tokio"))]
 pub mod service;
 pub mod stacks;
