@@ -35,8 +35,10 @@
 //! - memory by tenant, request kind or task: a [`Scope`], entered or polled in ([`ScopeExt`]);
 //! - Go's `/debug/pprof/heap`, `/allocs` and `/symbol` for `go tool pprof`: `profile::http` (feature `http`);
 //! - resident memory under a limit, and free pages given back: [`reclaim::Reclaimer`];
-//! - what the heap looked like at a step an hour ago: [`history()`], every [`Publisher`] round kept
-//!   in a bounded history (also `/debug/frag/history` on `profile::http`);
+//! - what the heap looked like at a step an hour ago, and what moved: [`history()`], every
+//!   [`Publisher`] round kept in a bounded history, each step explained part by part
+//!   ([`History::compare`](history::History::compare)); `/debug/frag/history` and its picture,
+//!   `history.svg`, on `profile::http`;
 //! - the allocator's knobs, typed and read back, and settings that look applied but are not:
 //!   [`tune`];
 //! - one binary on several allocators, picked at start-up (`FRAG_ALLOCATOR`): [`Select`].

@@ -479,8 +479,10 @@ impl Comparison {
         let site = self.sites.first().and_then(SiteMove::function);
         match p.part {
             Part::Holes if p.delta() > 0 => {
-                if let Some(c) = self.hole_classes {
-                    s += &format!(" in classes {}..={}", Bytes(c.min_size), Bytes(c.max_size));
+                match self.hole_classes {
+                    Some(c) if c.min_size == c.max_size => s += &format!(" in class {}", Bytes(c.min_size)),
+                    Some(c) => s += &format!(" in classes {}..={}", Bytes(c.min_size), Bytes(c.max_size)),
+                    None => {}
                 }
                 if let Some(f) = site {
                     s += &format!(", pinned by {f}");

@@ -12,6 +12,12 @@
 //! holds is frag's own memory, never the program's.
 //!
 //! [`Publisher`](crate::Publisher) records each of its rounds here; [`history()`] returns a copy.
+//! A process that publishes no metrics records it the same way: a publisher with no `metrics`
+//! recorder installed emits nothing and still records, watches and explains.
+//!
+//! **The step explained.** [`History::compare`] sets two moments side by side, part by part, and
+//! names the cause ([`Comparison`]; docs/DIAGNOSIS.md, "What happened at the step"); the publisher
+//! does it for each step its watch sees, and [`History::mark`]s it. [`History::svg`] draws it all.
 
 mod compare;
 mod snapshot;

@@ -41,10 +41,11 @@ fn escaped(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// A time of day, UTC, from milliseconds since the epoch.
-fn clock(unix_ms: u64) -> String {
+/// A time of day, UTC, from milliseconds since the epoch; with the milliseconds when `fine`.
+fn clock(unix_ms: u64, fine: bool) -> String {
     let s = (unix_ms / 1000) % 86_400;
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    let hms = format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+    if fine { format!("{hms}.{:03}", unix_ms % 1000) } else { hms }
 }
 
 /// The heights a snapshot stacks: each part's bytes bottom up, then what none explains.
@@ -91,7 +92,9 @@ impl History {
             out += &format!("<text x=\"{left}\" y=\"{}\">no rounds recorded yet</text>\n</svg>\n", top + 40.0);
             return out;
         };
-        let (t0, t1) = (first.to.as_secs_f64(), last.to.as_secs_f64().max(first.to.as_secs_f64() + 1.0));
+        let (t0, t1) = (first.to.as_secs_f64(), last.to.as_secs_f64().max(first.to.as_secs_f64() + 0.001));
+        // Times of day to the millisecond where the history spans under a minute (a test's rounds).
+        let fine = t1 - t0 < 60.0;
         let limit = last.limit;
         let highest = snaps
             .iter()
@@ -134,7 +137,7 @@ impl History {
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{} UTC</text>",
                 x(t),
                 top + plot_h + 16.0,
-                clock(unix_ms)
+                clock(unix_ms, fine)
             );
         }
 
