@@ -71,7 +71,7 @@ impl History {
     /// time (what no part explains on top, in grey), live bytes as a dark line, each marked step as
     /// a vertical line with its label, and the limit and its target as horizontal lines when a
     /// reclaimer keeps one. Self-contained: no script, no external asset. Served at
-    /// `GET .../debug/frag/history.svg` by [`profile::http`](crate::profile::http).
+    /// `GET .../debug/frag/history.svg` by `profile::http` (feature `http`).
     ///
     /// ```
     /// let svg = frag::history::History::new().svg();
