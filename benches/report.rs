@@ -1,7 +1,8 @@
 //! What a report costs: `report()` (the breakdown and findings included), `totals()` and
 //! `ProcessStats::read()`, with 10, 100 and 1,000 live threads that each allocated (so each holds a
 //! shard). Goal: `report()` within 1 ms at 1,000 threads. And what the history adds to a
-//! publisher's round at 4,096 sites: a snapshot of the report and its recording in a full history.
+//! publisher's round at 4,096 sites: a snapshot of the report and its recording in a full history,
+//! and the comparison that explains a step.
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -92,6 +93,11 @@ fn history(c: &mut Criterion) {
     });
     group.bench_function("snapshot_and_record_4096_sites", |b| {
         b.iter(|| history.record(frag::history::Snapshot::of(&report, next(), 0).expect("a resident figure")))
+    });
+    // A step explained, before its sites are named: two snapshots an hour apart compared.
+    let now = history.snapshots().last().expect("a snapshot").to;
+    group.bench_function("compare_in_a_full_history", |b| {
+        b.iter(|| black_box(history.compare(now - Duration::from_secs(3600), now)))
     });
     group.bench_function("report_4096_sites", |b| b.iter(|| black_box(frag::report())));
     group.finish();

@@ -42,8 +42,8 @@ fn program_data() -> Vec<Vec<u8>> {
 
 /// 30,000 rounds of real reports of a program with more sites and scopes than a snapshot keeps,
 /// recorded at 5 s intervals on the test's own clock: the bytes the allocator holds for the
-/// history (`Counting`, read while nothing else allocates) are exactly what it says it holds, and
-/// never more than its stated bound; the newest snapshot keeps the report's figures.
+/// history, a step marked every 97 rounds included (`Counting`, read while nothing else allocates),
+/// are exactly what it says it holds, and never more than its stated bound; the newest snapshot keeps the report's figures.
 #[test]
 fn thirty_thousand_rounds_stay_under_the_stated_bound() {
     frag::set_sampling(Sampling::EveryBlock).expect("the exact tier samples every block");
@@ -58,6 +58,11 @@ fn thirty_thousand_rounds_stay_under_the_stated_bound() {
     for i in 0..30_000u64 {
         let at = Duration::from_secs(5 * i);
         history.record(Snapshot::of(&reports[i as usize % 4], at, i).expect("a resident figure"));
+        if i % 97 == 96 {
+            // A step marked now and then: the marks are held, and bounded, too.
+            let compared = history.compare(at.saturating_sub(Duration::from_secs(300)), at).expect("a comparison");
+            history.mark(&compared);
+        }
         if i % 500 == 499 || i < 2_000 && i % 50 == 0 {
             let held = truth().live_bytes - before;
             assert_eq!(held, history.heap_bytes() as u64, "after {} rounds", i + 1);
@@ -67,6 +72,7 @@ fn thirty_thousand_rounds_stay_under_the_stated_bound() {
     eprintln!("{} snapshots in {} KiB (bound {} KiB)", history.len(), highest >> 10, History::MAX_BYTES >> 10);
     assert!(highest <= History::MAX_BYTES as u64, "{highest} bytes over the bound {}", History::MAX_BYTES);
     assert!(history.len() <= MAX_SNAPSHOTS);
+    assert_eq!(history.steps().count(), frag::history::STEPS);
     let rounds: u64 = history.snapshots().map(|s| u64::from(s.rounds)).sum();
     assert_eq!(rounds, 30_000, "every round is in some snapshot");
 
@@ -135,7 +141,16 @@ fn the_endpoint_serves_the_history_as_json() {
     let last = snapshots[2]["rss_bytes"].as_u64().expect("rss_bytes");
     assert!(last.abs_diff(rss) < rss / 5, "{last} against {rss} in /proc/self/statm");
     assert!(snapshots[0]["to_ms"].as_u64() <= snapshots[2]["to_ms"].as_u64());
+    assert!(json["steps"].as_array().is_some_and(Vec::is_empty), "no step yet: {}", json["steps"]);
     let post = frag::profile::http::handle(&http::Request::post("/debug/frag/history").body(()).unwrap());
+    assert_eq!(post.status(), 405);
+    let svg = frag::profile::http::handle(&http::Request::get("/debug/frag/history.svg").body(()).unwrap());
+    assert_eq!(
+        (svg.status(), &svg.headers()["content-type"]),
+        (http::StatusCode::OK, &"image/svg+xml".parse().unwrap())
+    );
+    assert!(svg.body().starts_with(b"<svg") && svg.body().ends_with(b"</svg>\n"));
+    let post = frag::profile::http::handle(&http::Request::post("/debug/frag/history.svg").body(()).unwrap());
     assert_eq!(post.status(), 405);
 }
 
