@@ -336,27 +336,14 @@ impl Watch {
                 self.base = Some((low, allocated));
                 let before = core::mem::replace(&mut self.base_at, at);
                 let (rss_from, rss_to, allocated_from, allocated_to) = (base_rss, low, base_alloc, allocated);
-                if (grown as f64) < c.explained_share * rise as f64 {
-                    if Self::allowed(&mut self.last_step, at, c.window) {
-                        alerts.push(Alert::StairStep {
-                            rss_from,
-                            rss_to,
-                            allocated_from,
-                            allocated_to,
-                            before,
-                            at,
-                            cause: None,
-                        });
-                    }
-                } else if Self::allowed(&mut self.last_growth, at, c.window) {
-                    alerts.push(Alert::LiveGrowth {
-                        rss_from,
-                        rss_to,
-                        allocated_from,
-                        allocated_to,
-                        before,
-                        at,
-                        cause: None,
+                let stair = (grown as f64) < c.explained_share * rise as f64;
+                let last = if stair { &mut self.last_step } else { &mut self.last_growth };
+                if Self::allowed(last, at, c.window) {
+                    let cause = None;
+                    alerts.push(if stair {
+                        Alert::StairStep { rss_from, rss_to, allocated_from, allocated_to, before, at, cause }
+                    } else {
+                        Alert::LiveGrowth { rss_from, rss_to, allocated_from, allocated_to, before, at, cause }
                     });
                 }
             }

@@ -569,18 +569,9 @@ mod tests {
 
     /// A round at `i` × 5 s: resident bytes the sum of `split`, the cumulative frees given.
     fn round(i: u64, split: Split, sites: &[(u64, u64, u64)], classes: &[(u64, u64)], frees: (u64, u64)) -> Snapshot {
-        let rss = split.rss_bytes;
         Snapshot {
-            from: Duration::from_secs(5 * i),
-            to: Duration::from_secs(5 * i),
             unix_ms: 1_700_000_000_000 + 5_000 * i,
-            rounds: 1,
-            rss_bytes: rss,
-            rss_low_bytes: rss,
-            rss_high_bytes: rss,
-            allocated_bytes: split.live_bytes,
             split: Some(split),
-            allocator: None,
             sites: sites
                 .iter()
                 .map(|&(key, inuse_bytes, pinned)| SiteMark { key, inuse_bytes, pinned_bytes: Some(pinned) })
@@ -589,7 +580,7 @@ mod tests {
             hole_classes: classes.iter().map(|&(size, holes_bytes)| ClassHoles { size, holes_bytes }).collect(),
             freed_bytes: frees.0,
             cross_thread_bytes: frees.1,
-            limit: None,
+            ..Snapshot::bare(5 * i, split.rss_bytes, split.live_bytes)
         }
     }
 

@@ -288,24 +288,7 @@ mod tests {
 
     /// A round at `i` seconds with `rss` resident bytes.
     fn round(i: u64, rss: u64) -> Snapshot {
-        Snapshot {
-            from: Duration::from_secs(i),
-            to: Duration::from_secs(i),
-            unix_ms: i * 1000,
-            rounds: 1,
-            rss_bytes: rss,
-            rss_low_bytes: rss,
-            rss_high_bytes: rss,
-            allocated_bytes: i,
-            split: None,
-            allocator: None,
-            sites: Box::default(),
-            scopes: Box::default(),
-            hole_classes: Box::default(),
-            freed_bytes: 0,
-            cross_thread_bytes: 0,
-            limit: None,
-        }
+        Snapshot::bare(i, rss, i)
     }
 
     /// A series with a spike every 97 rounds and a step at round 5,000, against the history of it:

@@ -235,6 +235,30 @@ impl Snapshot {
         }
     }
 
+    /// A round at `at` seconds of `rss` resident bytes and `allocated` live ones, with nothing
+    /// else: what the unit tests build on.
+    #[cfg(test)]
+    pub(super) fn bare(at: u64, rss: u64, allocated: u64) -> Self {
+        Self {
+            from: Duration::from_secs(at),
+            to: Duration::from_secs(at),
+            unix_ms: at * 1000,
+            rounds: 1,
+            rss_bytes: rss,
+            rss_low_bytes: rss,
+            rss_high_bytes: rss,
+            allocated_bytes: allocated,
+            split: None,
+            allocator: None,
+            sites: Box::default(),
+            scopes: Box::default(),
+            hole_classes: Box::default(),
+            freed_bytes: 0,
+            cross_thread_bytes: 0,
+            limit: None,
+        }
+    }
+
     /// The heap bytes this snapshot holds beyond its own size.
     pub(super) fn heap_bytes(&self) -> usize {
         let names: usize = self.scopes.iter().filter_map(|s| s.name.as_ref()).map(|n| n.len()).sum();

@@ -239,24 +239,7 @@ mod tests {
     fn round(i: u64, live: u64, limit: Option<(u64, u64)>) -> Snapshot {
         let split =
             Split { rss_bytes: (live + 30) * MIB, live_bytes: live * MIB, holes_bytes: 20 * MIB, ..Split::default() };
-        Snapshot {
-            from: Duration::from_secs(5 * i),
-            to: Duration::from_secs(5 * i),
-            unix_ms: 5_000 * i,
-            rounds: 1,
-            rss_bytes: split.rss_bytes,
-            rss_low_bytes: split.rss_bytes,
-            rss_high_bytes: split.rss_bytes,
-            allocated_bytes: split.live_bytes,
-            split: Some(split),
-            allocator: None,
-            sites: Box::default(),
-            scopes: Box::default(),
-            hole_classes: Box::default(),
-            freed_bytes: 0,
-            cross_thread_bytes: 0,
-            limit,
-        }
+        Snapshot { split: Some(split), limit, ..Snapshot::bare(5 * i, split.rss_bytes, split.live_bytes) }
     }
 
     /// The limit and its target are drawn at their heights, a label's markup is escaped, and each
