@@ -110,9 +110,45 @@ impl Display for Span {
     }
 }
 
+/// A signed byte count, as [`Bytes`] with its sign: `+33.0 MiB`, `-2.0 MiB`, `+512 B`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SignedBytes(pub(crate) i64);
+
+impl Display for SignedBytes {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { '-' } else { '+' };
+        f.pad(&format!("{sign}{}", Bytes(self.0.unsigned_abs())))
+    }
+}
+
+/// A wall-clock time of day, UTC, from milliseconds since the Unix epoch: `14:03:10`, or with the
+/// milliseconds when `millis` (`14:03:10.250`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TimeOfDay {
+    pub(crate) unix_ms: u64,
+    pub(crate) millis: bool,
+}
+
+impl Display for TimeOfDay {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let s = (self.unix_ms / 1000) % 86_400;
+        let hms = format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+        f.pad(&if self.millis { format!("{hms}.{:03}", self.unix_ms % 1000) } else { hms })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_of_day_and_signed_bytes() {
+        let at = 1_700_000_000_000 + 3_600_000 + 250;
+        assert_eq!(TimeOfDay { unix_ms: at, millis: false }.to_string(), "23:13:20");
+        assert_eq!(TimeOfDay { unix_ms: at, millis: true }.to_string(), "23:13:20.250");
+        assert_eq!(SignedBytes(-(3 << 20)).to_string(), "-3.0 MiB");
+        assert_eq!(SignedBytes(512).to_string(), "+512 B");
+    }
 
     #[test]
     fn each_writer_reads_as_documented() {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::snapshot::{SiteMark, Snapshot, stack_key};
 use crate::backend::WrappedBackend;
 use crate::backend::heap_split::Part;
-use crate::format::{Bytes, Percent};
+use crate::format::{Bytes, Percent, SignedBytes, TimeOfDay};
 use crate::report::diagnosis::{Evidence, Finding, FindingKind, Severity};
 use crate::report::{self, Report};
 use crate::sites::read::{self, Grouping};
@@ -381,26 +381,6 @@ fn class_span(before: &Snapshot, after: &Snapshot) -> Option<ClassSpan> {
     span
 }
 
-/// A signed byte count: `+33.0 MiB`, `-2.0 MiB`.
-struct Delta(i64);
-
-impl Display for Delta {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        let sign = if self.0 < 0 { '-' } else { '+' };
-        write!(f, "{sign}{}", Bytes(self.0.unsigned_abs()))
-    }
-}
-
-/// A wall-clock time of day, UTC: `14:03:10`.
-struct Clock(u64);
-
-impl Display for Clock {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        let s = (self.0 / 1000) % 86_400;
-        write!(f, "{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-    }
-}
-
 /// The words for a cause.
 fn meaning(kind: FindingKind) -> &'static str {
     match kind {
@@ -425,9 +405,9 @@ impl Comparison {
             let sep = if i == 0 { if by_pins { ", pinned by " } else { ", held by " } } else { ", " };
             write!(f, "{sep}{name} (")?;
             if let Some((b, a)) = s.pinned_bytes.filter(|_| by_pins) {
-                write!(f, "{} pinned, ", Delta(signed(b, a)))?;
+                write!(f, "{} pinned, ", SignedBytes(signed(b, a)))?;
             }
-            write!(f, "{} live)", Delta(s.inuse_delta()))?;
+            write!(f, "{} live)", SignedBytes(s.inuse_delta()))?;
         }
         Ok(())
     }
@@ -473,9 +453,9 @@ impl Comparison {
     /// `RSS +41.0 MiB: holes +33.0 MiB in classes 14.0 KiB..=16.0 KiB, pinned by upload::handle`
     #[must_use]
     pub fn headline(&self) -> String {
-        let mut s = format!("RSS {}", Delta(self.rss_delta()));
+        let mut s = format!("RSS {}", SignedBytes(self.rss_delta()));
         let Some(p) = self.parts.first().filter(|p| p.delta() != 0) else { return s };
-        s += &format!(": {} {}", p.part.name().replace('_', " "), Delta(p.delta()));
+        s += &format!(": {} {}", p.part.name().replace('_', " "), SignedBytes(p.delta()));
         let site = self.sites.first().and_then(SiteMove::function);
         match p.part {
             Part::Holes if p.delta() > 0 => {
@@ -506,16 +486,16 @@ impl Comparison {
         write!(
             f,
             "RSS {} ({} → {}) between {} and {} UTC",
-            Delta(rise),
+            SignedBytes(rise),
             Bytes(self.rss_bytes.0),
             Bytes(self.rss_bytes.1),
-            Clock(self.unix_ms.0),
-            Clock(self.unix_ms.1)
+            TimeOfDay { unix_ms: self.unix_ms.0, millis: false },
+            TimeOfDay { unix_ms: self.unix_ms.1, millis: false }
         )?;
         let notable = (rise.unsigned_abs() / 50).max(64 << 10);
         let by_pins = matches!(self.cause, Some(FindingKind::Holes | FindingKind::CrossThread));
         for p in self.parts.iter().filter(|p| p.delta().unsigned_abs() >= notable).take(4) {
-            write!(f, "; {} {}", p.part.name().replace('_', " "), Delta(p.delta()))?;
+            write!(f, "; {} {}", p.part.name().replace('_', " "), SignedBytes(p.delta()))?;
             match p.part {
                 Part::Holes if p.delta() > 0 => {
                     if let Some(c) = self.hole_classes {
@@ -533,7 +513,7 @@ impl Comparison {
                 Part::Live if p.delta() > 0 && !by_pins => {
                     self.write_sites(f, false)?;
                     for s in &self.scopes {
-                        let grew = Delta(signed(s.inuse_bytes.0, s.inuse_bytes.1));
+                        let grew = SignedBytes(signed(s.inuse_bytes.0, s.inuse_bytes.1));
                         match s.name.as_deref() {
                             Some(name) => write!(f, ", scope `{name}` ({grew})")?,
                             None => write!(f, ", outside every scope ({grew})")?,
@@ -695,12 +675,5 @@ mod tests {
         let c = h.compare(Duration::from_secs(5 * 21), Duration::from_secs(5 * 25)).unwrap();
         assert_eq!(c.rss_delta(), 0);
         assert!(c.parts.iter().all(|p| p.delta() == 0));
-    }
-
-    #[test]
-    fn times_of_day_and_signed_bytes() {
-        assert_eq!(Clock(1_700_000_000_000 + 3_600_000).to_string(), "23:13:20");
-        assert_eq!(Delta(-(3 * MIB as i64)).to_string(), "-3.0 MiB");
-        assert_eq!(Delta(512).to_string(), "+512 B");
     }
 }

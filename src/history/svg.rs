@@ -7,7 +7,7 @@ use core::fmt::Write as _;
 use super::History;
 use super::snapshot::Snapshot;
 use crate::backend::heap_split::Part;
-use crate::format::Bytes;
+use crate::format::{Bytes, TimeOfDay};
 
 /// The picture's size, in pixels.
 const WIDTH: f64 = 960.0;
@@ -39,13 +39,6 @@ const LIMIT_COLOUR: &str = "#c00000";
 /// `s` with the characters XML gives a meaning escaped.
 fn escaped(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-/// A time of day, UTC, from milliseconds since the epoch; with the milliseconds when `fine`.
-fn clock(unix_ms: u64, fine: bool) -> String {
-    let s = (unix_ms / 1000) % 86_400;
-    let hms = format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
-    if fine { format!("{hms}.{:03}", unix_ms % 1000) } else { hms }
 }
 
 /// The heights a snapshot stacks: each part's bytes bottom up, then what none explains.
@@ -137,7 +130,7 @@ impl History {
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{} UTC</text>",
                 x(t),
                 top + plot_h + 16.0,
-                clock(unix_ms, fine)
+                TimeOfDay { unix_ms, millis: fine }
             );
         }
 
